@@ -1,0 +1,232 @@
+//! Constructors for the expression patterns a proxier uses, register allocation included.
+//! Each returns the exact expression sequence `nft` itself generates for the same
+//! statement, so rendering and `nft -f` round trips agree.
+
+use crate::expr::*;
+use crate::value::{concat_bytes, DataType, Value};
+
+/// Offsets in the IPv4 and IPv6 headers.
+fn addr_offset(family: Family, src: bool) -> (u32, u32) {
+    match (family, src) {
+        (Family::Ip6, true) => (8, 16),
+        (Family::Ip6, false) => (24, 16),
+        (_, true) => (12, 4),
+        (_, false) => (16, 4),
+    }
+}
+
+/// Load `ip saddr`/`ip daddr` (or the ip6 ones) into `dreg`.
+pub fn load_addr(family: Family, src: bool, dreg: Reg) -> Expr {
+    let (offset, len) = addr_offset(family, src);
+    Expr::Payload { base: PayloadBase::Network, offset, len, dreg }
+}
+
+/// Load `th sport`/`th dport` into `dreg`.
+pub fn load_port(src: bool, dreg: Reg) -> Expr {
+    Expr::Payload { base: PayloadBase::Transport, offset: if src { 0 } else { 2 }, len: 2, dreg }
+}
+
+/// `meta l4proto <proto>`
+pub fn l4proto_eq(proto: u8) -> Vec<Expr> {
+    vec![
+        Expr::Meta { key: MetaKey::L4proto, dreg: Reg::R1 },
+        Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: vec![proto] },
+    ]
+}
+
+/// `ip daddr <op> <addr>` (`src` for saddr)
+pub fn addr_cmp(family: Family, src: bool, op: CmpOp, addr: &Value) -> Vec<Expr> {
+    vec![load_addr(family, src, Reg::R1), Expr::Cmp { sreg: Reg::R1, op, data: addr.to_bytes() }]
+}
+
+/// `ip daddr @set` (or `!= @set` with `invert`)
+pub fn addr_in_set(family: Family, src: bool, set: &str, invert: bool) -> Vec<Expr> {
+    vec![
+        load_addr(family, src, Reg::R1),
+        Expr::Lookup { set: set.into(), sreg: Reg::R1, dreg: None, invert },
+    ]
+}
+
+/// One field of a concatenated key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyField {
+    Saddr,
+    Daddr,
+    L4proto,
+    Sport,
+    Dport,
+    /// `numgen random mod N`
+    NumgenRandom(u32),
+    /// `meta mark`
+    Mark,
+}
+
+impl KeyField {
+    pub fn data_type(self, family: Family) -> DataType {
+        match self {
+            KeyField::Saddr | KeyField::Daddr => {
+                if family == Family::Ip6 {
+                    DataType::Ipv6Addr
+                } else {
+                    DataType::Ipv4Addr
+                }
+            }
+            KeyField::L4proto => DataType::InetProto,
+            KeyField::Sport | KeyField::Dport => DataType::InetService,
+            KeyField::NumgenRandom(_) => DataType::HostInt32,
+            KeyField::Mark => DataType::Mark,
+        }
+    }
+
+    fn load(self, family: Family, dreg: Reg) -> Expr {
+        match self {
+            KeyField::Saddr => load_addr(family, true, dreg),
+            KeyField::Daddr => load_addr(family, false, dreg),
+            KeyField::L4proto => Expr::Meta { key: MetaKey::L4proto, dreg },
+            KeyField::Sport => load_port(true, dreg),
+            KeyField::Dport => load_port(false, dreg),
+            KeyField::NumgenRandom(m) => {
+                Expr::Numgen { kind: NumgenKind::Random, modulus: m, offset: 0, dreg }
+            }
+            KeyField::Mark => Expr::Meta { key: MetaKey::Mark, dreg },
+        }
+    }
+}
+
+/// Load a (possibly concatenated) key the way nft does: a single field into
+/// `NFT_REG_1`, several fields into consecutive 32-bit registers from `NFT_REG32_00`.
+/// Returns the expressions and the first register.
+pub fn load_key(family: Family, fields: &[KeyField]) -> (Vec<Expr>, Reg) {
+    if fields.len() == 1 {
+        return (vec![fields[0].load(family, Reg::R1)], Reg::R1);
+    }
+    let mut exprs = Vec::with_capacity(fields.len());
+    let mut word = 0u32;
+    for f in fields {
+        exprs.push(f.load(family, Reg::r32(word)));
+        word += (f.data_type(family).padded_len() / 4) as u32;
+    }
+    (exprs, Reg::r32(0))
+}
+
+/// `<key> vmap @map`
+pub fn vmap_lookup(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
+    let (mut e, sreg) = load_key(family, fields);
+    e.push(Expr::Lookup { set: map.into(), sreg, dreg: Some(Reg::VERDICT), invert: false });
+    e
+}
+
+/// `<key> @set` (or `!= @set`)
+pub fn set_lookup(family: Family, fields: &[KeyField], set: &str, invert: bool) -> Vec<Expr> {
+    let (mut e, sreg) = load_key(family, fields);
+    e.push(Expr::Lookup { set: set.into(), sreg, dreg: None, invert });
+    e
+}
+
+/// `dnat ip to <key> map @map` where the map yields `addr . port`.
+pub fn dnat_map(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
+    let (mut e, sreg) = load_key(family, fields);
+    let addr_words = if family == Family::Ip6 { 4 } else { 1 };
+    e.push(Expr::Lookup { set: map.into(), sreg, dreg: Some(Reg::R1), invert: false });
+    e.push(Expr::Nat {
+        kind: NatKind::Dnat,
+        family: if family == Family::Ip6 { Family::Ip6 } else { Family::Ip },
+        addr: Some(Reg::R1),
+        port: Some(Reg::R1.advance(addr_words)),
+        flags: nat_flags::MAP_IPS | nat_flags::PROTO_SPECIFIED,
+    });
+    e
+}
+
+/// `dnat ip to <addr>:<port>`
+pub fn dnat_to(family: Family, addr: &Value, port: u16) -> Vec<Expr> {
+    vec![
+        Expr::Immediate { dreg: Reg::R1, data: addr.to_bytes() },
+        Expr::Immediate { dreg: Reg::R2, data: port.to_be_bytes().to_vec() },
+        Expr::Nat {
+            kind: NatKind::Dnat,
+            family: if family == Family::Ip6 { Family::Ip6 } else { Family::Ip },
+            addr: Some(Reg::R1),
+            port: Some(Reg::R2),
+            flags: nat_flags::MAP_IPS | nat_flags::PROTO_SPECIFIED,
+        },
+    ]
+}
+
+/// `meta mark set meta mark | <bits>`
+pub fn mark_or(bits: u32) -> Vec<Expr> {
+    vec![
+        Expr::Meta { key: MetaKey::Mark, dreg: Reg::R1 },
+        Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R1,
+            len: 4,
+            mask: (!bits).to_ne_bytes().to_vec(),
+            xor: bits.to_ne_bytes().to_vec(),
+        },
+        Expr::MetaSet { key: MetaKey::Mark, sreg: Reg::R1 },
+    ]
+}
+
+/// `meta mark & <bits> == 0` (`invert`: `!= 0`)
+pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
+    vec![
+        Expr::Meta { key: MetaKey::Mark, dreg: Reg::R1 },
+        Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R1,
+            len: 4,
+            mask: bits.to_ne_bytes().to_vec(),
+            xor: 0u32.to_ne_bytes().to_vec(),
+        },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: if set { CmpOp::Neq } else { CmpOp::Eq },
+            data: 0u32.to_ne_bytes().to_vec(),
+        },
+    ]
+}
+
+/// `ct state <states>` (any of the bits)
+pub fn ct_state_any(states: u32) -> Vec<Expr> {
+    vec![
+        Expr::Ct { key: CtKey::State, dreg: Reg::R1 },
+        Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R1,
+            len: 4,
+            mask: states.to_ne_bytes().to_vec(),
+            xor: 0u32.to_ne_bytes().to_vec(),
+        },
+        Expr::Cmp { sreg: Reg::R1, op: CmpOp::Neq, data: 0u32.to_ne_bytes().to_vec() },
+    ]
+}
+
+/// `fib daddr type local`
+pub fn fib_daddr_local() -> Vec<Expr> {
+    vec![
+        Expr::Fib { flags: fib_flags::DADDR, result: FibResult::AddrType, dreg: Reg::R1 },
+        Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: rtn::LOCAL.to_ne_bytes().to_vec() },
+    ]
+}
+
+/// `update @set { <key> }` with the set's own timeout.
+pub fn set_update(family: Family, fields: &[KeyField], set: &str) -> Vec<Expr> {
+    let (mut e, key) = load_key(family, fields);
+    e.push(Expr::Dynset { op: DynsetOp::Update, set: set.into(), key, data: None, timeout_ms: None });
+    e
+}
+
+/// `iifname <name>`
+pub fn iifname_eq(name: &str, prefix: bool) -> Vec<Expr> {
+    let mut data = name.as_bytes().to_vec();
+    if !prefix {
+        data.push(0);
+    }
+    vec![Expr::Meta { key: MetaKey::Iifname, dreg: Reg::R1 }, Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data }]
+}
+
+/// Concatenated key bytes for an element (re-exported for convenience).
+pub fn key_bytes(values: &[Value]) -> Vec<u8> {
+    concat_bytes(values)
+}

@@ -1,0 +1,359 @@
+//! Tables, chains, rules, sets and elements.
+
+use crate::expr::{Expr, Family, Verdict};
+use crate::value::{DataType, Value};
+use crate::ModelError;
+
+/// Base chain types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChainType {
+    Filter,
+    Nat,
+    Route,
+}
+
+impl ChainType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ChainType::Filter => "filter",
+            ChainType::Nat => "nat",
+            ChainType::Route => "route",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<ChainType> {
+        Some(match s {
+            "filter" => ChainType::Filter,
+            "nat" => ChainType::Nat,
+            "route" => ChainType::Route,
+            _ => return None,
+        })
+    }
+}
+
+/// Netfilter hooks (`NF_INET_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hook {
+    Prerouting = 0,
+    Input = 1,
+    Forward = 2,
+    Output = 3,
+    Postrouting = 4,
+}
+
+impl Hook {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Prerouting => "prerouting",
+            Hook::Input => "input",
+            Hook::Forward => "forward",
+            Hook::Output => "output",
+            Hook::Postrouting => "postrouting",
+        }
+    }
+    pub fn from_u32(v: u32) -> Option<Hook> {
+        Some(match v {
+            0 => Hook::Prerouting,
+            1 => Hook::Input,
+            2 => Hook::Forward,
+            3 => Hook::Output,
+            4 => Hook::Postrouting,
+            _ => return None,
+        })
+    }
+}
+
+/// Base chain policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    Drop = 0,
+    Accept = 1,
+}
+
+/// What makes a chain a base chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BaseHook {
+    pub chain_type: ChainType,
+    pub hook: Hook,
+    pub priority: i32,
+    pub policy: Policy,
+}
+
+/// A rule: expressions in order, and an optional comment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Rule {
+    pub exprs: Vec<Expr>,
+    pub comment: Option<String>,
+}
+
+impl Rule {
+    pub fn new(exprs: Vec<Expr>) -> Rule {
+        Rule { exprs, comment: None }
+    }
+    pub fn with_comment(mut self, c: impl Into<String>) -> Rule {
+        self.comment = Some(c.into());
+        self
+    }
+    /// Chains this rule jumps or goes to directly.
+    pub fn verdict_targets(&self) -> impl Iterator<Item = &str> {
+        self.exprs.iter().filter_map(|e| match e {
+            Expr::Verdict(v) => v.chain(),
+            _ => None,
+        })
+    }
+    /// Named sets this rule refers to.
+    pub fn set_refs(&self) -> impl Iterator<Item = &str> {
+        self.exprs.iter().filter_map(|e| match e {
+            Expr::Lookup { set, .. } | Expr::Dynset { set, .. } => Some(set.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// A chain with its rules.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Chain {
+    pub name: String,
+    pub base: Option<BaseHook>,
+    pub comment: Option<String>,
+    pub rules: Vec<Rule>,
+}
+
+impl Chain {
+    pub fn regular(name: impl Into<String>) -> Chain {
+        Chain { name: name.into(), base: None, comment: None, rules: Vec::new() }
+    }
+    pub fn base(name: impl Into<String>, base: BaseHook) -> Chain {
+        Chain { name: name.into(), base: Some(base), comment: None, rules: Vec::new() }
+    }
+    pub fn with_comment(mut self, c: impl Into<String>) -> Chain {
+        self.comment = Some(c.into());
+        self
+    }
+    pub fn with_rules(mut self, rules: Vec<Rule>) -> Chain {
+        self.rules = rules;
+        self
+    }
+}
+
+/// Set flags we use (`NFT_SET_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SetFlags {
+    pub constant: bool,
+    pub interval: bool,
+    pub timeout: bool,
+    /// Updated from the packet path (`dynset`); elements are runtime state.
+    pub dynamic: bool,
+}
+
+impl SetFlags {
+    pub const CONSTANT: u32 = 0x2;
+    pub const INTERVAL: u32 = 0x4;
+    pub const MAP: u32 = 0x8;
+    pub const TIMEOUT: u32 = 0x10;
+    pub const EVAL: u32 = 0x20;
+    pub const CONCAT: u32 = 0x80;
+}
+
+/// Map data type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SetData {
+    /// A verdict map (`vmap`).
+    Verdict,
+    /// A map to values (e.g. `ipv4_addr . inet_service` for dnat targets).
+    Values(Vec<DataType>),
+}
+
+/// Data of one map element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ElemData {
+    Verdict(Verdict),
+    Values(Vec<Value>),
+}
+
+/// One set or map element.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Element {
+    pub key: Vec<Value>,
+    /// Inclusive end of the key range for interval sets (`NFTA_SET_ELEM_KEY_END`).
+    pub key_end: Option<Vec<Value>>,
+    pub data: Option<ElemData>,
+    pub timeout_ms: Option<u64>,
+    pub comment: Option<String>,
+}
+
+impl Element {
+    pub fn key(key: Vec<Value>) -> Element {
+        Element { key, key_end: None, data: None, timeout_ms: None, comment: None }
+    }
+    pub fn map(key: Vec<Value>, data: ElemData) -> Element {
+        Element { key, key_end: None, data: Some(data), timeout_ms: None, comment: None }
+    }
+    pub fn with_comment(mut self, c: impl Into<String>) -> Element {
+        self.comment = Some(c.into());
+        self
+    }
+}
+
+/// A named set or map with its elements.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Set {
+    pub name: String,
+    pub key: Vec<DataType>,
+    pub data: Option<SetData>,
+    pub flags: SetFlags,
+    pub timeout_ms: Option<u64>,
+    pub comment: Option<String>,
+    pub elements: Vec<Element>,
+}
+
+impl Set {
+    pub fn set(name: impl Into<String>, key: Vec<DataType>) -> Set {
+        Set {
+            name: name.into(),
+            key,
+            data: None,
+            flags: SetFlags::default(),
+            timeout_ms: None,
+            comment: None,
+            elements: Vec::new(),
+        }
+    }
+    pub fn map(name: impl Into<String>, key: Vec<DataType>, data: SetData) -> Set {
+        Set { data: Some(data), ..Set::set(name, key) }
+    }
+    pub fn with_comment(mut self, c: impl Into<String>) -> Set {
+        self.comment = Some(c.into());
+        self
+    }
+    pub fn is_map(&self) -> bool {
+        self.data.is_some()
+    }
+    /// Whether the kernel needs per-field lengths (`NFTA_SET_DESC_CONCAT`): concatenated
+    /// interval sets, where the pipapo backend is used.
+    pub fn needs_concat_desc(&self) -> bool {
+        self.key.len() > 1 && self.flags.interval
+    }
+
+    /// Check that every element matches the set's declared types.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        validate_name("set", &self.name)?;
+        for (i, e) in self.elements.iter().enumerate() {
+            let bad = |reason: String| ModelError::BadElement {
+                set: self.name.clone(),
+                index: i,
+                reason,
+            };
+            let types: Vec<DataType> = e.key.iter().map(Value::data_type).collect();
+            if types != self.key {
+                return Err(bad(format!("key types {types:?} differ from {:?}", self.key)));
+            }
+            if let Some(end) = &e.key_end {
+                if !self.flags.interval {
+                    return Err(bad("range end in a set without the interval flag".into()));
+                }
+                let t: Vec<DataType> = end.iter().map(Value::data_type).collect();
+                if t != self.key {
+                    return Err(bad(format!("range end types {t:?} differ from {:?}", self.key)));
+                }
+            }
+            match (&self.data, &e.data) {
+                (None, None) | (Some(SetData::Verdict), Some(ElemData::Verdict(_))) => {}
+                (Some(SetData::Values(want)), Some(ElemData::Values(v))) => {
+                    let t: Vec<DataType> = v.iter().map(Value::data_type).collect();
+                    if &t != want {
+                        return Err(bad(format!("data types {t:?} differ from {want:?}")));
+                    }
+                }
+                _ => return Err(bad("element data does not match the set's kind".into())),
+            }
+            if e.timeout_ms.is_some() && !self.flags.timeout {
+                return Err(bad("element timeout in a set without the timeout flag".into()));
+            }
+            if let Some(c) = &e.comment {
+                check_comment(&format!("element {i} of set {}", self.name), c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A table with everything in it. Sets come before chains, as `nft list` prints them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Table {
+    pub family: Family,
+    pub name: String,
+    pub comment: Option<String>,
+    pub sets: Vec<Set>,
+    pub chains: Vec<Chain>,
+}
+
+impl Table {
+    pub fn new(family: Family, name: impl Into<String>) -> Table {
+        Table { family, name: name.into(), comment: None, sets: Vec::new(), chains: Vec::new() }
+    }
+    pub fn with_comment(mut self, c: impl Into<String>) -> Table {
+        self.comment = Some(c.into());
+        self
+    }
+    pub fn chain(&self, name: &str) -> Option<&Chain> {
+        self.chains.iter().find(|c| c.name == name)
+    }
+    pub fn set(&self, name: &str) -> Option<&Set> {
+        self.sets.iter().find(|s| s.name == name)
+    }
+
+    /// Validate names, comments and elements, and that every referenced chain and set exists.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        validate_name("table", &self.name)?;
+        if let Some(c) = &self.comment {
+            check_comment(&format!("table {}", self.name), c)?;
+        }
+        for s in &self.sets {
+            s.validate()?;
+            if let Some(c) = &s.comment {
+                check_comment(&format!("set {}", s.name), c)?;
+            }
+        }
+        for c in &self.chains {
+            validate_name("chain", &c.name)?;
+            if let Some(cm) = &c.comment {
+                check_comment(&format!("chain {}", c.name), cm)?;
+            }
+            for r in &c.rules {
+                if let Some(cm) = &r.comment {
+                    check_comment(&format!("rule in chain {}", c.name), cm)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// nft limits names to 255 bytes (NFT_NAME_MAXLEN - 1) and its parser to identifiers.
+fn validate_name(what: &'static str, name: &str) -> Result<(), ModelError> {
+    let err = |reason| ModelError::InvalidName { what, name: name.to_string(), reason };
+    if name.is_empty() {
+        return Err(err("empty"));
+    }
+    if name.len() > 255 {
+        return Err(err("longer than 255 bytes"));
+    }
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c)) {
+        return Err(err("nft accepts letters, digits, '_', '-', '.', '/' and a leading letter"));
+    }
+    Ok(())
+}
+
+/// nft refuses comments longer than 128 bytes (NFT_USERDATA_MAXLEN is larger, nft's parser is not).
+fn check_comment(what: &str, c: &str) -> Result<(), ModelError> {
+    let reason = if c.len() > 128 {
+        "longer than the 128 bytes nft accepts"
+    } else if c.contains('"') || c.contains('\n') || c.contains('\0') {
+        "contains a quote, a newline or a NUL byte"
+    } else {
+        return Ok(());
+    };
+    Err(ModelError::BadComment { what: what.to_string(), reason })
+}

@@ -1,0 +1,246 @@
+//! Network-namespace test harness.
+//!
+//! Every host is a network namespace of its own with a unique name, removed when its
+//! [`Netns`] is dropped (also while a failing test unwinds). Nothing is ever added to
+//! the root namespace. Test addresses come from 198.18.0.0/15 and 2001:db8::/32 only.
+//!
+//! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Whether this process may create namespaces. Outside CI a test without root
+/// prints that it is skipped; in CI (`CI` set) it fails instead.
+pub fn require_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: needs root, and root tests must not be skipped in CI");
+    }
+    eprintln!("SKIPPED {test}: needs root (run the tests as root)");
+    false
+}
+
+/// Skip (or in CI fail) the calling test when not root.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !$crate::require_root(module_path!()) {
+            return;
+        }
+    };
+}
+
+/// A network namespace owned by the test.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Create a uniquely named namespace with `lo` up.
+    pub fn new(role: &str) -> Netns {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let name = format!("nlp-{role}-{}-{n}", std::process::id());
+        run_ok(Command::new("ip").args(["netns", "add", &name]));
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `ip -n <ns> <args>`, panicking on failure.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut c = Command::new("ip");
+        c.arg("-n").arg(&self.name).args(args);
+        stdout(run_ok(&mut c))
+    }
+
+    /// Run a program inside the namespace; returns its output whatever its status.
+    pub fn exec(&self, program: &str, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, program])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running {program} in {}: {e}", self.name))
+    }
+
+    /// Run a program inside the namespace and return its stdout, panicking on failure.
+    pub fn exec_ok(&self, program: &str, args: &[&str]) -> String {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, program]).args(args);
+        stdout(run_ok(&mut c))
+    }
+
+    /// Load an nft script inside the namespace (`nft -f -`), panicking on failure.
+    pub fn nft(&self, script: &str) {
+        use std::io::Write;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn nft");
+        child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write script");
+        let out = child.wait_with_output().expect("wait nft");
+        assert!(
+            out.status.success(),
+            "nft -f in {} failed: {}\nscript:\n{script}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Write a sysctl inside the namespace (e.g. `net.ipv4.ip_forward`).
+    pub fn sysctl(&self, key: &str, value: &str) {
+        let path = format!("/proc/sys/{}", key.replace('.', "/"));
+        let v = value.to_string();
+        self.run(move || std::fs::write(&path, v).unwrap_or_else(|e| panic!("write {path}: {e}")));
+    }
+
+    /// Make conntrack track flows in this namespace, as a host firewall on a real
+    /// node does: a table with a `ct state` rule.
+    pub fn enable_conntrack(&self) {
+        self.nft(
+            "table inet nlp-host-firewall {\n\
+             \tchain input { type filter hook input priority 0; policy accept; ct state invalid counter; }\n\
+             \tchain forward { type filter hook forward priority 0; policy accept; ct state invalid counter; }\n\
+             \tchain output { type filter hook output priority 0; policy accept; ct state invalid counter; }\n\
+             }\n",
+        );
+    }
+
+    /// Run `f` on a thread that has entered this namespace; sockets it opens live there.
+    pub fn run<F, R>(&self, f: F) -> R
+    where
+        F: FnOnce() -> R + Send,
+        R: Send,
+    {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+                // SAFETY: a valid namespace fd; setns affects only this thread.
+                let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+/// Connect `a` and `b` with a veth pair named `a_if` (in `a`) and `b_if` (in `b`), both up.
+pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
+    run_ok(Command::new("ip").args([
+        "link", "add", a_if, "netns", &a.name, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+    ]));
+    a.ip(&["link", "set", a_if, "up"]);
+    b.ip(&["link", "set", b_if, "up"]);
+}
+
+/// Add an address (CIDR) to an interface; IPv6 addresses skip duplicate address detection.
+pub fn addr(ns: &Netns, ifname: &str, cidr: &str) {
+    if cidr.contains(':') {
+        ns.ip(&["-6", "addr", "add", cidr, "dev", ifname, "nodad"]);
+    } else {
+        ns.ip(&["addr", "add", cidr, "dev", ifname]);
+    }
+}
+
+/// Poll `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Three hosts in a line: client — router — server, IPv4 and IPv6, with forwarding
+/// on in the router and conntrack active there (the router is the "node").
+pub struct Line {
+    pub client: Netns,
+    pub router: Netns,
+    pub server: Netns,
+}
+
+impl Line {
+    pub const CLIENT4: &'static str = "198.18.1.2";
+    pub const ROUTER4_C: &'static str = "198.18.1.1";
+    pub const ROUTER4_S: &'static str = "198.18.2.1";
+    pub const SERVER4: &'static str = "198.18.2.2";
+    pub const CLIENT6: &'static str = "2001:db8:1::2";
+    pub const ROUTER6_C: &'static str = "2001:db8:1::1";
+    pub const ROUTER6_S: &'static str = "2001:db8:2::1";
+    pub const SERVER6: &'static str = "2001:db8:2::2";
+
+    pub fn new() -> Line {
+        let client = Netns::new("cli");
+        let router = Netns::new("rtr");
+        let server = Netns::new("srv");
+        veth(&client, "eth0", &router, "c0");
+        veth(&server, "eth0", &router, "s0");
+        addr(&client, "eth0", "198.18.1.2/24");
+        addr(&client, "eth0", "2001:db8:1::2/64");
+        addr(&router, "c0", "198.18.1.1/24");
+        addr(&router, "c0", "2001:db8:1::1/64");
+        addr(&router, "s0", "198.18.2.1/24");
+        addr(&router, "s0", "2001:db8:2::1/64");
+        addr(&server, "eth0", "198.18.2.2/24");
+        addr(&server, "eth0", "2001:db8:2::2/64");
+        client.ip(&["route", "add", "default", "via", "198.18.1.1"]);
+        client.ip(&["-6", "route", "add", "default", "via", "2001:db8:1::1"]);
+        server.ip(&["route", "add", "default", "via", "198.18.2.1"]);
+        server.ip(&["-6", "route", "add", "default", "via", "2001:db8:2::1"]);
+        router.sysctl("net.ipv4.ip_forward", "1");
+        router.sysctl("net.ipv6.conf.all.forwarding", "1");
+        router.enable_conntrack();
+        Line { client, router, server }
+    }
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Line::new()
+    }
+}
+
+fn run_ok(c: &mut Command) -> Output {
+    let out = c.output().unwrap_or_else(|e| panic!("running {c:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{c:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(o: Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

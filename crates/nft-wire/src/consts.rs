@@ -1,0 +1,107 @@
+//! Numbers from the kernel's uapi headers (`linux/netlink.h`, `linux/netfilter/nfnetlink.h`,
+//! `linux/netfilter/nf_tables.h`).
+
+pub const NETLINK_NETFILTER: isize = 12;
+
+pub const NLM_F_REQUEST: u16 = 0x1;
+pub const NLM_F_MULTI: u16 = 0x2;
+pub const NLM_F_ACK: u16 = 0x4;
+pub const NLM_F_DUMP_INTR: u16 = 0x10;
+pub const NLM_F_EXCL: u16 = 0x200;
+pub const NLM_F_CREATE: u16 = 0x400;
+pub const NLM_F_APPEND: u16 = 0x800;
+pub const NLM_F_DUMP: u16 = 0x300;
+
+pub const NLMSG_NOOP: u16 = 1;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+
+pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
+pub const NFNL_MSG_BATCH_END: u16 = 0x11;
+pub const NFNL_BATCH_GENID: u16 = 1;
+pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
+
+pub const NFT_MSG_NEWTABLE: u16 = 0;
+pub const NFT_MSG_GETTABLE: u16 = 1;
+pub const NFT_MSG_DELTABLE: u16 = 2;
+pub const NFT_MSG_NEWCHAIN: u16 = 3;
+pub const NFT_MSG_GETCHAIN: u16 = 4;
+pub const NFT_MSG_DELCHAIN: u16 = 5;
+pub const NFT_MSG_NEWRULE: u16 = 6;
+pub const NFT_MSG_GETRULE: u16 = 7;
+pub const NFT_MSG_DELRULE: u16 = 8;
+pub const NFT_MSG_NEWSET: u16 = 9;
+pub const NFT_MSG_GETSET: u16 = 10;
+pub const NFT_MSG_DELSET: u16 = 11;
+pub const NFT_MSG_NEWSETELEM: u16 = 12;
+pub const NFT_MSG_GETSETELEM: u16 = 13;
+pub const NFT_MSG_DELSETELEM: u16 = 14;
+pub const NFT_MSG_NEWGEN: u16 = 15;
+pub const NFT_MSG_GETGEN: u16 = 16;
+
+pub const NFTA_TABLE_NAME: u16 = 1;
+pub const NFTA_TABLE_FLAGS: u16 = 2;
+pub const NFTA_TABLE_USERDATA: u16 = 6;
+
+pub const NFTA_CHAIN_TABLE: u16 = 1;
+pub const NFTA_CHAIN_NAME: u16 = 3;
+pub const NFTA_CHAIN_HOOK: u16 = 4;
+pub const NFTA_CHAIN_POLICY: u16 = 5;
+pub const NFTA_CHAIN_TYPE: u16 = 7;
+pub const NFTA_CHAIN_USERDATA: u16 = 12;
+pub const NFTA_HOOK_HOOKNUM: u16 = 1;
+pub const NFTA_HOOK_PRIORITY: u16 = 2;
+
+pub const NFTA_RULE_TABLE: u16 = 1;
+pub const NFTA_RULE_CHAIN: u16 = 2;
+pub const NFTA_RULE_HANDLE: u16 = 3;
+pub const NFTA_RULE_EXPRESSIONS: u16 = 4;
+pub const NFTA_RULE_USERDATA: u16 = 7;
+pub const NFTA_LIST_ELEM: u16 = 1;
+pub const NFTA_EXPR_NAME: u16 = 1;
+pub const NFTA_EXPR_DATA: u16 = 2;
+
+pub const NFTA_SET_TABLE: u16 = 1;
+pub const NFTA_SET_NAME: u16 = 2;
+pub const NFTA_SET_FLAGS: u16 = 3;
+pub const NFTA_SET_KEY_TYPE: u16 = 4;
+pub const NFTA_SET_KEY_LEN: u16 = 5;
+pub const NFTA_SET_DATA_TYPE: u16 = 6;
+pub const NFTA_SET_DATA_LEN: u16 = 7;
+pub const NFTA_SET_DESC: u16 = 9;
+pub const NFTA_SET_ID: u16 = 10;
+pub const NFTA_SET_TIMEOUT: u16 = 11;
+pub const NFTA_SET_USERDATA: u16 = 13;
+pub const NFTA_SET_DESC_CONCAT: u16 = 2;
+pub const NFTA_SET_FIELD_LEN: u16 = 1;
+
+pub const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+pub const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+pub const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+pub const NFTA_SET_ELEM_KEY: u16 = 1;
+pub const NFTA_SET_ELEM_DATA: u16 = 2;
+pub const NFTA_SET_ELEM_FLAGS: u16 = 3;
+pub const NFTA_SET_ELEM_TIMEOUT: u16 = 4;
+pub const NFTA_SET_ELEM_USERDATA: u16 = 6;
+pub const NFTA_SET_ELEM_KEY_END: u16 = 9;
+
+pub const NFTA_DATA_VALUE: u16 = 1;
+pub const NFTA_DATA_VERDICT: u16 = 2;
+pub const NFTA_VERDICT_CODE: u16 = 1;
+pub const NFTA_VERDICT_CHAIN: u16 = 2;
+/// `NFT_DATA_VERDICT`: the data type of a verdict map.
+pub const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
+
+pub const NFTA_GEN_ID: u16 = 1;
+
+// libnftnl userdata TLV types
+pub const UDATA_TABLE_COMMENT: u8 = 0;
+pub const UDATA_CHAIN_COMMENT: u8 = 0;
+pub const UDATA_RULE_COMMENT: u8 = 0;
+pub const UDATA_SET_KEYBYTEORDER: u8 = 0;
+pub const UDATA_SET_DATABYTEORDER: u8 = 1;
+pub const UDATA_SET_COMMENT: u8 = 7;
+pub const UDATA_SET_ELEM_COMMENT: u8 = 0;
+/// nft's `enum byteorder`
+pub const BYTEORDER_HOST: u32 = 1;
+pub const BYTEORDER_BIG: u32 = 2;

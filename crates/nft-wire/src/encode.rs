@@ -1,0 +1,428 @@
+//! Encoding of batch operations into one nftables transaction.
+
+use crate::consts::*;
+use crate::expr::{encode_expr, put_value, put_verdict};
+use crate::msg::{nft_type, push_message};
+use crate::nla::{udata, NlaWriter, NLA_MAX_PAYLOAD};
+use crate::WireError;
+use nft_model::*;
+
+/// A transaction ready to be sent with one `sendmsg`.
+#[derive(Debug, Clone)]
+pub struct EncodedBatch {
+    pub bytes: Vec<u8>,
+    /// For each object message: its sequence number and the index of the op it encodes.
+    pub seqs: Vec<(u32, usize)>,
+    /// Sequence number of the message that asks for the acknowledgement (the last
+    /// object message), if the batch has any object message.
+    pub ack_seq: Option<u32>,
+}
+
+impl EncodedBatch {
+    /// The op index behind a sequence number (binary search: `seqs` is ordered).
+    pub fn op_of_seq(&self, seq: u32) -> Option<usize> {
+        self.seqs
+            .binary_search_by_key(&seq, |&(s, _)| s)
+            .ok()
+            .map(|i| self.seqs[i].1)
+    }
+}
+
+/// Keep element lists comfortably below the 64 KiB attribute limit.
+const ELEMENTS_BUDGET: usize = NLA_MAX_PAYLOAD - 4096;
+
+/// Encode `ops` as BATCH_BEGIN, one or more messages per op, BATCH_END. With `genid`,
+/// the kernel refuses the batch (ERESTART) if the ruleset generation moved.
+pub fn encode_batch(
+    ops: &[Op],
+    first_seq: u32,
+    genid: Option<u32>,
+) -> Result<EncodedBatch, WireError> {
+    let mut bytes = Vec::with_capacity(ops.len() * 128 + 64);
+    let mut seq = first_seq;
+    let mut begin = NlaWriter::new();
+    if let Some(g) = genid {
+        begin.be32(NFNL_BATCH_GENID, g);
+    }
+    push_message(
+        &mut bytes,
+        NFNL_MSG_BATCH_BEGIN,
+        NLM_F_REQUEST,
+        seq,
+        0,
+        NFNL_SUBSYS_NFTABLES,
+        &begin.buf,
+    );
+    seq = seq.wrapping_add(1);
+    let mut seqs = Vec::with_capacity(ops.len());
+    let mut set_id = 1u32;
+    let mut last_msg_at = None;
+    for (i, op) in ops.iter().enumerate() {
+        for (kind, flags, family, attrs) in op_messages(op, &mut set_id)? {
+            last_msg_at = Some(bytes.len());
+            push_message(
+                &mut bytes,
+                nft_type(kind),
+                NLM_F_REQUEST | flags,
+                seq,
+                family,
+                0,
+                &attrs,
+            );
+            seqs.push((seq, i));
+            seq = seq.wrapping_add(1);
+        }
+    }
+    let mut ack_seq = None;
+    if let Some(at) = last_msg_at {
+        // Ask for one acknowledgement, on the last object message; errors of any
+        // message are reported whatever its flags.
+        let flags_at = at + 6;
+        let flags = u16::from_ne_bytes([bytes[flags_at], bytes[flags_at + 1]]) | NLM_F_ACK;
+        bytes[flags_at..flags_at + 2].copy_from_slice(&flags.to_ne_bytes());
+        ack_seq = seqs.last().map(|&(s, _)| s);
+    }
+    push_message(
+        &mut bytes,
+        NFNL_MSG_BATCH_END,
+        NLM_F_REQUEST,
+        seq,
+        0,
+        NFNL_SUBSYS_NFTABLES,
+        &[],
+    );
+    Ok(EncodedBatch {
+        bytes,
+        seqs,
+        ack_seq,
+    })
+}
+
+type Msg = (u16, u16, u8, Vec<u8>);
+
+fn table_attrs(w: &mut NlaWriter, kind: u16, t: &TableRef) {
+    w.str(kind, &t.name);
+}
+
+fn comment_udata(kind: u8, c: &Option<String>) -> Option<Vec<u8>> {
+    c.as_ref().map(|c| {
+        let mut u = Vec::new();
+        udata::put_str(&mut u, kind, c);
+        u
+    })
+}
+
+/// The messages for one op: (NFT_MSG_*, extra flags, family, attributes).
+fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
+    let fam = op.table().family as u8;
+    let mut w = NlaWriter::new();
+    let one = |kind: u16, flags: u16, w: NlaWriter| Ok(vec![(kind, flags, fam, w.buf)]);
+    match op {
+        Op::AddTable { table, comment } => {
+            table_attrs(&mut w, NFTA_TABLE_NAME, table);
+            w.be32(NFTA_TABLE_FLAGS, 0);
+            if let Some(u) = comment_udata(UDATA_TABLE_COMMENT, comment) {
+                w.bytes(NFTA_TABLE_USERDATA, &u);
+            }
+            one(NFT_MSG_NEWTABLE, NLM_F_CREATE, w)
+        }
+        Op::DeleteTable { table } => {
+            table_attrs(&mut w, NFTA_TABLE_NAME, table);
+            one(NFT_MSG_DELTABLE, 0, w)
+        }
+        Op::AddChain {
+            table,
+            name,
+            base,
+            comment,
+        } => {
+            table_attrs(&mut w, NFTA_CHAIN_TABLE, table);
+            w.str(NFTA_CHAIN_NAME, name);
+            if let Some(b) = base {
+                let h = w.begin(NFTA_CHAIN_HOOK);
+                w.be32(NFTA_HOOK_HOOKNUM, b.hook as u32);
+                w.be32(NFTA_HOOK_PRIORITY, b.priority as u32);
+                w.end(h);
+                w.be32(NFTA_CHAIN_POLICY, b.policy as u32);
+                w.str(NFTA_CHAIN_TYPE, b.chain_type.name());
+            }
+            if let Some(u) = comment_udata(UDATA_CHAIN_COMMENT, comment) {
+                w.bytes(NFTA_CHAIN_USERDATA, &u);
+            }
+            one(NFT_MSG_NEWCHAIN, NLM_F_CREATE, w)
+        }
+        Op::FlushChain { table, chain } => {
+            table_attrs(&mut w, NFTA_RULE_TABLE, table);
+            w.str(NFTA_RULE_CHAIN, chain);
+            one(NFT_MSG_DELRULE, 0, w)
+        }
+        Op::DeleteChain { table, chain } => {
+            table_attrs(&mut w, NFTA_CHAIN_TABLE, table);
+            w.str(NFTA_CHAIN_NAME, chain);
+            one(NFT_MSG_DELCHAIN, 0, w)
+        }
+        Op::AddRule { table, chain, rule } => {
+            table_attrs(&mut w, NFTA_RULE_TABLE, table);
+            w.str(NFTA_RULE_CHAIN, chain);
+            let list = w.begin(NFTA_RULE_EXPRESSIONS);
+            for e in &rule.exprs {
+                encode_expr(&mut w, e);
+            }
+            w.end(list);
+            if let Some(u) = comment_udata(UDATA_RULE_COMMENT, &rule.comment) {
+                w.bytes(NFTA_RULE_USERDATA, &u);
+            }
+            if w.len() > NLA_MAX_PAYLOAD {
+                return Err(WireError::TooLarge {
+                    what: format!("rule in chain {chain}"),
+                    len: w.len(),
+                });
+            }
+            one(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, w)
+        }
+        Op::AddSet { table, set } => {
+            encode_set(&mut w, table, set, *set_id);
+            *set_id += 1;
+            one(NFT_MSG_NEWSET, NLM_F_CREATE, w)
+        }
+        Op::DeleteSet { table, set } => {
+            table_attrs(&mut w, NFTA_SET_TABLE, table);
+            w.str(NFTA_SET_NAME, set);
+            one(NFT_MSG_DELSET, 0, w)
+        }
+        Op::FlushSet { table, set } => {
+            table_attrs(&mut w, NFTA_SET_ELEM_LIST_TABLE, table);
+            w.str(NFTA_SET_ELEM_LIST_SET, set);
+            one(NFT_MSG_DELSETELEM, 0, w)
+        }
+        Op::AddElements {
+            table,
+            set,
+            elements,
+        } => element_messages(
+            fam,
+            NFT_MSG_NEWSETELEM,
+            NLM_F_CREATE,
+            table,
+            set,
+            elements,
+            true,
+        ),
+        Op::DeleteElements {
+            table,
+            set,
+            elements,
+        } => element_messages(fam, NFT_MSG_DELSETELEM, 0, table, set, elements, false),
+    }
+}
+
+/// Set declaration attributes.
+pub fn encode_set(w: &mut NlaWriter, table: &TableRef, s: &Set, id: u32) {
+    table_attrs(w, NFTA_SET_TABLE, table);
+    w.str(NFTA_SET_NAME, &s.name);
+    let mut flags = 0;
+    if s.flags.constant {
+        flags |= SetFlags::CONSTANT;
+    }
+    if s.flags.interval {
+        flags |= SetFlags::INTERVAL;
+    }
+    if s.flags.timeout {
+        flags |= SetFlags::TIMEOUT;
+    }
+    if s.flags.dynamic {
+        flags |= SetFlags::EVAL;
+    }
+    if s.data.is_some() {
+        flags |= SetFlags::MAP;
+    }
+    if s.needs_concat_desc() {
+        flags |= SetFlags::CONCAT;
+    }
+    w.be32(NFTA_SET_FLAGS, flags);
+    w.be32(NFTA_SET_KEY_TYPE, concat_type_id(&s.key));
+    w.be32(NFTA_SET_KEY_LEN, concat_len(&s.key) as u32);
+    match &s.data {
+        Some(SetData::Verdict) => {
+            w.be32(NFTA_SET_DATA_TYPE, NFT_DATA_VERDICT);
+            w.be32(NFTA_SET_DATA_LEN, 0);
+        }
+        Some(SetData::Values(t)) => {
+            w.be32(NFTA_SET_DATA_TYPE, concat_type_id(t));
+            w.be32(NFTA_SET_DATA_LEN, concat_len(t) as u32);
+        }
+        None => {}
+    }
+    if let Some(t) = s.timeout_ms {
+        w.be64(NFTA_SET_TIMEOUT, t);
+    }
+    if s.needs_concat_desc() {
+        let d = w.begin(NFTA_SET_DESC);
+        let c = w.begin(NFTA_SET_DESC_CONCAT);
+        for f in &s.key {
+            let e = w.begin(NFTA_LIST_ELEM);
+            w.be32(NFTA_SET_FIELD_LEN, f.len() as u32);
+            w.end(e);
+        }
+        w.end(c);
+        w.end(d);
+    }
+    w.be32(NFTA_SET_ID, id);
+    w.bytes(NFTA_SET_USERDATA, &set_udata(s));
+}
+
+/// The userdata nft reads to print a set: key and data byte order, and the comment.
+fn set_udata(s: &Set) -> Vec<u8> {
+    let order = |t: &[DataType]| -> u32 {
+        match t {
+            [one] if one.host_order() => BYTEORDER_HOST,
+            [_] => BYTEORDER_BIG,
+            _ => 0,
+        }
+    };
+    let mut u = Vec::new();
+    udata::put(&mut u, UDATA_SET_KEYBYTEORDER, &order(&s.key).to_ne_bytes());
+    match &s.data {
+        Some(SetData::Values(t)) => {
+            udata::put(&mut u, UDATA_SET_DATABYTEORDER, &order(t).to_ne_bytes())
+        }
+        Some(SetData::Verdict) => udata::put(&mut u, UDATA_SET_DATABYTEORDER, &0u32.to_ne_bytes()),
+        None => {}
+    }
+    if let Some(c) = &s.comment {
+        udata::put_str(&mut u, UDATA_SET_COMMENT, c);
+    }
+    u
+}
+
+fn encode_element(w: &mut NlaWriter, e: &Element, with_data: bool) {
+    let n = w.begin(NFTA_LIST_ELEM);
+    put_value(w, NFTA_SET_ELEM_KEY, &concat_bytes(&e.key));
+    if let Some(end) = &e.key_end {
+        put_value(w, NFTA_SET_ELEM_KEY_END, &concat_bytes(end));
+    }
+    if with_data {
+        match &e.data {
+            Some(ElemData::Verdict(v)) => put_verdict(w, NFTA_SET_ELEM_DATA, v),
+            Some(ElemData::Values(v)) => put_value(w, NFTA_SET_ELEM_DATA, &concat_bytes(v)),
+            None => {}
+        }
+        if let Some(t) = e.timeout_ms {
+            w.be64(NFTA_SET_ELEM_TIMEOUT, t);
+        }
+        if let Some(u) = comment_udata(UDATA_SET_ELEM_COMMENT, &e.comment) {
+            w.bytes(NFTA_SET_ELEM_USERDATA, &u);
+        }
+    }
+    w.end(n);
+}
+
+/// Element lists split into messages whose element attribute stays below 64 KiB.
+fn element_messages(
+    fam: u8,
+    kind: u16,
+    flags: u16,
+    table: &TableRef,
+    set: &str,
+    elements: &[Element],
+    with_data: bool,
+) -> Result<Vec<Msg>, WireError> {
+    let mut out = Vec::new();
+    let mut chunk = NlaWriter::new();
+    let flush = |chunk: &mut NlaWriter, out: &mut Vec<Msg>| {
+        let mut w = NlaWriter::new();
+        w.str(NFTA_SET_ELEM_LIST_TABLE, &table.name);
+        w.str(NFTA_SET_ELEM_LIST_SET, set);
+        let l = w.begin(NFTA_SET_ELEM_LIST_ELEMENTS);
+        w.buf.extend_from_slice(&chunk.buf);
+        w.end(l);
+        out.push((kind, flags, fam, w.buf));
+        chunk.buf.clear();
+    };
+    for e in elements {
+        let mut one = NlaWriter::new();
+        encode_element(&mut one, e, with_data);
+        if one.len() > ELEMENTS_BUDGET {
+            return Err(WireError::TooLarge {
+                what: format!("element of set {set}"),
+                len: one.len(),
+            });
+        }
+        if chunk.len() + one.len() > ELEMENTS_BUDGET {
+            flush(&mut chunk, &mut out);
+        }
+        chunk.buf.extend_from_slice(&one.buf);
+    }
+    if !chunk.is_empty() || out.is_empty() {
+        flush(&mut chunk, &mut out);
+    }
+    Ok(out)
+}
+
+/// A request for the current ruleset generation (`NFT_MSG_GETGEN`).
+pub fn getgen_request(seq: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    push_message(
+        &mut b,
+        nft_type(NFT_MSG_GETGEN),
+        NLM_F_REQUEST,
+        seq,
+        0,
+        0,
+        &[],
+    );
+    b
+}
+
+/// Dump requests for everything in one table.
+pub fn get_table_request(t: &TableRef, seq: u32) -> Vec<u8> {
+    let mut w = NlaWriter::new();
+    w.str(NFTA_TABLE_NAME, &t.name);
+    let mut b = Vec::new();
+    push_message(
+        &mut b,
+        nft_type(NFT_MSG_GETTABLE),
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        t.family as u8,
+        0,
+        &w.buf,
+    );
+    b
+}
+
+/// `NFT_MSG_GETCHAIN`, `GETSET` or `GETRULE` dump restricted to one table.
+pub fn dump_request(kind: u16, t: &TableRef, seq: u32) -> Vec<u8> {
+    let mut w = NlaWriter::new();
+    // NFTA_{CHAIN,SET,RULE}_TABLE are all attribute 1
+    w.str(1, &t.name);
+    let mut b = Vec::new();
+    push_message(
+        &mut b,
+        nft_type(kind),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        t.family as u8,
+        0,
+        &w.buf,
+    );
+    b
+}
+
+/// `NFT_MSG_GETSETELEM` dump of one set.
+pub fn dump_elements_request(t: &TableRef, set: &str, seq: u32) -> Vec<u8> {
+    let mut w = NlaWriter::new();
+    w.str(NFTA_SET_ELEM_LIST_TABLE, &t.name);
+    w.str(NFTA_SET_ELEM_LIST_SET, set);
+    let mut b = Vec::new();
+    push_message(
+        &mut b,
+        nft_type(NFT_MSG_GETSETELEM),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        t.family as u8,
+        0,
+        &w.buf,
+    );
+    b
+}

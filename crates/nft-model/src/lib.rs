@@ -21,9 +21,19 @@ pub use value::*;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ModelError {
     #[error("invalid name {name:?} for {what}: {reason}")]
-    InvalidName { what: &'static str, name: String, reason: &'static str },
+    InvalidName {
+        what: &'static str,
+        name: String,
+        reason: &'static str,
+    },
     #[error("set {set}: element {index}: {reason}")]
-    BadElement { set: String, index: usize, reason: String },
+    BadElement {
+        set: String,
+        index: usize,
+        reason: String,
+    },
+    #[error("{from} refers to {to}, which does not exist")]
+    Dangling { from: String, to: String },
     #[error("comment of {what}: {reason}")]
     BadComment { what: String, reason: &'static str },
 }

@@ -87,7 +87,10 @@ pub struct Rule {
 
 impl Rule {
     pub fn new(exprs: Vec<Expr>) -> Rule {
-        Rule { exprs, comment: None }
+        Rule {
+            exprs,
+            comment: None,
+        }
     }
     pub fn with_comment(mut self, c: impl Into<String>) -> Rule {
         self.comment = Some(c.into());
@@ -120,10 +123,20 @@ pub struct Chain {
 
 impl Chain {
     pub fn regular(name: impl Into<String>) -> Chain {
-        Chain { name: name.into(), base: None, comment: None, rules: Vec::new() }
+        Chain {
+            name: name.into(),
+            base: None,
+            comment: None,
+            rules: Vec::new(),
+        }
     }
     pub fn base(name: impl Into<String>, base: BaseHook) -> Chain {
-        Chain { name: name.into(), base: Some(base), comment: None, rules: Vec::new() }
+        Chain {
+            name: name.into(),
+            base: Some(base),
+            comment: None,
+            rules: Vec::new(),
+        }
     }
     pub fn with_comment(mut self, c: impl Into<String>) -> Chain {
         self.comment = Some(c.into());
@@ -183,10 +196,22 @@ pub struct Element {
 
 impl Element {
     pub fn key(key: Vec<Value>) -> Element {
-        Element { key, key_end: None, data: None, timeout_ms: None, comment: None }
+        Element {
+            key,
+            key_end: None,
+            data: None,
+            timeout_ms: None,
+            comment: None,
+        }
     }
     pub fn map(key: Vec<Value>, data: ElemData) -> Element {
-        Element { key, key_end: None, data: Some(data), timeout_ms: None, comment: None }
+        Element {
+            key,
+            key_end: None,
+            data: Some(data),
+            timeout_ms: None,
+            comment: None,
+        }
     }
     pub fn with_comment(mut self, c: impl Into<String>) -> Element {
         self.comment = Some(c.into());
@@ -219,7 +244,10 @@ impl Set {
         }
     }
     pub fn map(name: impl Into<String>, key: Vec<DataType>, data: SetData) -> Set {
-        Set { data: Some(data), ..Set::set(name, key) }
+        Set {
+            data: Some(data),
+            ..Set::set(name, key)
+        }
     }
     pub fn with_comment(mut self, c: impl Into<String>) -> Set {
         self.comment = Some(c.into());
@@ -245,7 +273,10 @@ impl Set {
             };
             let types: Vec<DataType> = e.key.iter().map(Value::data_type).collect();
             if types != self.key {
-                return Err(bad(format!("key types {types:?} differ from {:?}", self.key)));
+                return Err(bad(format!(
+                    "key types {types:?} differ from {:?}",
+                    self.key
+                )));
             }
             if let Some(end) = &e.key_end {
                 if !self.flags.interval {
@@ -253,7 +284,10 @@ impl Set {
                 }
                 let t: Vec<DataType> = end.iter().map(Value::data_type).collect();
                 if t != self.key {
-                    return Err(bad(format!("range end types {t:?} differ from {:?}", self.key)));
+                    return Err(bad(format!(
+                        "range end types {t:?} differ from {:?}",
+                        self.key
+                    )));
                 }
             }
             match (&self.data, &e.data) {
@@ -267,7 +301,9 @@ impl Set {
                 _ => return Err(bad("element data does not match the set's kind".into())),
             }
             if e.timeout_ms.is_some() && !self.flags.timeout {
-                return Err(bad("element timeout in a set without the timeout flag".into()));
+                return Err(bad(
+                    "element timeout in a set without the timeout flag".into()
+                ));
             }
             if let Some(c) = &e.comment {
                 check_comment(&format!("element {i} of set {}", self.name), c)?;
@@ -289,7 +325,13 @@ pub struct Table {
 
 impl Table {
     pub fn new(family: Family, name: impl Into<String>) -> Table {
-        Table { family, name: name.into(), comment: None, sets: Vec::new(), chains: Vec::new() }
+        Table {
+            family,
+            name: name.into(),
+            comment: None,
+            sets: Vec::new(),
+            chains: Vec::new(),
+        }
     }
     pub fn with_comment(mut self, c: impl Into<String>) -> Table {
         self.comment = Some(c.into());
@@ -300,6 +342,22 @@ impl Table {
     }
     pub fn set(&self, name: &str) -> Option<&Set> {
         self.sets.iter().find(|s| s.name == name)
+    }
+
+    /// The same table with sets and chains ordered by name and elements sorted: the
+    /// form to compare a model with a kernel dump, whose set, chain and element order
+    /// depends on history and hashing. Rule order is kept (it matters).
+    pub fn canonical(&self) -> Table {
+        let mut t = self.clone();
+        t.sets.sort_by(|a, b| a.name.cmp(&b.name));
+        for s in &mut t.sets {
+            if s.flags.dynamic {
+                s.elements.clear();
+            }
+            s.elements.sort();
+        }
+        t.chains.sort_by(|a, b| a.name.cmp(&b.name));
+        t
     }
 
     /// Validate names, comments and elements, and that every referenced chain and set exists.
@@ -323,6 +381,36 @@ impl Table {
                 if let Some(cm) = &r.comment {
                     check_comment(&format!("rule in chain {}", c.name), cm)?;
                 }
+                for target in r.verdict_targets() {
+                    if self.chain(target).is_none() {
+                        return Err(ModelError::Dangling {
+                            from: format!("chain {}", c.name),
+                            to: format!("chain {target}"),
+                        });
+                    }
+                }
+                for set in r.set_refs() {
+                    if self.set(set).is_none() {
+                        return Err(ModelError::Dangling {
+                            from: format!("chain {}", c.name),
+                            to: format!("set {set}"),
+                        });
+                    }
+                }
+            }
+        }
+        for s in &self.sets {
+            for e in &s.elements {
+                if let Some(ElemData::Verdict(v)) = &e.data {
+                    if let Some(target) = v.chain() {
+                        if self.chain(target).is_none() {
+                            return Err(ModelError::Dangling {
+                                from: format!("map {}", s.name),
+                                to: format!("chain {target}"),
+                            });
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -331,7 +419,11 @@ impl Table {
 
 /// nft limits names to 255 bytes (NFT_NAME_MAXLEN - 1) and its parser to identifiers.
 fn validate_name(what: &'static str, name: &str) -> Result<(), ModelError> {
-    let err = |reason| ModelError::InvalidName { what, name: name.to_string(), reason };
+    let err = |reason| ModelError::InvalidName {
+        what,
+        name: name.to_string(),
+        reason,
+    };
     if name.is_empty() {
         return Err(err("empty"));
     }
@@ -339,9 +431,17 @@ fn validate_name(what: &'static str, name: &str) -> Result<(), ModelError> {
         return Err(err("longer than 255 bytes"));
     }
     let mut chars = name.chars();
-    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c)) {
-        return Err(err("nft accepts letters, digits, '_', '-', '.', '/' and a leading letter"));
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+    {
+        return Err(err(
+            "nft accepts letters, digits, '_', '-', '.', '/' and a leading letter",
+        ));
     }
     Ok(())
 }
@@ -355,5 +455,8 @@ fn check_comment(what: &str, c: &str) -> Result<(), ModelError> {
     } else {
         return Ok(());
     };
-    Err(ModelError::BadComment { what: what.to_string(), reason })
+    Err(ModelError::BadComment {
+        what: what.to_string(),
+        reason,
+    })
 }

@@ -1,1 +1,609 @@
+//! The nftables transport: one batch, one `sendmsg`, one atomic transaction.
+//!
+//! [`Nft`] owns a netlink socket in the network namespace of the thread that opened
+//! it. [`Nft::commit`] sends a whole batch at once, guarded by the ruleset generation
+//! when asked; the kernel applies all of it or nothing. Every kernel error is mapped
+//! back to the operation that caused it and rendered as nft text. [`Nft::dump_table`]
+//! reads one table back into the model, retrying when the ruleset changed meanwhile.
 
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use netlink_sys::{Socket, SocketAddr};
+use nft_model::{Op, Set, Table, TableRef};
+use nft_wire::consts::*;
+use nft_wire::encode::{dump_elements_request, dump_request, get_table_request, getgen_request};
+use nft_wire::msg::NlMsgIter;
+use nft_wire::{decode_elements, decode_genid, decode_object, encode_batch, Object, WireError};
+
+/// One kernel error, tied to the operation that caused it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpError {
+    /// The errno the kernel reported (positive).
+    pub errno: i32,
+    /// Index of the op in the batch.
+    pub op_index: usize,
+    /// The op rendered as an nft command.
+    pub op_text: String,
+}
+
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} on op {}: {}",
+            errno_text(self.errno),
+            self.op_index,
+            self.op_text
+        )
+    }
+}
+
+/// Errors of the transport.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    #[error("netlink socket: {context}: {source}")]
+    Io {
+        context: &'static str,
+        source: std::io::Error,
+    },
+    #[error("the kernel rejected the batch; nothing was changed: {}", list(.0))]
+    Rejected(Vec<OpError>),
+    #[error("the kernel rejected the batch ({}) without naming an operation; nothing was changed", errno_text(*.0))]
+    BatchFailed(i32),
+    #[error("the ruleset generation changed since it was read (expected {expected}); nothing was changed")]
+    GenerationChanged { expected: u32 },
+    #[error(
+        "the batch outcome is unknown: the socket overflowed while reading the kernel's answers"
+    )]
+    OutcomeUnknown,
+    #[error("dump of {what}: {errno}", errno = errno_text(*.errno))]
+    Dump { what: String, errno: i32 },
+    #[error("dump of {what} kept changing under us after {tries} tries")]
+    DumpUnstable { what: String, tries: u32 },
+    #[error("decoding the kernel's {what}: {source}")]
+    Decode { what: String, source: WireError },
+    #[error("encoding the batch: {0}")]
+    Encode(#[from] WireError),
+    #[error("no answer from the kernel within {0:?}")]
+    Timeout(Duration),
+}
+
+fn list(e: &[OpError]) -> String {
+    e.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `strerror`-like text for an errno, e.g. "ENOENT (2)".
+pub fn errno_text(errno: i32) -> String {
+    let name = match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EINTR => "EINTR",
+        libc::ENOMEM => "ENOMEM",
+        libc::EBUSY => "EBUSY",
+        libc::EEXIST => "EEXIST",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ERANGE => "ERANGE",
+        libc::EMSGSIZE => "EMSGSIZE",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::ENOBUFS => "ENOBUFS",
+        libc::ELOOP => "ELOOP",
+        libc::ERESTART => "ERESTART",
+        libc::E2BIG => "E2BIG",
+        _ => "errno",
+    };
+    format!(
+        "{name} ({errno}): {}",
+        std::io::Error::from_raw_os_error(errno)
+    )
+}
+
+/// What a successful commit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommitReport {
+    pub ops: usize,
+    pub messages: usize,
+    pub bytes: usize,
+}
+
+/// Settings of the transport.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How long to wait for the kernel's answer to one request or batch.
+    pub timeout: Duration,
+    /// Receive buffer asked of the kernel (`SO_RCVBUFFORCE`).
+    pub rcvbuf: usize,
+    /// How often a dump is retried when the ruleset changed while it ran.
+    pub dump_tries: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            timeout: Duration::from_secs(60),
+            rcvbuf: 8 << 20,
+            dump_tries: 8,
+        }
+    }
+}
+
+/// A netlink socket speaking nftables.
+pub struct Nft {
+    sock: Socket,
+    seq: u32,
+    cfg: Config,
+    buf: Vec<u8>,
+}
+
+const RECV_BUF: usize = 1 << 20;
+
+impl Nft {
+    /// Open a socket in the calling thread's network namespace.
+    pub fn open() -> Result<Nft, NftError> {
+        Nft::with_config(Config::default())
+    }
+
+    pub fn with_config(cfg: Config) -> Result<Nft, NftError> {
+        let io = |context| move |source| NftError::Io { context, source };
+        let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io("socket"))?;
+        sock.bind_auto().map_err(io("bind"))?;
+        sock.connect(&SocketAddr::new(0, 0))
+            .map_err(io("connect"))?;
+        let fd = sock.as_raw_fd();
+        // SO_RCVBUFFORCE needs CAP_NET_ADMIN, which the proxy has; fall back otherwise.
+        if setsockopt_int(fd, libc::SO_RCVBUFFORCE, cfg.rcvbuf).is_err() {
+            sock.set_rx_buf_sz(cfg.rcvbuf).map_err(io("SO_RCVBUF"))?;
+        }
+        let tv = libc::timeval {
+            tv_sec: cfg.timeout.as_secs() as libc::time_t,
+            tv_usec: 0,
+        };
+        // SAFETY: valid fd and a properly sized timeval.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io("SO_RCVTIMEO")(std::io::Error::last_os_error()));
+        }
+        // Extended acks are not needed: errors are mapped back by sequence number.
+        let seq = std::process::id().wrapping_mul(7919) & 0x00ff_ffff;
+        Ok(Nft {
+            sock,
+            seq,
+            cfg,
+            buf: Vec::with_capacity(RECV_BUF),
+        })
+    }
+
+    fn next_seq(&mut self, n: u32) -> u32 {
+        let s = self.seq;
+        self.seq = self.seq.wrapping_add(n.max(1));
+        s
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), NftError> {
+        let fd = self.sock.as_raw_fd();
+        // One sendmsg carries the whole batch: the send buffer must hold it.
+        let want = bytes.len() + (64 << 10);
+        if want > 200 << 10 {
+            let _ = setsockopt_int(fd, libc::SO_SNDBUFFORCE, want);
+        }
+        let n = self.sock.send(bytes, 0).map_err(|source| NftError::Io {
+            context: "sendmsg",
+            source,
+        })?;
+        if n != bytes.len() {
+            return Err(NftError::Io {
+                context: "sendmsg",
+                source: std::io::Error::other(format!("sent {n} of {} bytes", bytes.len())),
+            });
+        }
+        Ok(())
+    }
+
+    /// Receive one datagram into the internal buffer; returns its length.
+    fn recv(&mut self) -> Result<usize, std::io::Error> {
+        self.buf.clear();
+        if self.buf.capacity() < RECV_BUF {
+            self.buf.reserve(RECV_BUF);
+        }
+        let n = self.sock.recv(&mut self.buf, 0)?;
+        Ok(n.min(self.buf.len()))
+    }
+
+    /// The current ruleset generation id.
+    pub fn generation(&mut self) -> Result<u32, NftError> {
+        let seq = self.next_seq(1);
+        self.send(&getgen_request(seq))?;
+        let mut genid = None;
+        // A non-dump GET is answered by the object alone, without DONE or ACK.
+        self.read_until(seq, true, |kind, _flags, payload| {
+            if kind & 0xff == NFT_MSG_NEWGEN {
+                genid = payload.get(4..).and_then(decode_genid);
+            }
+        })
+        .map_err(|e| e.into_nft("generation"))?;
+        genid.ok_or(NftError::Dump {
+            what: "generation".into(),
+            errno: libc::EPROTO,
+        })
+    }
+
+    /// Send `ops` as one atomic transaction. With `genid`, the kernel refuses it
+    /// ([`NftError::GenerationChanged`]) if anyone changed the ruleset since then.
+    /// An empty `ops` sends nothing.
+    pub fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitReport, NftError> {
+        if ops.is_empty() {
+            return Ok(CommitReport::default());
+        }
+        let first = self.seq;
+        let batch = encode_batch(ops, first, genid)?;
+        let messages = batch.seqs.len();
+        self.next_seq(messages as u32 + 2);
+        let end_seq = first.wrapping_add(messages as u32 + 1);
+        self.send(&batch.bytes)?;
+        let ack_seq = batch.ack_seq.unwrap_or(end_seq);
+        let mut errors: BTreeMap<u32, i32> = BTreeMap::new();
+        let mut done = false;
+        while !done {
+            let n = match self.recv() {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    return Err(NftError::OutcomeUnknown)
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(NftError::Timeout(self.cfg.timeout))
+                }
+                Err(source) => {
+                    return Err(NftError::Io {
+                        context: "recv",
+                        source,
+                    })
+                }
+            };
+            for m in NlMsgIter::new(&self.buf[..n]) {
+                let Some((code, seq)) = m.error() else {
+                    continue;
+                };
+                if code != 0 {
+                    errors.insert(seq, -code);
+                }
+                // The answer to the acknowledged message, or an error about the batch
+                // itself (its BEGIN or END), is the last thing the kernel sends.
+                if seq == ack_seq || seq == first || seq == end_seq {
+                    done = true;
+                }
+            }
+        }
+        if errors.is_empty() {
+            return Ok(CommitReport {
+                ops: ops.len(),
+                messages,
+                bytes: batch.bytes.len(),
+            });
+        }
+        if let Some(&errno) = errors.get(&first) {
+            if errno == libc::ERESTART {
+                if let Some(expected) = genid {
+                    return Err(NftError::GenerationChanged { expected });
+                }
+            }
+        }
+        let mut per_op: Vec<OpError> = Vec::new();
+        let mut unattributed = None;
+        for (seq, errno) in errors {
+            match batch.op_of_seq(seq) {
+                Some(i) if !per_op.iter().any(|e| e.op_index == i && e.errno == errno) => per_op
+                    .push(OpError {
+                        errno,
+                        op_index: i,
+                        op_text: op_text(&ops[i]),
+                    }),
+                Some(_) => {}
+                None => unattributed = Some(errno),
+            }
+        }
+        if per_op.is_empty() {
+            return Err(NftError::BatchFailed(unattributed.unwrap_or(libc::EPROTO)));
+        }
+        Err(NftError::Rejected(per_op))
+    }
+
+    /// Commit with the generation guard, rebuilding the batch when someone else
+    /// changed the ruleset in between: `build` gets this transport (to read what it
+    /// needs) and returns the ops; at most `tries` attempts.
+    pub fn commit_guarded<F>(&mut self, tries: u32, mut build: F) -> Result<CommitReport, NftError>
+    where
+        F: FnMut(&mut Nft) -> Result<Vec<Op>, NftError>,
+    {
+        let mut last = None;
+        for _ in 0..tries.max(1) {
+            let genid = self.generation()?;
+            let ops = build(self)?;
+            match self.commit(&ops, Some(genid)) {
+                Err(NftError::GenerationChanged { expected }) => {
+                    tracing::debug!(expected, "ruleset generation moved; rebuilding the batch");
+                    last = Some(NftError::GenerationChanged { expected });
+                }
+                other => return other,
+            }
+        }
+        Err(last.unwrap_or(NftError::GenerationChanged { expected: 0 }))
+    }
+
+    /// Read messages until the answer to `seq` ends (DONE, or an ACK/error for it,
+    /// or with `single` the first data message). Calls `each` for every data message
+    /// with that sequence number.
+    fn read_until<F>(
+        &mut self,
+        seq: u32,
+        single: bool,
+        mut each: F,
+    ) -> Result<ReadOutcome, ReadError>
+    where
+        F: FnMut(u16, u16, &[u8]),
+    {
+        let mut interrupted = false;
+        loop {
+            let n = match self.recv() {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    return Err(ReadError::Overrun)
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(ReadError::Timeout(self.cfg.timeout))
+                }
+                Err(e) => return Err(ReadError::Io(e)),
+            };
+            let mut iter = NlMsgIter::new(&self.buf[..n]);
+            for m in iter.by_ref() {
+                if m.seq != seq {
+                    continue;
+                }
+                if m.flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                match m.kind {
+                    NLMSG_DONE => return Ok(ReadOutcome { interrupted }),
+                    NLMSG_ERROR => {
+                        return match m.error() {
+                            Some((0, _)) => Ok(ReadOutcome { interrupted }),
+                            Some((code, _)) => Err(ReadError::Errno(-code)),
+                            None => Err(ReadError::Errno(libc::EPROTO)),
+                        }
+                    }
+                    NLMSG_NOOP => {}
+                    kind => {
+                        each(kind, m.flags, m.payload);
+                        if single {
+                            return Ok(ReadOutcome { interrupted });
+                        }
+                    }
+                }
+            }
+            if iter.malformed {
+                return Err(ReadError::Errno(libc::EPROTO));
+            }
+        }
+    }
+
+    /// Run one dump request and collect the decoded objects.
+    fn dump(
+        &mut self,
+        what: &str,
+        req: impl FnOnce(u32) -> Vec<u8>,
+    ) -> Result<(Vec<Object>, bool), ReadError> {
+        let seq = self.next_seq(1);
+        self.send(&req(seq)).map_err(|e| match e {
+            NftError::Io { source, .. } => ReadError::Io(source),
+            _ => ReadError::Errno(libc::EIO),
+        })?;
+        let mut objects = Vec::new();
+        let mut decode_err = None;
+        let outcome = self.read_until(seq, false, |kind, _flags, payload| {
+            if kind >> 8 != NFNL_SUBSYS_NFTABLES || payload.len() < 4 {
+                return;
+            }
+            match decode_object(kind & 0xff, payload[0], &payload[4..]) {
+                Ok(o) => objects.push(o),
+                Err(e) => {
+                    decode_err.get_or_insert(e);
+                }
+            }
+        })?;
+        if let Some(e) = decode_err {
+            return Err(ReadError::Decode(what.to_string(), e));
+        }
+        Ok((objects, outcome.interrupted))
+    }
+
+    /// Read one table back from the kernel into the model; `None` if it does not
+    /// exist. Elements of dynamic sets are runtime state and are not read.
+    pub fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, NftError> {
+        let what = format!("table {} {}", t.family.nft_name(), t.name);
+        for _ in 0..self.cfg.dump_tries {
+            let before = self.generation()?;
+            match self.dump_table_once(t) {
+                Ok(table) => {
+                    if self.generation()? == before {
+                        return Ok(table);
+                    }
+                }
+                Err(ReadError::Overrun) | Err(ReadError::Interrupted) => {}
+                Err(e) => return Err(e.into_nft(&what)),
+            }
+        }
+        Err(NftError::DumpUnstable {
+            what,
+            tries: self.cfg.dump_tries,
+        })
+    }
+
+    fn dump_table_once(&mut self, t: &TableRef) -> Result<Option<Table>, ReadError> {
+        let (tables, _) = self.dump("tables", |seq| get_table_request(t, seq))?;
+        let Some(comment) = tables.into_iter().find_map(|o| match o {
+            Object::Table { table, comment } if &table == t => Some(comment),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        let mut table = Table::new(t.family, t.name.clone());
+        table.comment = comment;
+        let mut interrupted = false;
+        let (sets, i1) = self.dump("sets", |seq| dump_request(NFT_MSG_GETSET, t, seq))?;
+        let (chains, i2) = self.dump("chains", |seq| dump_request(NFT_MSG_GETCHAIN, t, seq))?;
+        let (rules, i3) = self.dump("rules", |seq| dump_request(NFT_MSG_GETRULE, t, seq))?;
+        interrupted |= i1 | i2 | i3;
+        for o in sets {
+            if let Object::Set { table: tr, set } = o {
+                if &tr == t {
+                    table.sets.push(set);
+                }
+            }
+        }
+        for i in 0..table.sets.len() {
+            if table.sets[i].flags.dynamic {
+                continue;
+            }
+            let name = table.sets[i].name.clone();
+            let (objs, intr) = self.dump("elements", |seq| dump_elements_request(t, &name, seq))?;
+            interrupted |= intr;
+            let set: &mut Set = &mut table.sets[i];
+            for o in objs {
+                if let Object::Elements { raw, .. } = o {
+                    let els = decode_elements(set, &raw)
+                        .map_err(|e| ReadError::Decode(format!("set {name}"), e))?;
+                    set.elements.extend(els);
+                }
+            }
+        }
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for o in chains {
+            if let Object::Chain { table: tr, chain } = o {
+                if &tr == t {
+                    index.insert(chain.name.clone(), table.chains.len());
+                    table.chains.push(chain);
+                }
+            }
+        }
+        for o in rules {
+            if let Object::Rule {
+                table: tr,
+                chain,
+                rule,
+                ..
+            } = o
+            {
+                if &tr != t {
+                    continue;
+                }
+                match index.get(&chain) {
+                    Some(&i) => table.chains[i].rules.push(rule),
+                    None => return Err(ReadError::Interrupted),
+                }
+            }
+        }
+        if interrupted {
+            return Err(ReadError::Interrupted);
+        }
+        Ok(Some(table))
+    }
+
+    /// Whether a table exists.
+    pub fn table_exists(&mut self, t: &TableRef) -> Result<bool, NftError> {
+        let (tables, _) = self
+            .dump("tables", |seq| get_table_request(t, seq))
+            .map_err(|e| e.into_nft("tables"))?;
+        Ok(tables
+            .iter()
+            .any(|o| matches!(o, Object::Table { table, .. } if table == t)))
+    }
+}
+
+#[derive(Debug)]
+struct ReadOutcome {
+    interrupted: bool,
+}
+
+#[derive(Debug)]
+enum ReadError {
+    Errno(i32),
+    Overrun,
+    Interrupted,
+    Timeout(Duration),
+    Io(std::io::Error),
+    Decode(String, WireError),
+}
+
+impl ReadError {
+    fn into_nft(self, what: &str) -> NftError {
+        match self {
+            ReadError::Errno(errno) => NftError::Dump {
+                what: what.to_string(),
+                errno,
+            },
+            ReadError::Overrun => NftError::Dump {
+                what: what.to_string(),
+                errno: libc::ENOBUFS,
+            },
+            ReadError::Interrupted => NftError::DumpUnstable {
+                what: what.to_string(),
+                tries: 1,
+            },
+            ReadError::Timeout(d) => NftError::Timeout(d),
+            ReadError::Io(source) => NftError::Io {
+                context: "recv",
+                source,
+            },
+            ReadError::Decode(w, source) => NftError::Decode {
+                what: format!("{what}: {w}"),
+                source,
+            },
+        }
+    }
+}
+
+fn setsockopt_int(fd: i32, opt: libc::c_int, value: usize) -> std::io::Result<()> {
+    let v: libc::c_int = value.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: valid fd, pointer to a c_int of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            &v as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The op as nft text, for error messages.
+fn op_text(op: &Op) -> String {
+    format!("{op:?}")
+}

@@ -374,19 +374,18 @@ pub fn getgen_request(seq: u32) -> Vec<u8> {
     b
 }
 
-/// Dump requests for everything in one table.
+/// A dump of the tables of one family (filter by name on reading: a non-dump GET is
+/// answered without DONE or ACK, which makes its end ambiguous).
 pub fn get_table_request(t: &TableRef, seq: u32) -> Vec<u8> {
-    let mut w = NlaWriter::new();
-    w.str(NFTA_TABLE_NAME, &t.name);
     let mut b = Vec::new();
     push_message(
         &mut b,
         nft_type(NFT_MSG_GETTABLE),
-        NLM_F_REQUEST | NLM_F_ACK,
+        NLM_F_REQUEST | NLM_F_DUMP,
         seq,
         t.family as u8,
         0,
-        &w.buf,
+        &[],
     );
     b
 }

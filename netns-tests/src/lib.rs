@@ -6,6 +6,9 @@
 //!
 //! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
 
+pub mod oracle;
+pub mod sample;
+
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Output};
@@ -93,7 +96,12 @@ impl Netns {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn nft");
-        child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("write script");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("write script");
         let out = child.wait_with_output().expect("wait nft");
         assert!(
             out.status.success(),
@@ -145,14 +153,17 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }
 
 /// Connect `a` and `b` with a veth pair named `a_if` (in `a`) and `b_if` (in `b`), both up.
 pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) {
     run_ok(Command::new("ip").args([
-        "link", "add", a_if, "netns", &a.name, "type", "veth", "peer", "name", b_if, "netns", &b.name,
+        "link", "add", a_if, "netns", &a.name, "type", "veth", "peer", "name", b_if, "netns",
+        &b.name,
     ]));
     a.ip(&["link", "set", a_if, "up"]);
     b.ip(&["link", "set", b_if, "up"]);
@@ -220,7 +231,11 @@ impl Line {
         router.sysctl("net.ipv4.ip_forward", "1");
         router.sysctl("net.ipv6.conf.all.forwarding", "1");
         router.enable_conntrack();
-        Line { client, router, server }
+        Line {
+            client,
+            router,
+            server,
+        }
     }
 }
 
@@ -243,4 +258,147 @@ fn run_ok(c: &mut Command) -> Output {
 
 fn stdout(o: Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Normalize an nft table listing (or a rendering of one) for comparison:
+/// - whitespace collapsed, empty lines dropped, an `elements = { ... }` list that nft
+///   wrapped over several lines joined into one line;
+/// - the items of every `elements = { ... }` list sorted (nft lists them in the kernel's
+///   hash order);
+/// - runtime state dropped: `expires <time>` of elements, counter values set to 0.
+///
+/// Quoted strings (comments, interface names) are kept as they are.
+pub fn normalize_listing(text: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut pending: Option<Vec<String>> = None;
+    for raw in text.lines() {
+        let toks = tokens(raw);
+        if toks.is_empty() {
+            continue;
+        }
+        let mut line = match pending.take() {
+            Some(mut open) => {
+                open.extend(toks);
+                open
+            }
+            None => toks,
+        };
+        if line.first().map(String::as_str) == Some("elements") && brace_depth(&line) > 0 {
+            pending = Some(line);
+            continue;
+        }
+        strip_runtime(&mut line);
+        let mut s = line.join(" ");
+        if s.starts_with("elements = {") {
+            s = sort_elements(&s);
+        }
+        out.push(s);
+    }
+    if let Some(rest) = pending {
+        out.push(rest.join(" "));
+    }
+    out.join("\n")
+}
+
+/// Split a line into tokens at whitespace outside double quotes.
+fn tokens(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in line.chars() {
+        if c == '"' {
+            quoted = !quoted;
+        }
+        if c.is_whitespace() && !quoted {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// Open minus closed braces outside quotes.
+fn brace_depth(toks: &[String]) -> i32 {
+    let mut depth = 0;
+    for t in toks.iter().filter(|t| !t.starts_with('"')) {
+        depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
+    }
+    depth
+}
+
+/// Drop `expires <time>` pairs and zero `packets N bytes M`.
+fn strip_runtime(toks: &mut Vec<String>) {
+    let mut out = Vec::with_capacity(toks.len());
+    let mut i = 0;
+    while i < toks.len() {
+        match toks[i].as_str() {
+            "expires" if i + 1 < toks.len() => {
+                // keep a separator glued to the time (`expires 9s996ms,`)
+                let t = &toks[i + 1];
+                let tail: String = t.chars().filter(|c| matches!(c, ',' | '}')).collect();
+                if !tail.is_empty() {
+                    match out.last_mut() {
+                        Some(prev) => *prev = format!("{prev}{tail}"),
+                        None => out.push(tail),
+                    }
+                }
+                i += 2;
+            }
+            "packets" | "bytes"
+                if i + 1 < toks.len() && toks[i + 1].chars().all(|c| c.is_ascii_digit()) =>
+            {
+                out.push(toks[i].clone());
+                out.push("0".into());
+                i += 2;
+            }
+            _ => {
+                out.push(toks[i].clone());
+                i += 1;
+            }
+        }
+    }
+    *toks = out;
+}
+
+/// Sort the items of `elements = { a, b, c }` (split at top-level commas).
+fn sort_elements(line: &str) -> String {
+    let (Some(open), Some(close)) = (line.find('{'), line.rfind('}')) else {
+        return line.to_string();
+    };
+    if close <= open {
+        return line.to_string();
+    }
+    let body = &line[open + 1..close];
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let (mut quoted, mut depth) = (false, 0i32);
+    for c in body.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '{' if !quoted => depth += 1,
+            '}' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                items.push(cur.trim().to_string());
+                cur.clear();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    items.push(cur.trim().to_string());
+    items.retain(|i| !i.is_empty());
+    items.sort();
+    format!(
+        "{}{{ {} }}{}",
+        &line[..open],
+        items.join(", "),
+        &line[close + 1..]
+    )
 }

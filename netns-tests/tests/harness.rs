@@ -26,12 +26,23 @@ fn namespaces_are_removed_on_drop_and_on_panic() {
 fn line_forwards_udp_both_families() {
     require_root!();
     let line = Line::new();
-    for (srv, cli_bind) in [(Line::SERVER4, "198.18.1.2:0"), (Line::SERVER6, "[2001:db8:1::2]:0")] {
-        let target = if srv.contains(':') { format!("[{srv}]:4000") } else { format!("{srv}:4000") };
+    for (srv, cli_bind) in [
+        (Line::SERVER4, "198.18.1.2:0"),
+        (Line::SERVER6, "[2001:db8:1::2]:0"),
+    ] {
+        let target = if srv.contains(':') {
+            format!("[{srv}]:4000")
+        } else {
+            format!("{srv}:4000")
+        };
         let t2 = target.clone();
-        let rx = line.server.run(move || UdpSocket::bind(&t2).expect("bind server"));
+        let rx = line
+            .server
+            .run(move || UdpSocket::bind(&t2).expect("bind server"));
         rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let tx = line.client.run(|| UdpSocket::bind(cli_bind).expect("bind client"));
+        let tx = line
+            .client
+            .run(|| UdpSocket::bind(cli_bind).expect("bind client"));
         let mut buf = [0u8; 16];
         let mut got = false;
         assert!(wait_until(Duration::from_secs(5), || {

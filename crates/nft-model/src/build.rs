@@ -18,32 +18,61 @@ fn addr_offset(family: Family, src: bool) -> (u32, u32) {
 /// Load `ip saddr`/`ip daddr` (or the ip6 ones) into `dreg`.
 pub fn load_addr(family: Family, src: bool, dreg: Reg) -> Expr {
     let (offset, len) = addr_offset(family, src);
-    Expr::Payload { base: PayloadBase::Network, offset, len, dreg }
+    Expr::Payload {
+        base: PayloadBase::Network,
+        offset,
+        len,
+        dreg,
+    }
 }
 
 /// Load `th sport`/`th dport` into `dreg`.
 pub fn load_port(src: bool, dreg: Reg) -> Expr {
-    Expr::Payload { base: PayloadBase::Transport, offset: if src { 0 } else { 2 }, len: 2, dreg }
+    Expr::Payload {
+        base: PayloadBase::Transport,
+        offset: if src { 0 } else { 2 },
+        len: 2,
+        dreg,
+    }
 }
 
 /// `meta l4proto <proto>`
 pub fn l4proto_eq(proto: u8) -> Vec<Expr> {
     vec![
-        Expr::Meta { key: MetaKey::L4proto, dreg: Reg::R1 },
-        Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: vec![proto] },
+        Expr::Meta {
+            key: MetaKey::L4proto,
+            dreg: Reg::R1,
+        },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: CmpOp::Eq,
+            data: vec![proto],
+        },
     ]
 }
 
 /// `ip daddr <op> <addr>` (`src` for saddr)
 pub fn addr_cmp(family: Family, src: bool, op: CmpOp, addr: &Value) -> Vec<Expr> {
-    vec![load_addr(family, src, Reg::R1), Expr::Cmp { sreg: Reg::R1, op, data: addr.to_bytes() }]
+    vec![
+        load_addr(family, src, Reg::R1),
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op,
+            data: addr.to_bytes(),
+        },
+    ]
 }
 
 /// `ip daddr @set` (or `!= @set` with `invert`)
 pub fn addr_in_set(family: Family, src: bool, set: &str, invert: bool) -> Vec<Expr> {
     vec![
         load_addr(family, src, Reg::R1),
-        Expr::Lookup { set: set.into(), sreg: Reg::R1, dreg: None, invert },
+        Expr::Lookup {
+            set: set.into(),
+            sreg: Reg::R1,
+            dreg: None,
+            invert,
+        },
     ]
 }
 
@@ -82,44 +111,72 @@ impl KeyField {
         match self {
             KeyField::Saddr => load_addr(family, true, dreg),
             KeyField::Daddr => load_addr(family, false, dreg),
-            KeyField::L4proto => Expr::Meta { key: MetaKey::L4proto, dreg },
+            KeyField::L4proto => Expr::Meta {
+                key: MetaKey::L4proto,
+                dreg,
+            },
             KeyField::Sport => load_port(true, dreg),
             KeyField::Dport => load_port(false, dreg),
-            KeyField::NumgenRandom(m) => {
-                Expr::Numgen { kind: NumgenKind::Random, modulus: m, offset: 0, dreg }
-            }
-            KeyField::Mark => Expr::Meta { key: MetaKey::Mark, dreg },
+            KeyField::NumgenRandom(m) => Expr::Numgen {
+                kind: NumgenKind::Random,
+                modulus: m,
+                offset: 0,
+                dreg,
+            },
+            KeyField::Mark => Expr::Meta {
+                key: MetaKey::Mark,
+                dreg,
+            },
         }
     }
 }
 
-/// Load a (possibly concatenated) key the way nft does: a single field into
-/// `NFT_REG_1`, several fields into consecutive 32-bit registers from `NFT_REG32_00`.
+/// The register nft names for the 4-byte word `word` of the register file: the 16-byte
+/// register (`NFT_REG_1..4`) when the word starts one, the 32-bit register otherwise
+/// (`ip6 daddr . th dport` loads into reg 1 and reg 2, `ip daddr . th dport` into reg 1
+/// and reg 9). The kernel maps both names to the same storage.
+fn reg_at_word(word: u32) -> Reg {
+    if word & 3 == 0 {
+        Reg(word / 4 + 1)
+    } else {
+        Reg::r32(word)
+    }
+}
+
+/// Load a (possibly concatenated) key the way nft does: the first field into `NFT_REG_1`,
+/// the following ones into the next registers (see [`reg_at_word`]).
 /// Returns the expressions and the first register.
 pub fn load_key(family: Family, fields: &[KeyField]) -> (Vec<Expr>, Reg) {
-    if fields.len() == 1 {
-        return (vec![fields[0].load(family, Reg::R1)], Reg::R1);
-    }
     let mut exprs = Vec::with_capacity(fields.len());
     let mut word = 0u32;
     for f in fields {
-        exprs.push(f.load(family, Reg::r32(word)));
+        exprs.push(f.load(family, reg_at_word(word)));
         word += (f.data_type(family).padded_len() / 4) as u32;
     }
-    (exprs, Reg::r32(0))
+    (exprs, Reg::R1)
 }
 
 /// `<key> vmap @map`
 pub fn vmap_lookup(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
     let (mut e, sreg) = load_key(family, fields);
-    e.push(Expr::Lookup { set: map.into(), sreg, dreg: Some(Reg::VERDICT), invert: false });
+    e.push(Expr::Lookup {
+        set: map.into(),
+        sreg,
+        dreg: Some(Reg::VERDICT),
+        invert: false,
+    });
     e
 }
 
 /// `<key> @set` (or `!= @set`)
 pub fn set_lookup(family: Family, fields: &[KeyField], set: &str, invert: bool) -> Vec<Expr> {
     let (mut e, sreg) = load_key(family, fields);
-    e.push(Expr::Lookup { set: set.into(), sreg, dreg: None, invert });
+    e.push(Expr::Lookup {
+        set: set.into(),
+        sreg,
+        dreg: None,
+        invert,
+    });
     e
 }
 
@@ -127,12 +184,21 @@ pub fn set_lookup(family: Family, fields: &[KeyField], set: &str, invert: bool) 
 pub fn dnat_map(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
     let (mut e, sreg) = load_key(family, fields);
     let addr_words = if family == Family::Ip6 { 4 } else { 1 };
-    e.push(Expr::Lookup { set: map.into(), sreg, dreg: Some(Reg::R1), invert: false });
+    e.push(Expr::Lookup {
+        set: map.into(),
+        sreg,
+        dreg: Some(Reg::R1),
+        invert: false,
+    });
     e.push(Expr::Nat {
         kind: NatKind::Dnat,
-        family: if family == Family::Ip6 { Family::Ip6 } else { Family::Ip },
+        family: if family == Family::Ip6 {
+            Family::Ip6
+        } else {
+            Family::Ip
+        },
         addr: Some(Reg::R1),
-        port: Some(Reg::R1.advance(addr_words)),
+        port: Some(reg_at_word(addr_words)),
         flags: nat_flags::MAP_IPS | nat_flags::PROTO_SPECIFIED,
     });
     e
@@ -141,11 +207,21 @@ pub fn dnat_map(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
 /// `dnat ip to <addr>:<port>`
 pub fn dnat_to(family: Family, addr: &Value, port: u16) -> Vec<Expr> {
     vec![
-        Expr::Immediate { dreg: Reg::R1, data: addr.to_bytes() },
-        Expr::Immediate { dreg: Reg::R2, data: port.to_be_bytes().to_vec() },
+        Expr::Immediate {
+            dreg: Reg::R1,
+            data: addr.to_bytes(),
+        },
+        Expr::Immediate {
+            dreg: Reg::R2,
+            data: port.to_be_bytes().to_vec(),
+        },
         Expr::Nat {
             kind: NatKind::Dnat,
-            family: if family == Family::Ip6 { Family::Ip6 } else { Family::Ip },
+            family: if family == Family::Ip6 {
+                Family::Ip6
+            } else {
+                Family::Ip
+            },
             addr: Some(Reg::R1),
             port: Some(Reg::R2),
             flags: nat_flags::MAP_IPS | nat_flags::PROTO_SPECIFIED,
@@ -156,7 +232,10 @@ pub fn dnat_to(family: Family, addr: &Value, port: u16) -> Vec<Expr> {
 /// `meta mark set meta mark | <bits>`
 pub fn mark_or(bits: u32) -> Vec<Expr> {
     vec![
-        Expr::Meta { key: MetaKey::Mark, dreg: Reg::R1 },
+        Expr::Meta {
+            key: MetaKey::Mark,
+            dreg: Reg::R1,
+        },
         Expr::Bitwise {
             sreg: Reg::R1,
             dreg: Reg::R1,
@@ -164,14 +243,20 @@ pub fn mark_or(bits: u32) -> Vec<Expr> {
             mask: (!bits).to_ne_bytes().to_vec(),
             xor: bits.to_ne_bytes().to_vec(),
         },
-        Expr::MetaSet { key: MetaKey::Mark, sreg: Reg::R1 },
+        Expr::MetaSet {
+            key: MetaKey::Mark,
+            sreg: Reg::R1,
+        },
     ]
 }
 
 /// `meta mark & <bits> == 0` (`invert`: `!= 0`)
 pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
     vec![
-        Expr::Meta { key: MetaKey::Mark, dreg: Reg::R1 },
+        Expr::Meta {
+            key: MetaKey::Mark,
+            dreg: Reg::R1,
+        },
         Expr::Bitwise {
             sreg: Reg::R1,
             dreg: Reg::R1,
@@ -190,7 +275,10 @@ pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
 /// `ct state <states>` (any of the bits)
 pub fn ct_state_any(states: u32) -> Vec<Expr> {
     vec![
-        Expr::Ct { key: CtKey::State, dreg: Reg::R1 },
+        Expr::Ct {
+            key: CtKey::State,
+            dreg: Reg::R1,
+        },
         Expr::Bitwise {
             sreg: Reg::R1,
             dreg: Reg::R1,
@@ -198,22 +286,40 @@ pub fn ct_state_any(states: u32) -> Vec<Expr> {
             mask: states.to_ne_bytes().to_vec(),
             xor: 0u32.to_ne_bytes().to_vec(),
         },
-        Expr::Cmp { sreg: Reg::R1, op: CmpOp::Neq, data: 0u32.to_ne_bytes().to_vec() },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: CmpOp::Neq,
+            data: 0u32.to_ne_bytes().to_vec(),
+        },
     ]
 }
 
 /// `fib daddr type local`
 pub fn fib_daddr_local() -> Vec<Expr> {
     vec![
-        Expr::Fib { flags: fib_flags::DADDR, result: FibResult::AddrType, dreg: Reg::R1 },
-        Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data: rtn::LOCAL.to_ne_bytes().to_vec() },
+        Expr::Fib {
+            flags: fib_flags::DADDR,
+            result: FibResult::AddrType,
+            dreg: Reg::R1,
+        },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: CmpOp::Eq,
+            data: rtn::LOCAL.to_ne_bytes().to_vec(),
+        },
     ]
 }
 
 /// `update @set { <key> }` with the set's own timeout.
 pub fn set_update(family: Family, fields: &[KeyField], set: &str) -> Vec<Expr> {
     let (mut e, key) = load_key(family, fields);
-    e.push(Expr::Dynset { op: DynsetOp::Update, set: set.into(), key, data: None, timeout_ms: None });
+    e.push(Expr::Dynset {
+        op: DynsetOp::Update,
+        set: set.into(),
+        key,
+        data: None,
+        timeout_ms: None,
+    });
     e
 }
 
@@ -221,9 +327,20 @@ pub fn set_update(family: Family, fields: &[KeyField], set: &str) -> Vec<Expr> {
 pub fn iifname_eq(name: &str, prefix: bool) -> Vec<Expr> {
     let mut data = name.as_bytes().to_vec();
     if !prefix {
-        data.push(0);
+        // nft compares the whole IFNAMSIZ (16 bytes), NUL padded
+        data.resize(data.len().max(15) + 1, 0);
     }
-    vec![Expr::Meta { key: MetaKey::Iifname, dreg: Reg::R1 }, Expr::Cmp { sreg: Reg::R1, op: CmpOp::Eq, data }]
+    vec![
+        Expr::Meta {
+            key: MetaKey::Iifname,
+            dreg: Reg::R1,
+        },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: CmpOp::Eq,
+            data,
+        },
+    ]
 }
 
 /// Concatenated key bytes for an element (re-exported for convenience).

@@ -285,7 +285,12 @@ pub enum NumgenKind {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Expr {
     /// Load `len` bytes at `offset` of header `base` into `dreg`.
-    Payload { base: PayloadBase, offset: u32, len: u32, dreg: Reg },
+    Payload {
+        base: PayloadBase,
+        offset: u32,
+        len: u32,
+        dreg: Reg,
+    },
     /// Load a meta key into `dreg`.
     Meta { key: MetaKey, dreg: Reg },
     /// Set a meta key from `sreg` (`meta mark set ...`).
@@ -293,18 +298,40 @@ pub enum Expr {
     /// Compare `sreg` with `data`; on mismatch the rule stops.
     Cmp { sreg: Reg, op: CmpOp, data: Vec<u8> },
     /// `dreg = (sreg & mask) ^ xor` over `len` bytes.
-    Bitwise { sreg: Reg, dreg: Reg, len: u32, mask: Vec<u8>, xor: Vec<u8> },
+    Bitwise {
+        sreg: Reg,
+        dreg: Reg,
+        len: u32,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
     /// Look `sreg` up in a named set; with `dreg`, load the map data there
     /// (`Reg::VERDICT` for verdict maps).
-    Lookup { set: String, sreg: Reg, dreg: Option<Reg>, invert: bool },
+    Lookup {
+        set: String,
+        sreg: Reg,
+        dreg: Option<Reg>,
+        invert: bool,
+    },
     /// Load a constant into `dreg`.
     Immediate { dreg: Reg, data: Vec<u8> },
     /// Set the verdict.
     Verdict(Verdict),
     /// `numgen random mod N [offset O]` into `dreg` (host-endian u32).
-    Numgen { kind: NumgenKind, modulus: u32, offset: u32, dreg: Reg },
+    Numgen {
+        kind: NumgenKind,
+        modulus: u32,
+        offset: u32,
+        dreg: Reg,
+    },
     /// dnat/snat to the address in `addr` and optionally the port in `port`.
-    Nat { kind: NatKind, family: Family, addr: Option<Reg>, port: Option<Reg>, flags: u32 },
+    Nat {
+        kind: NatKind,
+        family: Family,
+        addr: Option<Reg>,
+        port: Option<Reg>,
+        flags: u32,
+    },
     /// masquerade with these `NF_NAT_RANGE_*` flags.
     Masquerade { flags: u32 },
     /// Load a conntrack key into `dreg`.
@@ -312,13 +339,23 @@ pub enum Expr {
     /// Set a conntrack key from `sreg` (`ct mark set ...`).
     CtSet { key: CtKey, sreg: Reg },
     /// `fib` lookup with `flags` yielding `result` into `dreg`.
-    Fib { flags: u32, result: FibResult, dreg: Reg },
+    Fib {
+        flags: u32,
+        result: FibResult,
+        dreg: Reg,
+    },
     /// Reject the packet.
     Reject(Reject),
     /// A counter; its values are kernel state and not part of the model.
     Counter,
     /// Add or update `key` (and `data`) in a named dynamic set, with an optional timeout.
-    Dynset { op: DynsetOp, set: String, key: Reg, data: Option<Reg>, timeout_ms: Option<u64> },
+    Dynset {
+        op: DynsetOp,
+        set: String,
+        key: Reg,
+        data: Option<Reg>,
+        timeout_ms: Option<u64>,
+    },
 }
 
 impl Expr {

@@ -232,6 +232,7 @@ pub struct Set {
 }
 
 impl Set {
+    #[allow(clippy::self_named_constructors)] // `Set::set` and `Set::map` read as nft does
     pub fn set(name: impl Into<String>, key: Vec<DataType>) -> Set {
         Set {
             name: name.into(),

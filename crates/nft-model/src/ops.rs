@@ -12,7 +12,10 @@ pub struct TableRef {
 
 impl TableRef {
     pub fn new(family: Family, name: impl Into<String>) -> TableRef {
-        TableRef { family, name: name.into() }
+        TableRef {
+            family,
+            name: name.into(),
+        }
     }
 }
 
@@ -21,22 +24,59 @@ impl TableRef {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Op {
     /// Create the table if it does not exist (idempotent).
-    AddTable { table: TableRef, comment: Option<String> },
-    DeleteTable { table: TableRef },
+    AddTable {
+        table: TableRef,
+        comment: Option<String>,
+    },
+    DeleteTable {
+        table: TableRef,
+    },
     /// Create the chain if it does not exist (idempotent for an identical declaration).
-    AddChain { table: TableRef, name: String, base: Option<BaseHook>, comment: Option<String> },
+    AddChain {
+        table: TableRef,
+        name: String,
+        base: Option<BaseHook>,
+        comment: Option<String>,
+    },
     /// Delete every rule of the chain.
-    FlushChain { table: TableRef, chain: String },
-    DeleteChain { table: TableRef, chain: String },
+    FlushChain {
+        table: TableRef,
+        chain: String,
+    },
+    DeleteChain {
+        table: TableRef,
+        chain: String,
+    },
     /// Append a rule to the chain.
-    AddRule { table: TableRef, chain: String, rule: Rule },
+    AddRule {
+        table: TableRef,
+        chain: String,
+        rule: Rule,
+    },
     /// Create the set (elements are not part of this operation).
-    AddSet { table: TableRef, set: Set },
-    DeleteSet { table: TableRef, set: String },
+    AddSet {
+        table: TableRef,
+        set: Set,
+    },
+    DeleteSet {
+        table: TableRef,
+        set: String,
+    },
     /// Delete every element of the set or map.
-    FlushSet { table: TableRef, set: String },
-    AddElements { table: TableRef, set: String, elements: Vec<Element> },
-    DeleteElements { table: TableRef, set: String, elements: Vec<Element> },
+    FlushSet {
+        table: TableRef,
+        set: String,
+    },
+    AddElements {
+        table: TableRef,
+        set: String,
+        elements: Vec<Element>,
+    },
+    DeleteElements {
+        table: TableRef,
+        set: String,
+        elements: Vec<Element>,
+    },
 }
 
 impl Op {
@@ -61,9 +101,18 @@ impl Op {
 /// accepts: table, sets, chains, elements (verdict maps refer to chains), rules.
 pub fn create_table_ops(table: &Table) -> Vec<Op> {
     let t = TableRef::new(table.family, table.name.clone());
-    let mut ops = vec![Op::AddTable { table: t.clone(), comment: table.comment.clone() }];
+    let mut ops = vec![Op::AddTable {
+        table: t.clone(),
+        comment: table.comment.clone(),
+    }];
     for s in &table.sets {
-        ops.push(Op::AddSet { table: t.clone(), set: Set { elements: Vec::new(), ..s.clone() } });
+        ops.push(Op::AddSet {
+            table: t.clone(),
+            set: Set {
+                elements: Vec::new(),
+                ..s.clone()
+            },
+        });
     }
     for c in &table.chains {
         ops.push(add_chain_op(&t, c));
@@ -79,7 +128,11 @@ pub fn create_table_ops(table: &Table) -> Vec<Op> {
     }
     for c in &table.chains {
         for r in &c.rules {
-            ops.push(Op::AddRule { table: t.clone(), chain: c.name.clone(), rule: r.clone() });
+            ops.push(Op::AddRule {
+                table: t.clone(),
+                chain: c.name.clone(),
+                rule: r.clone(),
+            });
         }
     }
     ops
@@ -87,5 +140,10 @@ pub fn create_table_ops(table: &Table) -> Vec<Op> {
 
 /// The `AddChain` operation declaring `c` (its rules are not included).
 pub fn add_chain_op(t: &TableRef, c: &Chain) -> Op {
-    Op::AddChain { table: t.clone(), name: c.name.clone(), base: c.base, comment: c.comment.clone() }
+    Op::AddChain {
+        table: t.clone(),
+        name: c.name.clone(),
+        base: c.base,
+        comment: c.comment.clone(),
+    }
 }

@@ -37,7 +37,8 @@ impl DataType {
         }
     }
 
-    /// Width of the value in bytes (unpadded).
+    /// Width of the value in bytes (unpadded). Never zero.
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(self) -> usize {
         match self {
             DataType::Ipv4Addr => 4,
@@ -90,7 +91,9 @@ impl DataType {
 /// Key type id of a (possibly concatenated) key, the way nft composes it:
 /// each field's datatype id in 6 bits, first field most significant.
 pub fn concat_type_id(fields: &[DataType]) -> u32 {
-    fields.iter().fold(0u32, |acc, f| (acc << 6) | f.nft_type_id())
+    fields
+        .iter()
+        .fold(0u32, |acc, f| (acc << 6) | f.nft_type_id())
 }
 
 /// Split a composed key type id back into its fields (inverse of [`concat_type_id`]).
@@ -221,7 +224,11 @@ mod tests {
     #[test]
     fn concat_type_id_matches_nft() {
         // ipv4_addr . inet_proto . inet_service, as nft composes it
-        let t = [DataType::Ipv4Addr, DataType::InetProto, DataType::InetService];
+        let t = [
+            DataType::Ipv4Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ];
         assert_eq!(concat_type_id(&t), 0x730d);
         assert_eq!(split_type_id(0x730d, 12), Some(t.to_vec()));
         assert_eq!(split_type_id(0x730d, 11), None);
@@ -229,10 +236,18 @@ mod tests {
 
     #[test]
     fn concat_layout_pads_fields() {
-        let v = [Value::Ipv4(Ipv4Addr::new(198, 18, 0, 1)), Value::Proto(17), Value::Port(53)];
+        let v = [
+            Value::Ipv4(Ipv4Addr::new(198, 18, 0, 1)),
+            Value::Proto(17),
+            Value::Port(53),
+        ];
         let b = concat_bytes(&v);
         assert_eq!(b, [198, 18, 0, 1, 17, 0, 0, 0, 0, 53, 0, 0]);
-        let t = [DataType::Ipv4Addr, DataType::InetProto, DataType::InetService];
+        let t = [
+            DataType::Ipv4Addr,
+            DataType::InetProto,
+            DataType::InetService,
+        ];
         assert_eq!(split_concat(&t, &b).unwrap(), v.to_vec());
         assert_eq!(split_concat(&t, &b[..11]), None);
     }

@@ -313,7 +313,7 @@ impl Nft {
                     .push(OpError {
                         errno,
                         op_index: i,
-                        op_text: op_text(&ops[i]),
+                        op_text: nft_model::render::op_with(&ops[i], |name| is_map(ops, name)),
                     }),
                 Some(_) => {}
                 None => unattributed = Some(errno),
@@ -603,7 +603,8 @@ fn setsockopt_int(fd: i32, opt: libc::c_int, value: usize) -> std::io::Result<()
     }
 }
 
-/// The op as nft text, for error messages.
-fn op_text(op: &Op) -> String {
-    format!("{op:?}")
+
+/// Whether `name` is declared as a map by an `AddSet` in `ops` (for `flush map` vs `flush set`).
+fn is_map(ops: &[Op], name: &str) -> bool {
+    ops.iter().any(|o| matches!(o, Op::AddSet { set, .. } if set.name == name && set.is_map()))
 }

@@ -83,7 +83,7 @@ pub const NFTA_SET_ELEM_DATA: u16 = 2;
 pub const NFTA_SET_ELEM_FLAGS: u16 = 3;
 pub const NFTA_SET_ELEM_TIMEOUT: u16 = 4;
 pub const NFTA_SET_ELEM_USERDATA: u16 = 6;
-pub const NFTA_SET_ELEM_KEY_END: u16 = 9;
+pub const NFTA_SET_ELEM_KEY_END: u16 = 10;
 
 pub const NFTA_DATA_VALUE: u16 = 1;
 pub const NFTA_DATA_VERDICT: u16 = 2;

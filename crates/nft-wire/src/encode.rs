@@ -271,11 +271,44 @@ pub fn encode_set(w: &mut NlaWriter, table: &TableRef, s: &Set, id: u32) {
     w.bytes(NFTA_SET_USERDATA, &set_udata(s));
 }
 
-/// The userdata nft reads to print a set: key and data byte order, and the comment.
+/// What nft 1.0.6 writes as set userdata for `typeof numgen random mod 65536 : <data>`
+/// (key and data byte order, key typeof, data typeof, data interval), captured from
+/// `nft --debug=mnl`. A key of type [`DataType::HostInt32`] has no `type` spelling nft
+/// accepts, so nft can print and reload such a map only with these TLVs; the renderer
+/// declares these maps the same way (`nft_model::render::NUMGEN_TYPEOF`).
+const NUMGEN_TYPEOF_VERDICT: &str = "000401000000010400000000031a000417000000011200040100000001040000010002040000000004080004010000000100060400000000";
+const NUMGEN_TYPEOF_V4_PORT: &str = "000401000000010400000000031a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040c00000001040c0000000114000407000000010c00040b000000010402000000060400000000";
+const NUMGEN_TYPEOF_V6_PORT: &str = "000401000000010400000000031a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000";
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()).collect()
+}
+
+/// The userdata nft reads to print a set: key and data byte order (or nft's typeof
+/// declaration for numgen-keyed maps), and the comment.
 fn set_udata(s: &Set) -> Vec<u8> {
+    use DataType::*;
+    let typeof_blob = match (s.key.as_slice(), &s.data) {
+        ([HostInt32], Some(SetData::Verdict)) => Some(NUMGEN_TYPEOF_VERDICT),
+        ([HostInt32], Some(SetData::Values(v))) if v.as_slice() == [Ipv4Addr, InetService] => {
+            Some(NUMGEN_TYPEOF_V4_PORT)
+        }
+        ([HostInt32], Some(SetData::Values(v))) if v.as_slice() == [Ipv6Addr, InetService] => {
+            Some(NUMGEN_TYPEOF_V6_PORT)
+        }
+        _ => None,
+    };
+    if let Some(blob) = typeof_blob {
+        let mut u = hex(blob);
+        if let Some(c) = &s.comment {
+            udata::put_str(&mut u, UDATA_SET_COMMENT, c);
+        }
+        return u;
+    }
     let order = |t: &[DataType]| -> u32 {
         match t {
-            [one] if one.host_order() => BYTEORDER_HOST,
+            // nft treats strings (ifname) as host byte order too
+            [one] if one.host_order() || *one == DataType::Ifname => BYTEORDER_HOST,
             [_] => BYTEORDER_BIG,
             _ => 0,
         }

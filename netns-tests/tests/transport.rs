@@ -206,9 +206,9 @@ fn committed_table_reads_back_equal() {
 #[test]
 fn every_object_kind_programs_reads_back_and_round_trips() {
     require_root!();
+    use netns_tests::normalize_listing;
     use netns_tests::oracle::{nft_json_summary, Summary};
     use netns_tests::sample::{sample_table, SAMPLE_TABLE};
-    use netns_tests::normalize_listing;
     for family in [Family::Ip, Family::Ip6] {
         let model = sample_table(family);
         model.validate().expect("sample is valid");
@@ -216,16 +216,34 @@ fn every_object_kind_programs_reads_back_and_round_trips() {
         let ns = Netns::new("every");
         let dumped = ns.run(|| {
             let mut nft = Nft::open().unwrap();
-            nft.commit(&create_table_ops(&model), None).unwrap_or_else(|e| panic!("{fam}: {e}"));
-            nft.dump_table(&TableRef::new(family, SAMPLE_TABLE)).unwrap()
+            nft.commit(&create_table_ops(&model), None)
+                .unwrap_or_else(|e| panic!("{fam}: {e}"));
+            nft.dump_table(&TableRef::new(family, SAMPLE_TABLE))
+                .unwrap()
         });
-        assert_eq!(dumped.expect("table exists").canonical(), model.canonical(), "{fam}: decoder");
-        assert_eq!(nft_json_summary(&ns, fam, SAMPLE_TABLE), Summary::of_model(&model), "{fam}: nft -j");
+        assert_eq!(
+            dumped.expect("table exists").canonical(),
+            model.canonical(),
+            "{fam}: decoder"
+        );
+        assert_eq!(
+            nft_json_summary(&ns, fam, SAMPLE_TABLE),
+            Summary::of_model(&model),
+            "{fam}: nft -j"
+        );
         let listed = ns.exec_ok("nft", &["list", "table", fam, SAMPLE_TABLE]);
-        assert_eq!(normalize_listing(&listed), normalize_listing(&render::table(&model)), "{fam}: listing");
+        assert_eq!(
+            normalize_listing(&listed),
+            normalize_listing(&render::table(&model)),
+            "{fam}: listing"
+        );
         let again = Netns::new("every2");
         again.nft(&listed);
         let relisted = again.exec_ok("nft", &["list", "table", fam, SAMPLE_TABLE]);
-        assert_eq!(normalize_listing(&relisted), normalize_listing(&listed), "{fam}: reload");
+        assert_eq!(
+            normalize_listing(&relisted),
+            normalize_listing(&listed),
+            "{fam}: reload"
+        );
     }
 }

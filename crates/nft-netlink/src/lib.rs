@@ -603,8 +603,8 @@ fn setsockopt_int(fd: i32, opt: libc::c_int, value: usize) -> std::io::Result<()
     }
 }
 
-
 /// Whether `name` is declared as a map by an `AddSet` in `ops` (for `flush map` vs `flush set`).
 fn is_map(ops: &[Op], name: &str) -> bool {
-    ops.iter().any(|o| matches!(o, Op::AddSet { set, .. } if set.name == name && set.is_map()))
+    ops.iter()
+        .any(|o| matches!(o, Op::AddSet { set, .. } if set.name == name && set.is_map()))
 }

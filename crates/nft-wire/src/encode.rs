@@ -281,7 +281,9 @@ const NUMGEN_TYPEOF_V4_PORT: &str = "000401000000010400000000031a000417000000011
 const NUMGEN_TYPEOF_V6_PORT: &str = "000401000000010400000000031a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000";
 
 fn hex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2).filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()).collect()
+    (0..s.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
 }
 
 /// The userdata nft reads to print a set: key and data byte order (or nft's typeof

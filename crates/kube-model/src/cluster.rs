@@ -1,0 +1,274 @@
+//! The proxier's view of the cluster: services, endpoint slices and its own node.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+
+pub use crate::convert::{
+    node_from_k8s, service_from_k8s, slice_from_k8s, DEFAULT_AFFINITY_TIMEOUT,
+};
+use crate::model::*;
+use crate::{Kind, ModelError, ObjectRef};
+
+/// Validated services and slices, keyed by identity (ordered, so everything derived from
+/// a `Cluster` is deterministic).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cluster {
+    pub services: BTreeMap<ServiceKey, Service>,
+    /// Keyed by the slice's own namespace/name.
+    pub slices: BTreeMap<ServiceKey, EndpointSlice>,
+    pub node: Option<Node>,
+}
+
+/// What an upsert did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upsert {
+    /// Stored (replacing any previous version).
+    Stored,
+    /// Ignored on purpose (headless, ExternalName, another proxy's); any previous version removed.
+    Ignored,
+}
+
+impl Cluster {
+    pub fn new() -> Cluster {
+        Cluster::default()
+    }
+
+    /// Build from lists of objects. Invalid objects are skipped; their errors (and the
+    /// warnings of tolerated problems) are returned, along with an error for every slice
+    /// that names a missing service.
+    pub fn from_objects(
+        services: &[core::Service],
+        slices: &[discovery::EndpointSlice],
+        node: Option<&core::Node>,
+    ) -> (Cluster, Vec<ModelError>) {
+        let mut c = Cluster::new();
+        let mut errors = Vec::new();
+        for s in services {
+            if let Err(e) = c.upsert_service(s, &mut errors) {
+                errors.push(e);
+            }
+        }
+        for s in slices {
+            if let Err(e) = c.upsert_slice(s, &mut errors) {
+                errors.push(e);
+            }
+        }
+        if let Some(n) = node {
+            if let Err(e) = c.set_node(n, &mut errors) {
+                errors.push(e);
+            }
+        }
+        errors.extend(c.orphan_slice_errors());
+        (c, errors)
+    }
+
+    /// Add or replace a service. On error, any previous version stays removed: a service
+    /// that became invalid is not proxied (its old rules would be wrong).
+    pub fn upsert_service(
+        &mut self,
+        svc: &core::Service,
+        warnings: &mut Vec<ModelError>,
+    ) -> Result<Upsert, ModelError> {
+        let key = ServiceKey::new(
+            svc.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            svc.metadata.name.clone().unwrap_or_default(),
+        );
+        self.services.remove(&key);
+        match service_from_k8s(svc, warnings)? {
+            Some(s) => {
+                self.services.insert(s.key.clone(), s);
+                Ok(Upsert::Stored)
+            }
+            None => Ok(Upsert::Ignored),
+        }
+    }
+
+    pub fn remove_service(&mut self, key: &ServiceKey) -> Option<Service> {
+        self.services.remove(key)
+    }
+
+    /// Add or replace an endpoint slice (same error discipline as services).
+    pub fn upsert_slice(
+        &mut self,
+        slice: &discovery::EndpointSlice,
+        warnings: &mut Vec<ModelError>,
+    ) -> Result<Upsert, ModelError> {
+        let key = ServiceKey::new(
+            slice
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into()),
+            slice.metadata.name.clone().unwrap_or_default(),
+        );
+        self.slices.remove(&key);
+        match slice_from_k8s(slice, warnings)? {
+            Some(s) => {
+                self.slices.insert(s.key.clone(), s);
+                Ok(Upsert::Stored)
+            }
+            None => Ok(Upsert::Ignored),
+        }
+    }
+
+    pub fn remove_slice(&mut self, key: &ServiceKey) -> Option<EndpointSlice> {
+        self.slices.remove(key)
+    }
+
+    pub fn set_node(
+        &mut self,
+        node: &core::Node,
+        warnings: &mut Vec<ModelError>,
+    ) -> Result<(), ModelError> {
+        self.node = Some(node_from_k8s(node, warnings)?);
+        Ok(())
+    }
+
+    /// One error per slice whose service is not (or not validly) known. Such slices are
+    /// skipped by [`Cluster::endpoint_index`]; they are used as soon as the service appears.
+    pub fn orphan_slice_errors(&self) -> Vec<ModelError> {
+        self.slices
+            .values()
+            .filter(|s| !self.services.contains_key(&s.service))
+            .map(|s| ModelError::MissingService {
+                object: ObjectRef::new(
+                    Kind::EndpointSlice,
+                    s.key.namespace.clone(),
+                    s.key.name.clone(),
+                ),
+                service: s.service.to_string(),
+            })
+            .collect()
+    }
+
+    /// Slices grouped by service, built once per compilation (linear in the slices).
+    pub fn endpoint_index(&self) -> BTreeMap<&ServiceKey, Vec<&EndpointSlice>> {
+        let mut idx: BTreeMap<&ServiceKey, Vec<&EndpointSlice>> = BTreeMap::new();
+        for s in self.slices.values() {
+            if self.services.contains_key(&s.service) {
+                idx.entry(&s.service).or_default().push(s);
+            }
+        }
+        idx
+    }
+}
+
+/// The endpoints of one service port in one family, from its slices: the slice port with
+/// the same name and protocol gives the target port. Deduplicated by address and port
+/// (the first slice, in name order, wins) and sorted.
+pub fn resolve_endpoints(
+    slices: &[&EndpointSlice],
+    port: &ServicePort,
+    family: IpFamily,
+) -> Vec<ResolvedEndpoint> {
+    let mut out: BTreeMap<(std::net::IpAddr, u16), ResolvedEndpoint> = BTreeMap::new();
+    for s in slices.iter().filter(|s| s.family == family) {
+        let Some(sp) = s
+            .ports
+            .iter()
+            .find(|p| p.name == port.name && p.protocol == port.protocol)
+        else {
+            continue;
+        };
+        for ep in &s.endpoints {
+            out.entry((ep.addr, sp.port))
+                .or_insert_with(|| ResolvedEndpoint {
+                    addr: ep.addr,
+                    port: sp.port,
+                    ready: ep.ready,
+                    serving: ep.serving,
+                    terminating: ep.terminating,
+                    node_name: ep.node_name.clone(),
+                    zone_hints: ep.zone_hints.clone(),
+                    node_hints: ep.node_hints.clone(),
+                });
+        }
+    }
+    out.into_values().collect()
+}
+
+/// Endpoint selection for one service port, as kube-proxy categorises endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Categorized {
+    /// For cluster-wide traffic: ready endpoints (filtered by topology hints when usable);
+    /// when none is ready, the serving-and-terminating ones.
+    pub cluster: Vec<ResolvedEndpoint>,
+    /// Endpoints on this node: ready ones, else serving-and-terminating local ones.
+    pub local: Vec<ResolvedEndpoint>,
+    /// Whether any endpoint at all is usable (ready, or serving and terminating).
+    pub any_usable: bool,
+}
+
+/// Categorise endpoints for `node_name` in `zone`.
+///
+/// Topology: when every ready endpoint carries node hints and one names this node, only
+/// those endpoints are used (PreferSameNode); otherwise, when the node has a zone, every
+/// ready endpoint carries zone hints and one names this zone, only those are used
+/// (PreferSameZone / PreferClose / topology-mode Auto). Otherwise all ready endpoints.
+pub fn categorize(eps: &[ResolvedEndpoint], node_name: &str, zone: Option<&str>) -> Categorized {
+    let ready: Vec<&ResolvedEndpoint> = eps.iter().filter(|e| e.ready).collect();
+    let serving_terminating: Vec<&ResolvedEndpoint> = eps
+        .iter()
+        .filter(|e| !e.ready && e.serving && e.terminating)
+        .collect();
+    let any_usable = !ready.is_empty() || !serving_terminating.is_empty();
+
+    let topo: Vec<&ResolvedEndpoint> = {
+        let node_ok = !ready.is_empty()
+            && ready.iter().all(|e| !e.node_hints.is_empty())
+            && ready.iter().any(|e| e.node_hints.contains(node_name));
+        let zone_ok = zone.is_some_and(|z| {
+            !z.is_empty()
+                && !ready.is_empty()
+                && ready.iter().all(|e| !e.zone_hints.is_empty())
+                && ready.iter().any(|e| e.zone_hints.contains(z))
+        });
+        if node_ok {
+            ready
+                .iter()
+                .copied()
+                .filter(|e| e.node_hints.contains(node_name))
+                .collect()
+        } else if zone_ok {
+            let z = zone.unwrap_or_default();
+            ready
+                .iter()
+                .copied()
+                .filter(|e| e.zone_hints.contains(z))
+                .collect()
+        } else {
+            ready.clone()
+        }
+    };
+    let cluster: Vec<ResolvedEndpoint> = if topo.is_empty() {
+        serving_terminating.iter().map(|e| (*e).clone()).collect()
+    } else {
+        topo.into_iter().cloned().collect()
+    };
+    let is_local =
+        |e: &&&ResolvedEndpoint| e.node_name.as_deref() == Some(node_name) && !node_name.is_empty();
+    let local_ready: Vec<ResolvedEndpoint> = ready
+        .iter()
+        .filter(is_local)
+        .map(|e| (*e).clone())
+        .collect();
+    let local = if local_ready.is_empty() {
+        serving_terminating
+            .iter()
+            .filter(is_local)
+            .map(|e| (*e).clone())
+            .collect()
+    } else {
+        local_ready
+    };
+    Categorized {
+        cluster,
+        local,
+        any_usable,
+    }
+}

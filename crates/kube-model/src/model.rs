@@ -1,0 +1,246 @@
+//! The internal model: validated, family-aware, free of Kubernetes API types.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::ip::Cidr;
+
+/// An IP family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: &IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+    /// Kubernetes' name (`IPv4`, `IPv6`).
+    pub fn k8s_name(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+    pub fn from_k8s_name(s: &str) -> Option<IpFamily> {
+        match s {
+            "IPv4" => Some(IpFamily::V4),
+            "IPv6" => Some(IpFamily::V6),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.k8s_name())
+    }
+}
+
+/// A transport protocol kube-proxy serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// IANA protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+    pub fn from_number(n: u8) -> Option<Protocol> {
+        match n {
+            6 => Some(Protocol::Tcp),
+            17 => Some(Protocol::Udp),
+            132 => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+    /// Kubernetes' name (`TCP`); a missing protocol is TCP.
+    pub fn from_k8s(s: Option<&str>) -> Option<Protocol> {
+        match s {
+            None | Some("TCP") => Some(Protocol::Tcp),
+            Some("UDP") => Some(Protocol::Udp),
+            Some("SCTP") => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+    /// nft's lower-case name.
+    pub fn nft_name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// Namespace and name of a Service (or of any namespaced object).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ServiceKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ServiceKey {
+        ServiceKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Service type (only the proxied ones; headless and ExternalName are never in the model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ServiceType {
+    ClusterIp,
+    NodePort,
+    LoadBalancer,
+}
+
+/// externalTrafficPolicy / internalTrafficPolicy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+/// One port of a Service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServicePort {
+    /// Port name; empty for the single unnamed port of a service.
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+    /// Allocated node port (NodePort and LoadBalancer services only).
+    pub node_port: Option<u16>,
+}
+
+/// A proxied Service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Service {
+    pub key: ServiceKey,
+    pub service_type: ServiceType,
+    /// Cluster IPs, at most one per family.
+    pub cluster_ips: Vec<IpAddr>,
+    pub external_ips: Vec<IpAddr>,
+    /// LoadBalancer ingress IPs (type LoadBalancer only; `ipMode: Proxy` ones left out).
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// loadBalancerSourceRanges (type LoadBalancer only).
+    pub source_ranges: Vec<Cidr>,
+    pub ports: Vec<ServicePort>,
+    /// Local only for NodePort and LoadBalancer services.
+    pub external_traffic_policy: TrafficPolicy,
+    pub internal_traffic_policy: TrafficPolicy,
+    /// ClientIP session affinity timeout in seconds, when affinity is on.
+    pub affinity_timeout: Option<u32>,
+    pub health_check_node_port: Option<u16>,
+    pub traffic_distribution: Option<String>,
+}
+
+impl Service {
+    pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
+        self.cluster_ips
+            .iter()
+            .copied()
+            .find(|ip| IpFamily::of(ip) == family)
+    }
+    pub fn port(&self, name: &str) -> Option<&ServicePort> {
+        self.ports.iter().find(|p| p.name == name)
+    }
+}
+
+/// One port of an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SlicePort {
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+/// One endpoint of an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub addr: IpAddr,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub node_name: Option<String>,
+    pub zone: Option<String>,
+    /// `hints.forZones`, when the slice carries zone hints for this endpoint.
+    pub zone_hints: BTreeSet<String>,
+    /// `hints.forNodes`.
+    pub node_hints: BTreeSet<String>,
+}
+
+/// An EndpointSlice of one family.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EndpointSlice {
+    /// Namespace and name of the slice itself.
+    pub key: ServiceKey,
+    /// The service it belongs to (label `kubernetes.io/service-name`).
+    pub service: ServiceKey,
+    pub family: IpFamily,
+    pub ports: Vec<SlicePort>,
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// What the proxier needs of its own Node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Node {
+    pub name: String,
+    /// `topology.kubernetes.io/zone`.
+    pub zone: Option<String>,
+    /// `spec.podCIDRs`, at most one per family.
+    pub pod_cidrs: Vec<Cidr>,
+    /// The node's primary IPs: the first InternalIP of each family (else the first ExternalIP).
+    pub primary_ips: Vec<IpAddr>,
+}
+
+impl Node {
+    pub fn pod_cidr(&self, family: IpFamily) -> Option<Cidr> {
+        self.pod_cidrs
+            .iter()
+            .copied()
+            .find(|c| c.family() == family)
+    }
+    pub fn primary_ip(&self, family: IpFamily) -> Option<IpAddr> {
+        self.primary_ips
+            .iter()
+            .copied()
+            .find(|ip| IpFamily::of(ip) == family)
+    }
+}
+
+/// An endpoint of one service port, resolved from the slices (address and target port).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResolvedEndpoint {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+    pub node_name: Option<String>,
+    pub zone_hints: BTreeSet<String>,
+    pub node_hints: BTreeSet<String>,
+}

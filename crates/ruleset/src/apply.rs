@@ -1,0 +1,236 @@
+//! Play a batch onto in-memory tables, checking what the kernel checks (references to
+//! chains and sets exist, nothing referenced is deleted, element keys exist or do not).
+//! Used to test that [`crate::diff`] batches are valid and reach the desired state.
+
+use nft_model::*;
+
+/// Why the kernel would refuse a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("op {index}: {what} does not exist")]
+    NotFound { index: usize, what: String },
+    #[error("op {index}: {what} already exists differently")]
+    Exists { index: usize, what: String },
+    #[error("op {index}: {what} is still in use")]
+    Busy { index: usize, what: String },
+    #[error("op {index}: bad element for {set}: {reason}")]
+    BadElement {
+        index: usize,
+        set: String,
+        reason: String,
+    },
+}
+
+fn elem_key(e: &Element) -> (&Vec<Value>, &Option<Vec<Value>>) {
+    (&e.key, &e.key_end)
+}
+
+fn chain_referenced(t: &Table, name: &str) -> bool {
+    t.chains
+        .iter()
+        .flat_map(|c| c.rules.iter())
+        .any(|r| r.verdict_targets().any(|x| x == name))
+        || t.sets
+            .iter()
+            .flat_map(|s| s.elements.iter())
+            .any(|e| matches!(&e.data, Some(ElemData::Verdict(v)) if v.chain() == Some(name)))
+}
+
+fn set_referenced(t: &Table, name: &str) -> bool {
+    t.chains
+        .iter()
+        .flat_map(|c| c.rules.iter())
+        .any(|r| r.set_refs().any(|x| x == name))
+}
+
+/// Apply `ops` to `tables` atomically: on error nothing changes.
+pub fn apply(tables: &mut Vec<Table>, ops: &[Op]) -> Result<(), ApplyError> {
+    let mut work = tables.clone();
+    for (index, op) in ops.iter().enumerate() {
+        apply_one(&mut work, index, op)?;
+    }
+    *tables = work;
+    Ok(())
+}
+
+fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), ApplyError> {
+    let tr = op.table();
+    let pos = tables
+        .iter()
+        .position(|t| t.family == tr.family && t.name == tr.name);
+    let nf = |what: String| ApplyError::NotFound { index, what };
+    if let Op::AddTable { table, comment } = op {
+        match pos {
+            Some(p) => tables[p].comment = comment.clone().or(tables[p].comment.take()),
+            None => {
+                let mut t = Table::new(table.family, table.name.clone());
+                t.comment = comment.clone();
+                tables.push(t);
+            }
+        }
+        return Ok(());
+    }
+    let p = pos.ok_or_else(|| nf(format!("table {} {}", tr.family.nft_name(), tr.name)))?;
+    if let Op::DeleteTable { .. } = op {
+        tables.remove(p);
+        return Ok(());
+    }
+    let t = &mut tables[p];
+    match op {
+        Op::AddTable { .. } | Op::DeleteTable { .. } => unreachable!(),
+        Op::AddChain {
+            name,
+            base,
+            comment,
+            ..
+        } => match t.chains.iter().find(|c| &c.name == name) {
+            Some(c) if c.base != *base => {
+                return Err(ApplyError::Exists {
+                    index,
+                    what: format!("chain {name}"),
+                })
+            }
+            Some(_) => {}
+            None => {
+                let mut c = Chain::regular(name.clone());
+                c.base = *base;
+                c.comment = comment.clone();
+                t.chains.push(c);
+            }
+        },
+        Op::FlushChain { chain, .. } => {
+            t.chains
+                .iter_mut()
+                .find(|c| &c.name == chain)
+                .ok_or_else(|| nf(format!("chain {chain}")))?
+                .rules
+                .clear();
+        }
+        Op::DeleteChain { chain, .. } => {
+            let i = t
+                .chains
+                .iter()
+                .position(|c| &c.name == chain)
+                .ok_or_else(|| nf(format!("chain {chain}")))?;
+            if !t.chains[i].rules.is_empty() || chain_referenced(t, chain) {
+                return Err(ApplyError::Busy {
+                    index,
+                    what: format!("chain {chain}"),
+                });
+            }
+            t.chains.remove(i);
+        }
+        Op::AddRule { chain, rule, .. } => {
+            for target in rule.verdict_targets() {
+                if t.chain(target).is_none() {
+                    return Err(nf(format!("chain {target}")));
+                }
+            }
+            for s in rule.set_refs() {
+                if t.set(s).is_none() {
+                    return Err(nf(format!("set {s}")));
+                }
+            }
+            t.chains
+                .iter_mut()
+                .find(|c| &c.name == chain)
+                .ok_or_else(|| nf(format!("chain {chain}")))?
+                .rules
+                .push(rule.clone());
+        }
+        Op::AddSet { set, .. } => match t.set(&set.name) {
+            Some(s) => {
+                let same = s.key == set.key
+                    && s.data == set.data
+                    && s.flags == set.flags
+                    && s.timeout_ms == set.timeout_ms;
+                if !same {
+                    return Err(ApplyError::Exists {
+                        index,
+                        what: format!("set {}", set.name),
+                    });
+                }
+            }
+            None => t.sets.push(Set {
+                elements: Vec::new(),
+                ..set.clone()
+            }),
+        },
+        Op::DeleteSet { set, .. } => {
+            let i = t
+                .sets
+                .iter()
+                .position(|s| &s.name == set)
+                .ok_or_else(|| nf(format!("set {set}")))?;
+            if set_referenced(t, set) {
+                return Err(ApplyError::Busy {
+                    index,
+                    what: format!("set {set}"),
+                });
+            }
+            t.sets.remove(i);
+        }
+        Op::FlushSet { set, .. } => {
+            t.sets
+                .iter_mut()
+                .find(|s| &s.name == set)
+                .ok_or_else(|| nf(format!("set {set}")))?
+                .elements
+                .clear();
+        }
+        Op::AddElements { set, elements, .. } => {
+            for e in elements {
+                if let Some(ElemData::Verdict(v)) = &e.data {
+                    if let Some(c) = v.chain() {
+                        if t.chain(c).is_none() {
+                            return Err(nf(format!("chain {c}")));
+                        }
+                    }
+                }
+            }
+            let s = t
+                .sets
+                .iter_mut()
+                .find(|s| &s.name == set)
+                .ok_or_else(|| nf(format!("set {set}")))?;
+            let mut check = Set {
+                elements: elements.clone(),
+                ..s.clone()
+            };
+            check.name = "check".into();
+            check.validate().map_err(|e| ApplyError::BadElement {
+                index,
+                set: set.clone(),
+                reason: e.to_string(),
+            })?;
+            for e in elements {
+                match s.elements.iter().find(|x| elem_key(x) == elem_key(e)) {
+                    Some(x) if x.data != e.data => {
+                        return Err(ApplyError::Exists {
+                            index,
+                            what: format!("element of {set}"),
+                        })
+                    }
+                    Some(_) => {}
+                    None => s.elements.push(e.clone()),
+                }
+            }
+        }
+        Op::DeleteElements { set, elements, .. } => {
+            let s = t
+                .sets
+                .iter_mut()
+                .find(|s| &s.name == set)
+                .ok_or_else(|| nf(format!("set {set}")))?;
+            for e in elements {
+                let i = s
+                    .elements
+                    .iter()
+                    .position(|x| elem_key(x) == elem_key(e))
+                    .ok_or_else(|| nf(format!("element {:?} of {set}", e.key)))?;
+                s.elements.remove(i);
+            }
+        }
+    }
+    Ok(())
+}

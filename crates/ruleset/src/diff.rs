@@ -1,0 +1,269 @@
+//! The minimal batch turning the last committed tables into the desired ones.
+//!
+//! Element changes are element adds and deletes; a chain is rewritten (flush + add rules)
+//! only when its rules changed; sets and chains are created and deleted as they appear
+//! and disappear. A sync with no change yields no operation. Because names derive from
+//! object identity, a restarted daemon diffing against the kernel's dump gets the same
+//! minimal batch.
+//!
+//! Order inside the batch, so that every reference is valid when the kernel checks it:
+//! new sets, new chains, flushes (changed and removed chains), element deletes, set
+//! deletes (removed or re-declared sets), re-declared sets, element adds, rules, chain
+//! deletes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nft_model::*;
+
+/// Key identity of an element.
+type ElemKey = (Vec<Value>, Option<Vec<Value>>);
+
+fn decl_eq(a: &Set, b: &Set) -> bool {
+    a.key == b.key
+        && a.data == b.data
+        && a.flags == b.flags
+        && a.timeout_ms == b.timeout_ms
+        && a.comment == b.comment
+}
+
+/// Diff whole rulesets: tables matched by family and name; a table only in `old` is
+/// deleted, one only in `new` created.
+pub fn diff(old: &[Table], new: &[Table]) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for n in new {
+        let o = old
+            .iter()
+            .find(|o| o.family == n.family && o.name == n.name);
+        ops.extend(diff_tables(o, n));
+    }
+    for o in old {
+        if !new.iter().any(|n| n.family == o.family && n.name == o.name) {
+            ops.push(Op::DeleteTable {
+                table: TableRef::new(o.family, o.name.clone()),
+            });
+        }
+    }
+    ops
+}
+
+/// Diff one table. `old == None`: the table does not exist yet.
+pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
+    let Some(old) = old else {
+        return create_table_ops(new);
+    };
+    let t = TableRef::new(new.family, new.name.clone());
+    let mut ops = Vec::new();
+    if old.comment != new.comment {
+        ops.push(Op::AddTable {
+            table: t.clone(),
+            comment: new.comment.clone(),
+        });
+    }
+
+    let old_sets: BTreeMap<&str, &Set> = old.sets.iter().map(|s| (s.name.as_str(), s)).collect();
+    let new_sets: BTreeMap<&str, &Set> = new.sets.iter().map(|s| (s.name.as_str(), s)).collect();
+    let old_chains: BTreeMap<&str, &Chain> =
+        old.chains.iter().map(|c| (c.name.as_str(), c)).collect();
+
+    let added_sets: Vec<&Set> = new
+        .sets
+        .iter()
+        .filter(|s| !old_sets.contains_key(s.name.as_str()))
+        .collect();
+    let removed_sets: Vec<&Set> = old
+        .sets
+        .iter()
+        .filter(|s| !new_sets.contains_key(s.name.as_str()))
+        .collect();
+    let redeclared: BTreeSet<&str> = new
+        .sets
+        .iter()
+        .filter(|s| {
+            old_sets
+                .get(s.name.as_str())
+                .is_some_and(|o| !decl_eq(o, s))
+        })
+        .map(|s| s.name.as_str())
+        .collect();
+
+    let added_chains: Vec<&Chain> = new
+        .chains
+        .iter()
+        .filter(|c| !old_chains.contains_key(c.name.as_str()))
+        .collect();
+    let new_names: BTreeSet<&str> = new.chains.iter().map(|c| c.name.as_str()).collect();
+    let removed_chains: Vec<&Chain> = old
+        .chains
+        .iter()
+        .filter(|c| !new_names.contains(c.name.as_str()))
+        .collect();
+    // Chains whose declaration changed are re-created (only base chains can differ so).
+    let recreated: Vec<&Chain> = new
+        .chains
+        .iter()
+        .filter(|c| {
+            old_chains
+                .get(c.name.as_str())
+                .is_some_and(|o| o.base != c.base || o.comment != c.comment)
+        })
+        .collect();
+    let recreated_names: BTreeSet<&str> = recreated.iter().map(|c| c.name.as_str()).collect();
+    let rewritten: Vec<&Chain> = new
+        .chains
+        .iter()
+        .filter(|c| !recreated_names.contains(c.name.as_str()))
+        .filter(|c| {
+            old_chains.get(c.name.as_str()).is_some_and(|o| {
+                o.rules != c.rules
+                    || o.rules
+                        .iter()
+                        .flat_map(|r| r.set_refs())
+                        .any(|s| redeclared.contains(s))
+            })
+        })
+        .collect();
+
+    // 1. new sets and chains
+    for s in &added_sets {
+        ops.push(Op::AddSet {
+            table: t.clone(),
+            set: Set {
+                elements: Vec::new(),
+                ..(*s).clone()
+            },
+        });
+    }
+    for c in &added_chains {
+        ops.push(add_chain_op(&t, c));
+    }
+    // 2. flushes
+    for c in rewritten
+        .iter()
+        .map(|c| old_chains[c.name.as_str()])
+        .chain(removed_chains.iter().copied())
+    {
+        if !c.rules.is_empty() {
+            ops.push(Op::FlushChain {
+                table: t.clone(),
+                chain: c.name.clone(),
+            });
+        }
+    }
+    for c in &recreated {
+        let o = old_chains[c.name.as_str()];
+        if !o.rules.is_empty() {
+            ops.push(Op::FlushChain {
+                table: t.clone(),
+                chain: c.name.clone(),
+            });
+        }
+        ops.push(Op::DeleteChain {
+            table: t.clone(),
+            chain: c.name.clone(),
+        });
+        ops.push(add_chain_op(&t, c));
+    }
+    // 3. element deletes (in sets kept as declared)
+    let mut adds: Vec<(String, Vec<Element>)> = Vec::new();
+    for n in &new.sets {
+        let Some(o) = old_sets.get(n.name.as_str()) else {
+            if !n.flags.dynamic && !n.elements.is_empty() {
+                adds.push((n.name.clone(), n.elements.clone()));
+            }
+            continue;
+        };
+        if redeclared.contains(n.name.as_str()) {
+            if !n.flags.dynamic && !n.elements.is_empty() {
+                adds.push((n.name.clone(), n.elements.clone()));
+            }
+            continue;
+        }
+        if n.flags.dynamic {
+            continue;
+        }
+        let ok: BTreeMap<ElemKey, &Element> = o
+            .elements
+            .iter()
+            .map(|e| ((e.key.clone(), e.key_end.clone()), e))
+            .collect();
+        let nk: BTreeMap<ElemKey, &Element> = n
+            .elements
+            .iter()
+            .map(|e| ((e.key.clone(), e.key_end.clone()), e))
+            .collect();
+        let del: Vec<Element> = ok
+            .iter()
+            .filter(|(k, e)| nk.get(*k).is_none_or(|ne| ne != *e))
+            .map(|(_, e)| (*e).clone())
+            .collect();
+        let add: Vec<Element> = nk
+            .iter()
+            .filter(|(k, e)| ok.get(*k).is_none_or(|oe| oe != *e))
+            .map(|(_, e)| (*e).clone())
+            .collect();
+        if !del.is_empty() {
+            ops.push(Op::DeleteElements {
+                table: t.clone(),
+                set: n.name.clone(),
+                elements: del,
+            });
+        }
+        if !add.is_empty() {
+            adds.push((n.name.clone(), add));
+        }
+    }
+    // 4. set deletes and re-declarations
+    for s in &removed_sets {
+        ops.push(Op::DeleteSet {
+            table: t.clone(),
+            set: s.name.clone(),
+        });
+    }
+    for name in &redeclared {
+        ops.push(Op::DeleteSet {
+            table: t.clone(),
+            set: name.to_string(),
+        });
+    }
+    for name in &redeclared {
+        ops.push(Op::AddSet {
+            table: t.clone(),
+            set: Set {
+                elements: Vec::new(),
+                ..new_sets[name].clone()
+            },
+        });
+    }
+    // 5. element adds
+    for (set, elements) in adds {
+        ops.push(Op::AddElements {
+            table: t.clone(),
+            set,
+            elements,
+        });
+    }
+    // 6. rules of new, rewritten and re-created chains, in table order
+    let fill: BTreeSet<&str> = added_chains
+        .iter()
+        .chain(rewritten.iter())
+        .chain(recreated.iter())
+        .map(|c| c.name.as_str())
+        .collect();
+    for c in new.chains.iter().filter(|c| fill.contains(c.name.as_str())) {
+        for r in &c.rules {
+            ops.push(Op::AddRule {
+                table: t.clone(),
+                chain: c.name.clone(),
+                rule: r.clone(),
+            });
+        }
+    }
+    // 7. chain deletes
+    for c in &removed_chains {
+        ops.push(Op::DeleteChain {
+            table: t.clone(),
+            chain: c.name.clone(),
+        });
+    }
+    ops
+}

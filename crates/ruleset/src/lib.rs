@@ -1,0 +1,48 @@
+//! kube-nlproxy's ruleset compiler.
+//!
+//! - [`compile`]: the internal cluster model ([`kube_model::Cluster`]) and the node's
+//!   [`Config`] to one [`nft_model::Table`] per family (`ip kube-nlproxy`, `ip6 kube-nlproxy`).
+//! - [`diff`]: the last committed table and the desired one to the minimal batch of
+//!   [`nft_model::Op`]s; [`apply`] plays a batch onto a table the way the kernel would.
+//! - [`trace`]: a packet tracer over the compiled tables.
+//!
+//! Pure code: no I/O, no clock, no threads. The shape of the ruleset and its reasons are
+//! in docs/ruleset.md.
+
+pub mod apply;
+pub mod compile;
+pub mod config;
+pub mod diff;
+pub mod fixture;
+pub mod names;
+pub mod rules;
+pub mod trace;
+
+pub use apply::{apply, ApplyError};
+pub use compile::{compile, compile_parsed, nft_family, Compiled};
+pub use config::{Config, DetectLocalMode, ParsedConfig};
+pub use diff::{diff, diff_tables};
+pub use trace::{trace, Packet, Trace};
+
+/// Errors of the compiler: a bad configuration (fatal), or a problem with one object
+/// (that object, or the part named, is skipped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RulesetError {
+    #[error("config: {field} {value:?}: {reason}")]
+    Config {
+        field: String,
+        value: String,
+        reason: String,
+    },
+    #[error(transparent)]
+    Model(#[from] kube_model::ModelError),
+    #[error("service {service} port {port:?}: {what} is already used by service {other}; skipped")]
+    Conflict {
+        service: String,
+        port: String,
+        other: String,
+        what: String,
+    },
+    #[error("service {service} port {port:?}: no room left in its endpoint map shard; skipped")]
+    Capacity { service: String, port: String },
+}

@@ -1,0 +1,355 @@
+//! Property tests: random sequences of object changes, applied as diffs one after
+//! another, give the same ruleset as compiling the final state from scratch; every batch
+//! is one the kernel would accept (per `ruleset::apply`). Random malformed Kubernetes
+//! objects never panic the model or the compiler.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::model::*;
+use kube_model::{Cidr, Cluster, ServiceType, TrafficPolicy};
+use nft_model::Table;
+use proptest::prelude::*;
+use ruleset::{apply, compile, diff};
+
+#[derive(Debug, Clone)]
+enum Change {
+    UpsertService {
+        i: u32,
+        kind: u8,
+        etp_local: bool,
+        itp_local: bool,
+        affinity: Option<u32>,
+        ranges: bool,
+        two_ports: bool,
+    },
+    RemoveService(u32),
+    UpsertSlice {
+        i: u32,
+        eps: Vec<(u32, bool, bool, bool)>,
+    },
+    RemoveSlice(u32),
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    prop_oneof![
+        (
+            0u32..6,
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+            prop::option::of(prop::sample::select(vec![60u32, 600])),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(i, kind, etp_local, itp_local, affinity, ranges, two_ports)| {
+                    Change::UpsertService {
+                        i,
+                        kind,
+                        etp_local,
+                        itp_local,
+                        affinity,
+                        ranges,
+                        two_ports,
+                    }
+                }
+            ),
+        (0u32..6).prop_map(Change::RemoveService),
+        (
+            0u32..6,
+            prop::collection::vec((0u32..8, any::<bool>(), any::<bool>(), any::<bool>()), 0..5)
+        )
+            .prop_map(|(i, eps)| Change::UpsertSlice { i, eps }),
+        (0u32..6).prop_map(Change::RemoveSlice),
+    ]
+}
+
+fn play(c: &mut Cluster, ch: &Change) {
+    match ch {
+        Change::UpsertService {
+            i,
+            kind,
+            etp_local,
+            itp_local,
+            affinity,
+            ranges,
+            two_ports,
+        } => {
+            let mut s = service(*i);
+            s.service_type = [
+                ServiceType::ClusterIp,
+                ServiceType::NodePort,
+                ServiceType::LoadBalancer,
+            ][*kind as usize];
+            if s.service_type != ServiceType::ClusterIp {
+                s.ports[0].node_port = Some(30000 + *i as u16);
+                s.external_ips = vec![format!("198.18.251.{}", i + 1).parse().unwrap()];
+                if *etp_local {
+                    s.external_traffic_policy = TrafficPolicy::Local;
+                }
+            }
+            if s.service_type == ServiceType::LoadBalancer {
+                s.load_balancer_ips = vec![format!("198.18.250.{}", i + 1).parse().unwrap()];
+                if *ranges {
+                    s.source_ranges = vec![Cidr::new("198.19.0.0".parse().unwrap(), 16).unwrap()];
+                }
+            }
+            if *itp_local {
+                s.internal_traffic_policy = TrafficPolicy::Local;
+            }
+            s.affinity_timeout = *affinity;
+            if *two_ports {
+                let mut p = s.ports[0].clone();
+                p.name = "other".into();
+                p.port = 81;
+                p.node_port = p.node_port.map(|n| n + 100);
+                s.ports.push(p);
+            }
+            c.services.insert(s.key.clone(), s);
+        }
+        Change::RemoveService(i) => {
+            c.services.remove(&service(*i).key);
+        }
+        Change::UpsertSlice { i, eps } => {
+            let eps: BTreeMap<_, _> = eps
+                .iter()
+                .map(|(a, local, ready, term)| {
+                    (
+                        *a,
+                        endpoint(
+                            pod(*a),
+                            if *local { "node-a" } else { "node-b" },
+                            *ready,
+                            *term,
+                        ),
+                    )
+                })
+                .collect();
+            let mut sl = slice(*i, eps.into_values().collect());
+            sl.ports.push(kube_model::SlicePort {
+                name: "other".into(),
+                protocol: kube_model::Protocol::Tcp,
+                port: 9090,
+            });
+            c.slices.insert(sl.key.clone(), sl);
+        }
+        Change::RemoveSlice(i) => {
+            c.slices.remove(&slice(*i, vec![]).key);
+        }
+    }
+}
+
+fn canon(t: &[Table]) -> Vec<Table> {
+    t.iter().map(Table::canonical).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn diffs_compose_to_a_fresh_compile(changes in prop::collection::vec(change(), 1..25)) {
+        let cfg = config();
+        let mut c = cluster(0);
+        let mut cur: Vec<Table> = Vec::new();
+        for ch in &changes {
+            play(&mut c, ch);
+            let new = compile(&c, &cfg).unwrap().tables;
+            for t in &new {
+                t.validate().unwrap();
+            }
+            let ops = diff(&cur, &new);
+            apply(&mut cur, &ops).map_err(|e| TestCaseError::fail(format!("{e}\n{}", nft_model::render::script(&ops))))?;
+            prop_assert_eq!(canon(&cur), canon(&new));
+            prop_assert!(diff(&new, &new).is_empty());
+        }
+        let fresh = compile(&c, &cfg).unwrap().tables;
+        prop_assert_eq!(canon(&cur), canon(&fresh));
+    }
+}
+
+// --- malformed Kubernetes objects never panic ---------------------------------------
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+
+fn junk_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        Just("None".to_string()),
+        Just("198.18.100.1".to_string()),
+        Just(" 198.018.100.001 ".to_string()),
+        Just("2001:db8::1".to_string()),
+        Just("::ffff:198.18.0.1".to_string()),
+        Just("0.0.0.0".to_string()),
+        Just("127.0.0.1".to_string()),
+        Just("198.18.0.0/16".to_string()),
+        "[ -~]{0,20}",
+        "\\PC{0,12}",
+    ]
+}
+
+fn junk_service() -> impl Strategy<Value = core::Service> {
+    (
+        prop::option::of("[a-z0-9\\-]{0,10}"),
+        prop::option::of(junk_string()),
+        prop::option::of(prop::collection::vec(junk_string(), 0..3)),
+        prop::option::of(prop::sample::select(vec![
+            "ClusterIP",
+            "NodePort",
+            "LoadBalancer",
+            "ExternalName",
+            "Bogus",
+        ])),
+        prop::collection::vec(
+            (
+                prop::option::of("[a-z]{0,3}"),
+                prop::option::of(junk_string()),
+                any::<i32>(),
+                prop::option::of(any::<i32>()),
+            ),
+            0..4,
+        ),
+        prop::option::of(prop::collection::vec(junk_string(), 0..3)),
+        prop::option::of(prop::collection::vec(junk_string(), 0..3)),
+        prop::option::of(prop::collection::vec(prop::option::of(junk_string()), 0..3)),
+        prop::option::of(any::<i32>()),
+    )
+        .prop_map(
+            |(name, cip, cips, ty, ports, ext, ranges, ingress, timeout)| {
+                let mut s = core::Service::default();
+                s.metadata.name = name;
+                s.metadata.namespace = Some("ns".into());
+                let mut spec = core::ServiceSpec {
+                    cluster_ip: cip,
+                    cluster_ips: cips,
+                    type_: ty.map(str::to_string),
+                    external_ips: ext,
+                    load_balancer_source_ranges: ranges,
+                    ..Default::default()
+                };
+                spec.ports = Some(
+                    ports
+                        .into_iter()
+                        .map(|(name, proto, port, np)| core::ServicePort {
+                            name,
+                            protocol: proto,
+                            port,
+                            node_port: np,
+                            ..Default::default()
+                        })
+                        .collect(),
+                );
+                if let Some(t) = timeout {
+                    spec.session_affinity = Some("ClientIP".into());
+                    spec.session_affinity_config = Some(core::SessionAffinityConfig {
+                        client_ip: Some(core::ClientIPConfig {
+                            timeout_seconds: Some(t),
+                        }),
+                    });
+                }
+                s.spec = Some(spec);
+                s.status = ingress.map(|ips| core::ServiceStatus {
+                    load_balancer: Some(core::LoadBalancerStatus {
+                        ingress: Some(
+                            ips.into_iter()
+                                .map(|ip| core::LoadBalancerIngress {
+                                    ip,
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        ),
+                    }),
+                    ..Default::default()
+                });
+                s
+            },
+        )
+}
+
+fn junk_slice() -> impl Strategy<Value = discovery::EndpointSlice> {
+    (
+        prop::option::of("[a-z0-9\\-]{0,10}"),
+        prop::sample::select(vec!["IPv4", "IPv6", "FQDN", "x"]),
+        prop::option::of("[a-z0-9\\-]{0,10}"),
+        prop::collection::vec(
+            (
+                prop::collection::vec(junk_string(), 0..2),
+                prop::option::of(any::<bool>()),
+                prop::option::of("[a-z\\-]{0,8}"),
+            ),
+            0..4,
+        ),
+        prop::collection::vec(
+            (
+                prop::option::of("[a-z]{0,3}"),
+                prop::option::of(junk_string()),
+                prop::option::of(any::<i32>()),
+            ),
+            0..3,
+        ),
+    )
+        .prop_map(|(name, at, svc, eps, ports)| {
+            let mut s = discovery::EndpointSlice {
+                address_type: at.to_string(),
+                ..Default::default()
+            };
+            s.metadata.name = name;
+            s.metadata.namespace = Some("ns".into());
+            if let Some(svc) = svc {
+                s.metadata.labels = Some(
+                    [("kubernetes.io/service-name".to_string(), svc)]
+                        .into_iter()
+                        .collect(),
+                );
+            }
+            s.endpoints = Some(
+                eps.into_iter()
+                    .map(|(addresses, ready, node)| discovery::Endpoint {
+                        addresses,
+                        conditions: Some(discovery::EndpointConditions {
+                            ready,
+                            ..Default::default()
+                        }),
+                        node_name: node,
+                        ..Default::default()
+                    })
+                    .collect(),
+            );
+            s.ports = Some(
+                ports
+                    .into_iter()
+                    .map(|(name, protocol, port)| discovery::EndpointPort {
+                        name,
+                        protocol,
+                        port,
+                        ..Default::default()
+                    })
+                    .collect(),
+            );
+            s
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn malformed_objects_never_panic(svcs in prop::collection::vec(junk_service(), 0..6), slices in prop::collection::vec(junk_slice(), 0..6)) {
+        let (cluster, errors) = Cluster::from_objects(&svcs, &slices, None);
+        for e in &errors {
+            // every error names its object or document
+            let msg = e.to_string();
+            prop_assert!(!msg.is_empty());
+            prop_assert!(msg.chars().next().unwrap().is_lowercase(), "{}", msg);
+        }
+        let mut cfg = config();
+        cfg.families = vec!["IPv4".into(), "IPv6".into()];
+        let compiled = compile(&cluster, &cfg).unwrap();
+        for t in &compiled.tables {
+            prop_assert!(t.validate().is_ok(), "{:?}", t.validate());
+            let _ = nft_model::render::table(t);
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! Tracer tests, one or more per behaviour, over the golden fixtures.
+
+mod common;
+
+use common::case;
+use ruleset::trace::Fate;
+use ruleset::Packet;
+
+fn set(v: &[&str]) -> std::collections::BTreeSet<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+const POD: &str = "198.18.1.50"; // a pod on this node (cluster CIDR 198.18.0.0/20)
+const OUTSIDE: &str = "198.19.200.5"; // a client outside the cluster
+const NODE: &str = "198.18.200.1";
+
+#[test]
+fn cluster_ip_reaches_all_endpoints_unmasqueraded_from_pods() {
+    let c = case("cluster-ip-general");
+    let t = c.trace(&Packet::tcp(POD, "198.18.100.41", 80).on("veth1"));
+    assert_eq!(
+        t.targets(),
+        set(&["198.18.1.10:8080", "198.18.2.10:8080"]),
+        "{t}"
+    );
+    assert_eq!(t.fate(), Some(Fate::Out));
+    assert!(t.none_masqueraded(), "{t}");
+    let t = c.trace(&Packet::tcp(POD, "198.18.100.41", 443));
+    assert_eq!(t.targets(), set(&["198.18.1.10:8443", "198.18.2.10:8443"]));
+    let t = c.trace(&Packet::udp(POD, "198.18.100.10", 53));
+    assert_eq!(t.targets(), set(&["198.18.2.11:5353"]));
+    let t = c.trace(&Packet::tcp(POD, "198.18.100.10", 53));
+    assert_eq!(t.targets(), set(&["198.18.2.11:5353"]));
+    let t = c.trace(&Packet::sctp(POD, "198.18.100.42", 3868));
+    assert_eq!(t.targets(), set(&["198.18.2.10:3868"]));
+}
+
+#[test]
+fn cluster_ip_from_host_or_outside_is_masqueraded() {
+    let c = case("cluster-ip-general");
+    let t = c.trace(&Packet::tcp(NODE, "198.18.100.41", 80).from_host());
+    assert!(t.all_masqueraded(), "{t}");
+    assert_eq!(t.targets().len(), 2);
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.100.41", 80));
+    assert!(t.all_masqueraded(), "{t}");
+}
+
+#[test]
+fn cluster_ip_wrong_port_rejected_unallocated_dropped() {
+    let c = case("cluster-ip-general");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.41", 81)).fate(),
+        Some(Fate::Reject)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(NODE, "198.18.100.41", 81).from_host())
+            .fate(),
+        Some(Fate::Reject)
+    );
+    assert_eq!(
+        c.trace(&Packet::udp(POD, "198.18.100.41", 80)).fate(),
+        Some(Fate::Reject)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.99", 80)).fate(),
+        Some(Fate::Drop)
+    );
+    // outside the service CIDR: not ours
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.150.1", 80)).fate(),
+        Some(Fate::Out)
+    );
+}
+
+#[test]
+fn hairpin_is_masqueraded() {
+    let c = case("cluster-ip-general");
+    let t = c.trace(&Packet::tcp("198.18.1.10", "198.18.100.41", 80).on("veth1"));
+    for o in &t.outcomes {
+        let to_self = o.dnat.map(|(a, _)| a.to_string()) == Some("198.18.1.10".into());
+        assert_eq!(o.masquerade, to_self, "{t}");
+    }
+}
+
+#[test]
+fn node_ports_on_primary_ip_only_never_loopback() {
+    let c = case("node-ports");
+    let t = c.trace(&Packet::tcp(OUTSIDE, NODE, 30080));
+    assert_eq!(
+        t.targets(),
+        set(&["198.18.1.10:8080", "198.18.2.10:8080"]),
+        "{t}"
+    );
+    assert!(t.all_masqueraded());
+    let t = c.trace(&Packet::udp(OUTSIDE, NODE, 30053));
+    assert_eq!(t.targets(), set(&["198.18.1.10:5353", "198.18.2.10:5353"]));
+    let t = c.trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30080).from_host());
+    assert!(t.targets().is_empty(), "{t}");
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30081)).fate(),
+        Some(Fate::Local)
+    );
+}
+
+#[test]
+fn node_port_addresses_cidrs_and_all() {
+    let c = case("node-ports-cidrs");
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30080)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert!(c
+        .trace(&Packet::tcp(OUTSIDE, "198.18.201.1", 30080))
+        .targets()
+        .is_empty());
+    assert!(c
+        .trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30080).from_host())
+        .targets()
+        .is_empty());
+    let c = case("node-ports-all");
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30080)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert!(c
+        .trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30080).from_host())
+        .targets()
+        .is_empty());
+}
+
+#[test]
+fn load_balancer_external_ip_and_node_port() {
+    let c = case("load-balancer");
+    let all = set(&["198.18.1.10:8080", "198.18.2.10:8080"]);
+    for (dst, port) in [
+        ("198.18.250.1", 80),
+        ("198.18.251.1", 80),
+        (NODE, 30060),
+        ("198.18.100.60", 80),
+    ] {
+        let t = c.trace(&Packet::tcp(OUTSIDE, dst, port));
+        assert_eq!(t.targets(), all, "{dst}:{port}\n{t}");
+        assert!(t.all_masqueraded());
+    }
+    let c = case("load-balancer-ipmode-proxy");
+    assert!(c
+        .trace(&Packet::tcp(OUTSIDE, "198.18.250.2", 80))
+        .targets()
+        .is_empty());
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.3", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+}
+
+#[test]
+fn source_ranges_filter_lb_ip_only() {
+    let c = case("lb-source-ranges");
+    let ok = set(&["198.18.2.10:8080"]);
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.0.5", "198.18.250.4", 80))
+            .targets(),
+        ok
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.9.1", "198.18.250.4", 80))
+            .targets(),
+        ok
+    );
+    let t = c.trace(&Packet::tcp("198.19.100.1", "198.18.250.4", 80));
+    assert_eq!(t.fate(), Some(Fate::Drop), "{t}");
+    assert!(t.visits("firewall-check"));
+    // NodePort and ClusterIP are not filtered
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.100.1", NODE, 30062)).targets(),
+        ok
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.100.1", "198.18.100.62", 80))
+            .targets(),
+        ok
+    );
+    // a range holding the node IP also admits the LB IP itself as source
+    let ok2 = set(&["198.18.2.10:8443"]);
+    assert_eq!(
+        c.trace(&Packet::tcp("198.18.250.5", "198.18.250.5", 443).from_host())
+            .targets(),
+        ok2
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("198.18.200.7", "198.18.250.5", 443))
+            .targets(),
+        ok2
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.5", 443)).fate(),
+        Some(Fate::Drop)
+    );
+}
+
+#[test]
+fn etp_local_external_only_local_pods_and_host_short_circuit() {
+    let c = case("etp-local");
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.250.7", 80));
+    assert_eq!(t.targets(), set(&["198.18.1.10:8080"]), "{t}");
+    assert!(t.none_masqueraded(), "source IP preserved: {t}");
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30070)).targets(),
+        set(&["198.18.1.10:8080"])
+    );
+    let all = set(&["198.18.1.10:8080", "198.18.2.10:8080", "198.18.2.11:8080"]);
+    let t = c.trace(&Packet::tcp(POD, "198.18.250.7", 80).on("veth1"));
+    assert_eq!(t.targets(), all, "{t}");
+    assert!(t.none_masqueraded());
+    let t = c.trace(&Packet::tcp(NODE, "198.18.250.7", 80).from_host());
+    assert_eq!(t.targets(), all, "{t}");
+    assert!(t.all_masqueraded());
+    // no local endpoint: external traffic dropped, ClusterIP still served
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30071)).fate(),
+        Some(Fate::Drop)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.71", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+}
+
+#[test]
+fn etp_cluster_reaches_all_masqueraded() {
+    let c = case("etp-cluster");
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.250.8", 80));
+    assert_eq!(t.targets(), set(&["198.18.1.10:8080", "198.18.2.10:8080"]));
+    assert!(t.all_masqueraded());
+}
+
+#[test]
+fn itp_local() {
+    let c = case("itp-local");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.80", 80)).targets(),
+        set(&["198.18.1.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.81", 80)).fate(),
+        Some(Fate::Drop)
+    );
+}
+
+#[test]
+fn masquerade_modes() {
+    let c = case("masquerade-all");
+    assert!(c
+        .trace(&Packet::tcp(POD, "198.18.100.90", 80))
+        .all_masqueraded());
+    let c = case("detect-local-node-cidr");
+    assert!(c
+        .trace(&Packet::tcp(POD, "198.18.100.90", 80))
+        .none_masqueraded());
+    assert!(c
+        .trace(&Packet::tcp("198.18.5.5", "198.18.100.90", 80))
+        .all_masqueraded());
+    let c = case("detect-local-bridge");
+    assert!(c
+        .trace(&Packet::tcp(POD, "198.18.100.90", 80).on("cbr0"))
+        .none_masqueraded());
+    assert!(c
+        .trace(&Packet::tcp(POD, "198.18.100.90", 80).on("eth0"))
+        .all_masqueraded());
+    let c = case("detect-local-interface-prefix");
+    assert!(c
+        .trace(&Packet::tcp(POD, "198.18.100.90", 80).on("veth42"))
+        .none_masqueraded());
+    assert!(c
+        .trace(&Packet::tcp(POD, "198.18.100.90", 80).on("eth0"))
+        .all_masqueraded());
+    let c = case("detect-local-none");
+    let t = c.trace(&Packet::tcp(NODE, "198.18.100.90", 80).from_host());
+    assert_eq!(t.targets(), set(&["198.18.2.10:8080"]));
+    assert!(t.none_masqueraded());
+}
+
+#[test]
+fn terminating_endpoints() {
+    let c = case("terminating-etp-local");
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.10", 80))
+            .targets(),
+        set(&["198.18.1.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.100", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.11", 80))
+            .targets(),
+        set(&["198.18.1.10:8080"])
+    );
+    // no usable endpoint at all: rejected, whatever the policy
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.12", 80)).fate(),
+        Some(Fate::Reject)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.102", 80)).fate(),
+        Some(Fate::Reject)
+    );
+    let c = case("terminating-etp-cluster");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.110", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30111)).targets(),
+        set(&["198.18.1.10:8080", "198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.112", 80)).fate(),
+        Some(Fate::Reject)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, NODE, 30112)).fate(),
+        Some(Fate::Reject)
+    );
+}
+
+#[test]
+fn session_affinity_uses_endpoint_chains() {
+    let c = case("session-affinity");
+    let t = c.trace(&Packet::tcp(POD, "198.18.100.120", 80));
+    assert_eq!(
+        t.targets(),
+        set(&["198.18.1.10:8080", "198.18.2.10:8080"]),
+        "{t}"
+    );
+    assert!(
+        t.outcomes
+            .iter()
+            .all(|o| o.path.iter().any(|c| c.starts_with("ep-"))),
+        "{t}"
+    );
+}
+
+#[test]
+fn no_endpoints_rejected() {
+    let c = case("no-endpoints-reject");
+    for (dst, port) in [
+        ("198.18.100.130", 80),
+        ("198.18.251.2", 80),
+        ("198.18.250.13", 80),
+        (NODE, 30130),
+        ("198.18.100.131", 80),
+    ] {
+        let t = c.trace(&Packet::tcp(OUTSIDE, dst, port));
+        assert_eq!(t.fate(), Some(Fate::Reject), "{dst}:{port}\n{t}");
+    }
+    assert_eq!(
+        c.trace(&Packet::tcp(NODE, "198.18.100.130", 80).from_host())
+            .fate(),
+        Some(Fate::Reject)
+    );
+}
+
+#[test]
+fn bad_ips_skip_only_the_bad() {
+    let c = case("bad-ips");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.140", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.251.4", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.146", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.141", 80)).fate(),
+        Some(Fate::Drop)
+    );
+    let objects: Vec<String> = c.model_errors.iter().map(|e| e.to_string()).collect();
+    for name in [
+        "bad-cluster-ip",
+        "port-zero",
+        "port-big",
+        "bad-proto",
+        "dup-ports",
+        "wrong-family",
+        "orphan-1",
+    ] {
+        assert!(
+            objects.iter().any(|e| e.contains(&format!("ns1/{name}"))),
+            "{name} not reported: {objects:#?}"
+        );
+    }
+}
+
+#[test]
+fn dual_stack() {
+    let c = case("dual-stack");
+    let t = c.trace(&Packet::tcp("2001:db8:1:1::50", "2001:db8:100::96", 80));
+    assert_eq!(
+        t.targets(),
+        set(&["[2001:db8:1:1::10]:8080", "[2001:db8:1:2::10]:8080"]),
+        "{t}"
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:8::1", "2001:db8:250::15", 80))
+            .fate(),
+        Some(Fate::Drop)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:9::1", "2001:db8:250::15", 80))
+            .targets()
+            .len(),
+        2
+    );
+    // the IPv6 ranges do not filter IPv4
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.15", 80))
+            .targets()
+            .len(),
+        2
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:9::1", "2001:db8:200::1", 30150))
+            .targets()
+            .len(),
+        2
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:1:1::50", "2001:db8:100::97", 443))
+            .targets(),
+        set(&["[2001:db8:1:2::11]:8443"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:1:1::50", "2001:db8:100::97", 80))
+            .fate(),
+        Some(Fate::Reject)
+    );
+}
+
+#[test]
+fn topology_hints() {
+    let c = case("topology");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.160", 80)).targets(),
+        set(&["198.18.1.10:8080", "198.18.2.10:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.161", 80)).targets(),
+        set(&["198.18.2.10:8080", "198.18.2.11:8080"])
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.162", 80)).targets(),
+        set(&["198.18.1.10:8080"])
+    );
+}
+
+#[test]
+fn ignored_services_are_not_proxied() {
+    let c = case("ignored-services");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.170", 80)).fate(),
+        Some(Fate::Drop)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.171", 80)).targets(),
+        set(&["198.18.2.10:8080"])
+    );
+}
+
+#[test]
+fn overall_mix() {
+    let c = case("overall");
+    let t = c.trace(&Packet::tcp("198.18.160.5", "198.18.250.20", 80));
+    assert_eq!(t.fate(), Some(Fate::Drop), "source range: {t}");
+    let t = c.trace(&Packet::tcp("198.19.3.3", "198.18.250.20", 443));
+    assert_eq!(t.targets(), set(&["198.18.1.10:8443"]), "{t}");
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.3", 80)).fate(),
+        Some(Fate::Reject)
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8::9", "2001:db8:200::1", 30003))
+            .targets(),
+        set(&["[2001:db8:1:1::10]:8080"])
+    );
+}

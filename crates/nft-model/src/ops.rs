@@ -47,6 +47,13 @@ pub enum Op {
         table: TableRef,
         chain: String,
     },
+    /// Delete one rule by its kernel handle (used to remove rules we did not create,
+    /// e.g. jumps into kube-proxy's iptables chains when migrating).
+    DeleteRule {
+        table: TableRef,
+        chain: String,
+        handle: u64,
+    },
     /// Append a rule to the chain.
     AddRule {
         table: TableRef,
@@ -87,6 +94,7 @@ impl Op {
             | Op::AddChain { table, .. }
             | Op::FlushChain { table, .. }
             | Op::DeleteChain { table, .. }
+            | Op::DeleteRule { table, .. }
             | Op::AddRule { table, .. }
             | Op::AddSet { table, .. }
             | Op::DeleteSet { table, .. }

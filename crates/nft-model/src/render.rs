@@ -517,6 +517,11 @@ pub fn op_with(op: &Op, is_map: impl Fn(&str) -> bool) -> String {
         }
         Op::FlushChain { table, chain } => format!("flush chain {} {chain}", tref(table)),
         Op::DeleteChain { table, chain } => format!("delete chain {} {chain}", tref(table)),
+        Op::DeleteRule {
+            table,
+            chain,
+            handle,
+        } => format!("delete rule {} {chain} handle {handle}", tref(table)),
         Op::AddRule {
             table,
             chain,

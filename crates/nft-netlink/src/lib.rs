@@ -6,6 +6,8 @@
 //! back to the operation that caused it and rendered as nft text. [`Nft::dump_table`]
 //! reads one table back into the model, retrying when the ruleset changed meanwhile.
 
+pub mod migrate;
+
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -414,6 +416,19 @@ impl Nft {
         what: &str,
         req: impl FnOnce(u32) -> Vec<u8>,
     ) -> Result<(Vec<Object>, bool), ReadError> {
+        self.dump_with(what, req, |kind, family, attrs| {
+            decode_object(kind, family, attrs)
+        })
+    }
+
+    /// Run one dump request and decode every nftables message with `decode`
+    /// (`NFT_MSG_*` type, family, attributes).
+    pub(crate) fn dump_with<T>(
+        &mut self,
+        what: &str,
+        req: impl FnOnce(u32) -> Vec<u8>,
+        decode: impl Fn(u16, u8, &[u8]) -> Result<T, WireError>,
+    ) -> Result<(Vec<T>, bool), ReadError> {
         let seq = self.next_seq(1);
         self.send(&req(seq)).map_err(|e| match e {
             NftError::Io { source, .. } => ReadError::Io(source),
@@ -425,7 +440,7 @@ impl Nft {
             if kind >> 8 != NFNL_SUBSYS_NFTABLES || payload.len() < 4 {
                 return;
             }
-            match decode_object(kind & 0xff, payload[0], &payload[4..]) {
+            match decode(kind & 0xff, payload[0], &payload[4..]) {
                 Ok(o) => objects.push(o),
                 Err(e) => {
                     decode_err.get_or_insert(e);
@@ -547,7 +562,7 @@ struct ReadOutcome {
 }
 
 #[derive(Debug)]
-enum ReadError {
+pub(crate) enum ReadError {
     Errno(i32),
     Overrun,
     Interrupted,
@@ -557,7 +572,7 @@ enum ReadError {
 }
 
 impl ReadError {
-    fn into_nft(self, what: &str) -> NftError {
+    pub(crate) fn into_nft(self, what: &str) -> NftError {
         match self {
             ReadError::Errno(errno) => NftError::Dump {
                 what: what.to_string(),

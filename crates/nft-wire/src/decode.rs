@@ -257,3 +257,51 @@ pub fn decode_genid(buf: &[u8]) -> Option<u32> {
         .find(|n| n.kind == NFTA_GEN_ID)
         .and_then(|n| n.be32())
 }
+
+/// What is needed of a rule another program wrote (e.g. iptables-nft's, with compat
+/// `match`/`target` expressions the model does not hold): where it is and which chains
+/// it jumps or goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignRule {
+    pub table: TableRef,
+    pub chain: String,
+    pub handle: u64,
+    pub targets: Vec<String>,
+}
+
+/// Scan a `NFT_MSG_NEWRULE` message without interpreting anything but verdicts.
+pub fn scan_rule(family: u8, buf: &[u8]) -> Result<ForeignRule, WireError> {
+    let family = Family::from_u8(family).ok_or(WireError::Invalid {
+        what: "rule",
+        detail: format!("family {family}"),
+    })?;
+    let a = attrs(buf);
+    let table = TableRef::new(family, string(&a, NFTA_RULE_TABLE, "rule", "table")?);
+    let chain = string(&a, NFTA_RULE_CHAIN, "rule", "chain")?;
+    let handle = find(&a, NFTA_RULE_HANDLE)
+        .and_then(Nla::be64)
+        .ok_or(WireError::Missing {
+            what: "rule",
+            attr: "handle",
+        })?;
+    let mut targets = Vec::new();
+    if let Some(list) = find(&a, NFTA_RULE_EXPRESSIONS) {
+        for e in list.nested().filter(|n| n.kind == NFTA_LIST_ELEM) {
+            let inner = attrs(e.data);
+            if find(&inner, NFTA_EXPR_NAME).and_then(Nla::str) != Some("immediate") {
+                continue;
+            }
+            if let Ok(Expr::Verdict(v)) = decode_expr(&e) {
+                if let Some(c) = v.chain() {
+                    targets.push(c.to_string());
+                }
+            }
+        }
+    }
+    Ok(ForeignRule {
+        table,
+        chain,
+        handle,
+        targets,
+    })
+}

@@ -156,6 +156,16 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             w.str(NFTA_RULE_CHAIN, chain);
             one(NFT_MSG_DELRULE, 0, w)
         }
+        Op::DeleteRule {
+            table,
+            chain,
+            handle,
+        } => {
+            table_attrs(&mut w, NFTA_RULE_TABLE, table);
+            w.str(NFTA_RULE_CHAIN, chain);
+            w.be64(NFTA_RULE_HANDLE, *handle);
+            one(NFT_MSG_DELRULE, 0, w)
+        }
         Op::DeleteChain { table, chain } => {
             table_attrs(&mut w, NFTA_CHAIN_TABLE, table);
             w.str(NFTA_CHAIN_NAME, chain);

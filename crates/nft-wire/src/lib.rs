@@ -11,7 +11,7 @@ pub mod expr;
 pub mod msg;
 pub mod nla;
 
-pub use decode::{decode_elements, decode_genid, decode_object, Object};
+pub use decode::{decode_elements, decode_genid, decode_object, scan_rule, ForeignRule, Object};
 pub use encode::{encode_batch, EncodedBatch};
 
 /// Errors of the wire layer; each names the object or attribute involved.

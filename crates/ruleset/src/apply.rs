@@ -98,6 +98,11 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
                 t.chains.push(c);
             }
         },
+        // The in-memory model carries no kernel handles: rules deleted by handle are
+        // never ours, so the model cannot play them.
+        Op::DeleteRule { chain, handle, .. } => {
+            return Err(nf(format!("rule handle {handle} in chain {chain}")));
+        }
         Op::FlushChain { chain, .. } => {
             t.chains
                 .iter_mut()

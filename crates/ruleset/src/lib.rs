@@ -13,6 +13,7 @@ pub mod apply;
 pub mod compile;
 pub mod config;
 pub mod diff;
+pub mod explain;
 pub mod fixture;
 pub mod names;
 pub mod rules;
@@ -22,6 +23,7 @@ pub use apply::{apply, ApplyError};
 pub use compile::{compile, compile_parsed, nft_family, Compiled};
 pub use config::{Config, DetectLocalMode, ParsedConfig};
 pub use diff::{diff, diff_tables};
+pub use explain::{explain, Explanation};
 pub use trace::{trace, Packet, Trace};
 
 /// Errors of the compiler: a bad configuration (fatal), or a problem with one object

@@ -26,6 +26,67 @@ fn decl_eq(a: &Set, b: &Set) -> bool {
         && a.comment == b.comment
 }
 
+/// Whether `els` is strictly increasing by element key (as the compiler emits them).
+fn sorted_by_key(els: &[Element]) -> bool {
+    els.windows(2)
+        .all(|w| (&w[0].key, &w[0].key_end) < (&w[1].key, &w[1].key_end))
+}
+
+/// The elements to delete from `old` and to add from `new` (an element whose data or
+/// attributes changed is deleted and re-added). Linear merge when both lists are sorted
+/// by key, as compiled tables are; a keyed comparison otherwise (e.g. a kernel dump).
+fn element_changes(old: &[Element], new: &[Element]) -> (Vec<Element>, Vec<Element>) {
+    if sorted_by_key(old) && sorted_by_key(new) {
+        let (mut del, mut add) = (Vec::new(), Vec::new());
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < new.len() {
+            let ord = match (old.get(i), new.get(j)) {
+                (Some(a), Some(b)) => (&a.key, &a.key_end).cmp(&(&b.key, &b.key_end)),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match ord {
+                std::cmp::Ordering::Less => {
+                    del.push(old[i].clone());
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    add.push(new[j].clone());
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    if old[i] != new[j] {
+                        del.push(old[i].clone());
+                        add.push(new[j].clone());
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        return (del, add);
+    }
+    let ok: BTreeMap<ElemKey, &Element> = old
+        .iter()
+        .map(|e| ((e.key.clone(), e.key_end.clone()), e))
+        .collect();
+    let nk: BTreeMap<ElemKey, &Element> = new
+        .iter()
+        .map(|e| ((e.key.clone(), e.key_end.clone()), e))
+        .collect();
+    let del = ok
+        .iter()
+        .filter(|(k, e)| nk.get(*k).is_none_or(|ne| ne != *e))
+        .map(|(_, e)| (*e).clone())
+        .collect();
+    let add = nk
+        .iter()
+        .filter(|(k, e)| ok.get(*k).is_none_or(|oe| oe != *e))
+        .map(|(_, e)| (*e).clone())
+        .collect();
+    (del, add)
+}
+
 /// Diff whole rulesets: tables matched by family and name; a table only in `old` is
 /// deleted, one only in `new` created.
 pub fn diff(old: &[Table], new: &[Table]) -> Vec<Op> {
@@ -178,29 +239,12 @@ pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
             }
             continue;
         }
-        if n.flags.dynamic {
+        // Unchanged sets (the common case: a sync touches a few of hundreds of maps)
+        // cost one comparison, without building key maps.
+        if n.flags.dynamic || o.elements == n.elements {
             continue;
         }
-        let ok: BTreeMap<ElemKey, &Element> = o
-            .elements
-            .iter()
-            .map(|e| ((e.key.clone(), e.key_end.clone()), e))
-            .collect();
-        let nk: BTreeMap<ElemKey, &Element> = n
-            .elements
-            .iter()
-            .map(|e| ((e.key.clone(), e.key_end.clone()), e))
-            .collect();
-        let del: Vec<Element> = ok
-            .iter()
-            .filter(|(k, e)| nk.get(*k).is_none_or(|ne| ne != *e))
-            .map(|(_, e)| (*e).clone())
-            .collect();
-        let add: Vec<Element> = nk
-            .iter()
-            .filter(|(k, e)| ok.get(*k).is_none_or(|oe| oe != *e))
-            .map(|(_, e)| (*e).clone())
-            .collect();
+        let (del, add) = element_changes(&o.elements, &n.elements);
         if !del.is_empty() {
             ops.push(Op::DeleteElements {
                 table: t.clone(),

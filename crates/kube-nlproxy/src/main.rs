@@ -1,0 +1,377 @@
+//! kube-nlproxy: the node daemon. A drop-in replacement for kube-proxy's command line
+//! and configuration file; desired state from the Kubernetes API (kube-rs watchers) or
+//! from manifest files; the sync engine on its own thread. Never spawns a process.
+
+mod config;
+mod duration;
+mod flags;
+mod host;
+mod kube_source;
+mod manifests;
+mod settings;
+mod sink;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context as _};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use nft_model::{Family, Op, TableRef};
+use sync_engine::{
+    Clock, ConntrackKernel, Engine, EngineConfig, Event, NftKernel, Observer, SyncReport,
+};
+use tracing::{error, info, warn};
+
+use crate::flags::Flags;
+use crate::settings::Settings;
+
+fn main() -> ExitCode {
+    let (flags, flag_warnings) = Flags::parse_from_env();
+    let mut settings = match settings::load(&flags) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kube-nlproxy: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&settings);
+    for w in flag_warnings.iter().chain(&settings.warnings) {
+        warn!("{w}");
+    }
+    for n in &settings.notes {
+        info!("{n}");
+    }
+    match run(&flags, &mut settings) {
+        Ok(code) => code,
+        Err(e) => {
+            error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(s: &Settings) {
+    let default = match s.verbosity {
+        0..=1 => "info",
+        2..=4 => "info,kube_nlproxy=debug,sync_engine=debug",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if s.json_logs {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+/// Whether this run talks to the kernel (not `--dry-run`, not `--render-to`).
+fn touches_kernel(f: &Flags) -> bool {
+    !f.dry_run && f.render_to.is_none()
+}
+
+fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &flags.write_config_to {
+        std::fs::write(path, settings.kpc.to_yaml()).with_context(|| format!("writing {path}"))?;
+        info!(path, "configuration written");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if flags.cleanup == Some(true) {
+        cleanup()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if touches_kernel(flags) {
+        host::apply_conntrack(&settings.conntrack);
+        if let Some(v) = settings.oom_score_adj {
+            host::apply_oom_score_adj(v);
+        }
+    }
+    if flags.init_only == Some(true) {
+        info!("initialisation done (--init-only)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    match host::local_addresses() {
+        Ok(a) => settings.ruleset.local_addresses = a.iter().map(ToString::to_string).collect(),
+        Err(e) => warn!(error = %e, "cannot list the host's addresses"),
+    }
+    info!(
+        node = %settings.node_name,
+        source = flags.manifests.as_deref().unwrap_or("kubernetes"),
+        "starting kube-nlproxy {}",
+        env!("CARGO_PKG_VERSION")
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (tx, rx) = channel::<Event>();
+    start_source(flags, settings, &rt, tx.clone())?;
+
+    if flags.dry_run {
+        return dry_run(settings, rx);
+    }
+    let cfg = EngineConfig {
+        ruleset: settings.ruleset.clone(),
+        min_sync_period: settings.min_sync_period,
+        sync_period: settings.sync_period,
+        watch_tamper: touches_kernel(flags),
+        conntrack_cleanup: touches_kernel(flags),
+        ..EngineConfig::default()
+    };
+    match &flags.render_to {
+        Some(path) => {
+            let engine = Engine::new(
+                cfg,
+                sink::FileSink::new(path),
+                sink::NoConntrack,
+                sync_engine::SystemClock,
+            );
+            drive(engine, flags, &rt, tx, rx)
+        }
+        None => {
+            let engine = sync_engine::real_engine(cfg).context("opening netlink sockets")?;
+            drive(engine, flags, &rt, tx, rx)
+        }
+    }
+}
+
+fn start_source(
+    flags: &Flags,
+    settings: &Settings,
+    rt: &tokio::runtime::Runtime,
+    tx: Sender<Event>,
+) -> anyhow::Result<()> {
+    match &flags.manifests {
+        Some(path) => {
+            let mut reader = manifests::Reader::new(path, &settings.node_name);
+            let snap = reader.read().map_err(|e| anyhow!("manifests: {e}"))?;
+            for ev in manifests::initial(&snap) {
+                let _ = tx.send(ev);
+            }
+            if !flags.once && !flags.dry_run {
+                let poll = flags.manifests_poll.0;
+                std::thread::Builder::new()
+                    .name("manifests".into())
+                    .spawn(move || manifests::watch(reader, snap, poll, tx))
+                    .context("starting the manifests watcher")?;
+            }
+        }
+        None => {
+            let ks = settings.kube.clone();
+            let node = settings.node_name.clone();
+            let client = rt.block_on(kube_source::client(&ks))?;
+            info!("kubernetes API client ready");
+            rt.spawn(kube_source::run(client, node, tx));
+        }
+    }
+    Ok(())
+}
+
+/// Logs one info line per sync. (The engine itself logs each invalid object when it
+/// arrives, failed syncs and repairs.)
+struct LogObserver {
+    synced: Arc<AtomicBool>,
+}
+
+fn log_report(r: &SyncReport) {
+    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
+    info!(
+        kind = if r.full { "full" } else { "partial" },
+        services = r.services,
+        endpoints = r.endpoints,
+        ops = r.ops,
+        bytes = r.bytes,
+        compile_ms = ms(r.compile),
+        commit_ms = ms(r.commit),
+        conntrack_ms = ms(r.conntrack),
+        conntrack_deleted = r.conntrack_deleted,
+        conntrack_targets = r.conntrack_targets,
+        invalid = r.errors.len(),
+        "synced"
+    );
+}
+
+impl Observer for LogObserver {
+    fn synced(&self, r: &SyncReport) {
+        self.synced.store(true, Ordering::SeqCst);
+        log_report(r);
+    }
+}
+
+fn drive<N, C, K>(
+    mut engine: Engine<N, C, K>,
+    flags: &Flags,
+    rt: &tokio::runtime::Runtime,
+    tx: Sender<Event>,
+    rx: Receiver<Event>,
+) -> anyhow::Result<ExitCode>
+where
+    N: NftKernel,
+    C: ConntrackKernel,
+    K: Clock,
+{
+    let synced = Arc::new(AtomicBool::new(false));
+    let observer = LogObserver {
+        synced: synced.clone(),
+    };
+    engine.set_observer(Box::new(observer));
+    rt.spawn(async move {
+        shutdown_signal().await;
+        info!("shutting down");
+        let _ = tx.send(Event::Shutdown);
+    });
+    if flags.once {
+        let (mut services, mut slices) = (false, false);
+        while !(services && slices) {
+            match rx.recv() {
+                Ok(Event::ServicesListed) => {
+                    services = true;
+                    engine.handle(Event::ServicesListed);
+                }
+                Ok(Event::SlicesListed) => {
+                    slices = true;
+                    engine.handle(Event::SlicesListed);
+                }
+                Ok(Event::Shutdown) | Err(_) => {
+                    error!("stopped before the initial lists were complete");
+                    return Ok(ExitCode::FAILURE);
+                }
+                Ok(ev) => engine.handle(ev),
+            }
+        }
+        return match engine.sync() {
+            Ok(r) => {
+                if !synced.load(Ordering::SeqCst) {
+                    log_report(&r);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                error!(error = %e, "sync failed");
+                Ok(ExitCode::FAILURE)
+            }
+        };
+    }
+    sync_engine::run(engine, rx).context("sync engine")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// `--cleanup`: delete our tables (`ip kube-nlproxy`, `ip6 kube-nlproxy`) in one batch;
+/// absent tables are fine; nothing else is touched.
+fn cleanup() -> anyhow::Result<()> {
+    let mut nft = nft_netlink::Nft::open().context("opening the nftables netlink socket")?;
+    let mut ops = Vec::new();
+    for family in [Family::Ip, Family::Ip6] {
+        let t = TableRef::new(family, ruleset::names::TABLE);
+        if nft.table_exists(&t).context("checking our tables")? {
+            ops.push(Op::DeleteTable { table: t });
+        }
+    }
+    if ops.is_empty() {
+        info!("cleanup: no kube-nlproxy table present");
+        return Ok(());
+    }
+    nft.commit(&ops, None).context("deleting our tables")?;
+    info!(tables = ops.len(), "cleanup: kube-nlproxy tables deleted");
+    Ok(())
+}
+
+/// Objects gathered from the source's events (for `--dry-run`).
+#[derive(Default)]
+struct Collected {
+    services: BTreeMap<String, core::Service>,
+    slices: BTreeMap<String, discovery::EndpointSlice>,
+    node: Option<core::Node>,
+}
+
+fn ns_name(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or("default"),
+        m.name.as_deref().unwrap_or("")
+    )
+}
+
+/// `--dry-run`: the initial lists, compiled exactly as the engine compiles them, printed
+/// as nft text to stdout. Touches nothing.
+fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode> {
+    let mut c = Collected::default();
+    let (mut services, mut slices) = (false, false);
+    while !(services && slices) {
+        match rx.recv() {
+            Ok(Event::ServiceApplied(s)) => {
+                c.services.insert(ns_name(&s.metadata), s);
+            }
+            Ok(Event::ServiceDeleted(s)) => {
+                c.services.remove(&ns_name(&s.metadata));
+            }
+            Ok(Event::SliceApplied(s)) => {
+                c.slices.insert(ns_name(&s.metadata), s);
+            }
+            Ok(Event::SliceDeleted(s)) => {
+                c.slices.remove(&ns_name(&s.metadata));
+            }
+            Ok(Event::NodeApplied(n)) => c.node = Some(n),
+            Ok(Event::ServicesListed) => services = true,
+            Ok(Event::SlicesListed) => slices = true,
+            Ok(Event::Resync) => {}
+            Ok(Event::Shutdown) | Err(_) => {
+                error!("stopped before the initial lists were complete");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    let svcs: Vec<_> = c.services.into_values().collect();
+    let slcs: Vec<_> = c.slices.into_values().collect();
+    let (cluster, errors) = kube_model::Cluster::from_objects(&svcs, &slcs, c.node.as_ref());
+    let compiled =
+        ruleset::compile(&cluster, &settings.ruleset).map_err(|e| anyhow!("configuration: {e}"))?;
+    let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    problems.extend(compiled.errors.iter().map(ToString::to_string));
+    problems.sort();
+    problems.dedup();
+    for p in &problems {
+        warn!(problem = %p, "invalid object skipped");
+    }
+    let mut out = String::new();
+    for t in &compiled.tables {
+        out.push_str(&nft_model::render::table(t));
+    }
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .context("writing to stdout")?;
+    info!(
+        services = cluster.services.len(),
+        slices = cluster.slices.len(),
+        tables = compiled.tables.len(),
+        invalid = problems.len(),
+        "dry run: ruleset printed, nothing changed"
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,624 @@
+//! Daemon-level test support (no root needed):
+//!
+//! - [`ApiServer`]: an HTTP/1.1 Kubernetes API-server double on 127.0.0.1 that speaks the
+//!   real list/watch wire protocol for services, endpointslices and nodes: lists carry a
+//!   `resourceVersion`; watches resume from one, stream chunked JSON events
+//!   (`ADDED`/`MODIFIED`/`DELETED`), send `BOOKMARK`s when asked, answer a compacted
+//!   resourceVersion with a `410 Expired` ERROR event, and can drop every connection or
+//!   refuse service for a while (an outage).
+//! - [`daemon_binary`] and [`Daemon`]: the built `kube-nlproxy` binary, run as a child
+//!   process and killed on drop.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The resources the double serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Res {
+    Services,
+    EndpointSlices,
+    Nodes,
+}
+
+impl Res {
+    fn from_path(p: &str) -> Option<Res> {
+        match p {
+            "/api/v1/services" => Some(Res::Services),
+            "/apis/discovery.k8s.io/v1/endpointslices" => Some(Res::EndpointSlices),
+            "/api/v1/nodes" => Some(Res::Nodes),
+            _ => None,
+        }
+    }
+    fn of(obj: &Value) -> Res {
+        match obj["kind"].as_str() {
+            Some("Service") => Res::Services,
+            Some("EndpointSlice") => Res::EndpointSlices,
+            Some("Node") => Res::Nodes,
+            k => panic!("the double does not serve kind {k:?}"),
+        }
+    }
+    fn list_kind(self) -> (&'static str, &'static str) {
+        match self {
+            Res::Services => ("ServiceList", "v1"),
+            Res::EndpointSlices => ("EndpointSliceList", "discovery.k8s.io/v1"),
+            Res::Nodes => ("NodeList", "v1"),
+        }
+    }
+    fn kind(self) -> &'static str {
+        match self {
+            Res::Services => "Service",
+            Res::EndpointSlices => "EndpointSlice",
+            Res::Nodes => "Node",
+        }
+    }
+}
+
+type ObjKey = (Res, String, String);
+
+fn key_of(obj: &Value) -> ObjKey {
+    (
+        Res::of(obj),
+        obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[derive(Debug, Clone)]
+struct WatchEvent {
+    rv: u64,
+    res: Res,
+    kind: &'static str,
+    object: Value,
+}
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    objects: BTreeMap<ObjKey, Value>,
+    events: Vec<WatchEvent>,
+    /// Watches from a resourceVersion older than this get 410 Gone.
+    compacted: u64,
+    /// Outage: connections are accepted and closed at once.
+    down: bool,
+    /// Bumped to drop every open watch connection.
+    epoch: u64,
+    /// Request lines received (for assertions).
+    requests: Vec<String>,
+    bookmark_every: Option<Duration>,
+}
+
+/// The API-server double. Stops when dropped.
+pub struct ApiServer {
+    addr: SocketAddr,
+    state: Arc<(Mutex<State>, Condvar)>,
+    stop: Arc<AtomicBool>,
+}
+
+impl ApiServer {
+    pub fn start() -> ApiServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new((
+            Mutex::new(State {
+                rv: 100,
+                compacted: 0,
+                bookmark_every: Some(Duration::from_millis(500)),
+                ..State::default()
+            }),
+            Condvar::new(),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (st, sp) = (state.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if sp.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let st = st.clone();
+                let sp = sp.clone();
+                std::thread::spawn(move || {
+                    let _ = serve(conn, st, sp);
+                });
+            }
+        });
+        ApiServer { addr, state, stop }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let (m, cv) = &*self.state;
+        let r = f(&mut m.lock().unwrap_or_else(|e| e.into_inner()));
+        cv.notify_all();
+        r
+    }
+
+    /// Create or update an object (its kind picks the resource); returns its new
+    /// resourceVersion.
+    pub fn apply(&self, mut obj: Value) -> u64 {
+        self.with(|s| {
+            s.rv += 1;
+            let rv = s.rv;
+            obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let key = key_of(&obj);
+            let kind = if s.objects.contains_key(&key) {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            s.objects.insert(key.clone(), obj.clone());
+            s.events.push(WatchEvent {
+                rv,
+                res: key.0,
+                kind,
+                object: obj,
+            });
+            rv
+        })
+    }
+
+    /// Delete an object by kind, namespace ("" for nodes) and name.
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
+        self.with(|s| {
+            let res = Res::of(&json!({ "kind": kind }));
+            let Some(mut obj) = s.objects.remove(&(res, namespace.into(), name.into())) else {
+                panic!("delete: no {kind} {namespace}/{name}");
+            };
+            s.rv += 1;
+            obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+            s.events.push(WatchEvent {
+                rv: s.rv,
+                res,
+                kind: "DELETED",
+                object: obj,
+            });
+        })
+    }
+
+    /// Forget the event history: watches resuming from before now get 410 Gone.
+    pub fn compact(&self) {
+        self.with(|s| s.compacted = s.rv + 1);
+    }
+
+    /// Drop every open watch connection (abruptly, without the final chunk).
+    pub fn drop_connections(&self) {
+        self.with(|s| s.epoch += 1);
+    }
+
+    /// Start or end an outage: while down, connections are closed as soon as accepted.
+    pub fn set_down(&self, down: bool) {
+        self.with(|s| {
+            s.down = down;
+            s.epoch += 1;
+        });
+    }
+
+    /// The request lines received so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.with(|s| s.requests.clone())
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.set_down(true);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn pct_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let h = std::str::from_utf8(&b[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match h {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `obj` matches `labelSelector` (terms `k`, `!k`, `k=v`, `k!=v`) and
+/// `fieldSelector` (`metadata.name=x`, `metadata.namespace=x`).
+fn selected(obj: &Value, labels: &str, fields: &str) -> bool {
+    let l = &obj["metadata"]["labels"];
+    for term in labels.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let ok = if let Some(k) = term.strip_prefix('!') {
+            l.get(k).is_none()
+        } else if let Some((k, v)) = term.split_once("!=") {
+            l.get(k).and_then(Value::as_str) != Some(v)
+        } else if let Some((k, v)) = term.split_once('=') {
+            l.get(k.trim_end_matches('=')).and_then(Value::as_str) == Some(v)
+        } else {
+            l.get(term).is_some()
+        };
+        if !ok {
+            return false;
+        }
+    }
+    for term in fields.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let Some((k, v)) = term.split_once('=') else {
+            continue;
+        };
+        let (k, v) = (k.trim_end_matches('='), v);
+        let actual = match k {
+            "metadata.name" => obj["metadata"]["name"].as_str(),
+            "metadata.namespace" => obj["metadata"]["namespace"].as_str(),
+            _ => None,
+        };
+        if actual != Some(v) {
+            return false;
+        }
+    }
+    true
+}
+
+fn write_response(
+    conn: &mut TcpStream,
+    code: u16,
+    reason: &str,
+    body: &Value,
+) -> std::io::Result<()> {
+    let body = body.to_string();
+    write!(
+        conn,
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    conn.flush()
+}
+
+fn chunk(conn: &mut TcpStream, v: &Value) -> std::io::Result<()> {
+    let mut line = v.to_string();
+    line.push('\n');
+    write!(conn, "{:x}\r\n{line}\r\n", line.len())?;
+    conn.flush()
+}
+
+fn serve(
+    mut conn: TcpStream,
+    st: Arc<(Mutex<State>, Condvar)>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let (m, cv) = &*st;
+    let epoch = {
+        let s = m.lock().unwrap_or_else(|e| e.into_inner());
+        if s.down || stop.load(Ordering::SeqCst) {
+            return Ok(()); // closed at once
+        }
+        s.epoch
+    };
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    let mut content_length = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" || h == "\n" {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                content_length = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    if content_length > 0 {
+        let mut body = vec![0u8; content_length];
+        reader.read_exact(&mut body)?;
+    }
+    let target = request_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("/")
+        .to_string();
+    m.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .requests
+        .push(request_line.trim().to_string());
+    let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    let mut q: BTreeMap<String, String> = BTreeMap::new();
+    for kv in query.split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        q.insert(pct_decode(k), pct_decode(v));
+    }
+    let Some(res) = Res::from_path(path) else {
+        return write_response(
+            &mut conn,
+            404,
+            "Not Found",
+            &json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","reason":"NotFound","code":404}),
+        );
+    };
+    let labels = q.get("labelSelector").cloned().unwrap_or_default();
+    let fields = q.get("fieldSelector").cloned().unwrap_or_default();
+    let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
+    if !watch {
+        let s = m.lock().unwrap_or_else(|e| e.into_inner());
+        let items: Vec<Value> = s
+            .objects
+            .iter()
+            .filter(|(k, o)| k.0 == res && selected(o, &labels, &fields))
+            .map(|(_, o)| o.clone())
+            .collect();
+        let (kind, api) = res.list_kind();
+        let body = json!({
+            "kind": kind, "apiVersion": api,
+            "metadata": {"resourceVersion": s.rv.to_string()},
+            "items": items,
+        });
+        drop(s);
+        return write_response(&mut conn, 200, "OK", &body);
+    }
+    let from: u64 = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let bookmarks = q.get("allowWatchBookmarks").map(String::as_str) == Some("true");
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(300));
+    write!(
+        conn,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )?;
+    conn.flush()?;
+    {
+        let s = m.lock().unwrap_or_else(|e| e.into_inner());
+        if from < s.compacted {
+            let msg = format!("too old resource version: {from} ({})", s.compacted);
+            drop(s);
+            chunk(
+                &mut conn,
+                &json!({"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},
+                    "status":"Failure","message": msg,"reason":"Expired","code":410}}),
+            )?;
+            write!(conn, "0\r\n\r\n")?;
+            return conn.flush();
+        }
+    }
+    let start = Instant::now();
+    let mut last = from;
+    let mut last_bookmark = Instant::now();
+    loop {
+        let (pending, bm, gone) = {
+            let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                let gone = s.epoch != epoch || s.down || stop.load(Ordering::SeqCst);
+                let pending: Vec<WatchEvent> = s
+                    .events
+                    .iter()
+                    .filter(|e| e.rv > last && e.res == res)
+                    .cloned()
+                    .collect();
+                let bm_due = bookmarks
+                    && s.bookmark_every
+                        .is_some_and(|d| last_bookmark.elapsed() >= d);
+                if gone || !pending.is_empty() || bm_due || start.elapsed() >= timeout {
+                    let rv = s.rv;
+                    break (pending, if bm_due { Some(rv) } else { None }, gone);
+                }
+                s = cv
+                    .wait_timeout(s, Duration::from_millis(100))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        };
+        if gone {
+            // Abrupt drop: no terminating chunk.
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+            return Ok(());
+        }
+        for e in pending {
+            last = e.rv;
+            if selected(&e.object, &labels, &fields) {
+                chunk(&mut conn, &json!({"type": e.kind, "object": e.object}))?;
+            }
+        }
+        if let Some(rv) = bm {
+            last_bookmark = Instant::now();
+            last = last.max(rv);
+            chunk(
+                &mut conn,
+                &json!({"type":"BOOKMARK","object":{"kind": res.kind(),
+                    "apiVersion": res.list_kind().1, "metadata":{"resourceVersion": rv.to_string()}}}),
+            )?;
+        }
+        if start.elapsed() >= timeout {
+            write!(conn, "0\r\n\r\n")?;
+            return conn.flush();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// objects
+
+pub fn node(name: &str, ip: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": "zone-a"}},
+        "spec": {"podCIDRs": ["198.18.64.0/24"]},
+        "status": {"addresses": [{"type": "InternalIP", "address": ip}]}
+    })
+}
+
+/// A ClusterIP service with one TCP port.
+pub fn service(ns: &str, name: &str, cluster_ip: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"type": "ClusterIP", "clusterIP": cluster_ip, "clusterIPs": [cluster_ip],
+                 "ports": [{"name": "p", "port": port, "targetPort": port, "protocol": "TCP"}]}
+    })
+}
+
+/// An IPv4 endpoint slice for `service` with ready endpoints on `node`.
+pub fn slice(ns: &str, service: &str, name: &str, addrs: &[&str], port: u16, node: &str) -> Value {
+    let eps: Vec<Value> = addrs
+        .iter()
+        .map(|a| json!({"addresses": [a], "conditions": {"ready": true}, "nodeName": node}))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "p", "port": port, "protocol": "TCP"}],
+        "endpoints": eps
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// the daemon
+
+/// The `kube-nlproxy` binary of this build (cargo builds it for the workspace's tests
+/// because its package has integration tests). Fails when it is missing or older than
+/// the daemon's sources.
+pub fn daemon_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // <target>/<profile>/deps/<test> -> <target>/<profile>/kube-nlproxy
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|p| p.join("kube-nlproxy"))
+        .expect("target dir");
+    let Ok(meta) = std::fs::metadata(&bin) else {
+        panic!(
+            "{} is missing: run `cargo test --workspace` (or `cargo build -p kube-nlproxy` first)",
+            bin.display()
+        );
+    };
+    let built = meta.modified().expect("mtime");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/kube-nlproxy/src");
+    if let Ok(rd) = std::fs::read_dir(&src) {
+        for e in rd.flatten() {
+            if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
+                assert!(
+                    m <= built,
+                    "{} is older than {}: run `cargo build -p kube-nlproxy` (or `cargo test --workspace`)",
+                    bin.display(),
+                    e.path().display()
+                );
+            }
+        }
+    }
+    bin
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("nlp-it-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running daemon; killed on drop. Its stderr (the log) goes to a file.
+pub struct Daemon {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(args: &[&str], log: PathBuf) -> Daemon {
+        let f = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(daemon_binary())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .expect("start kube-nlproxy");
+        Daemon { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `cond` every 50 ms until it holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The file's text, or "" when it does not exist (yet).
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}

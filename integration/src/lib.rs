@@ -577,8 +577,16 @@ pub struct Daemon {
 impl Daemon {
     pub fn start(args: &[&str], log: PathBuf) -> Daemon {
         let f = std::fs::File::create(&log).expect("log file");
+        // Unless a test picks them, the health and metrics servers listen on ephemeral
+        // loopback ports, so parallel daemons never compete for kube-proxy's ports.
+        let mut args: Vec<&str> = args.to_vec();
+        for flag in ["--healthz-bind-address", "--metrics-bind-address"] {
+            if !args.iter().any(|a| a.starts_with(flag)) {
+                args.extend([flag, "127.0.0.1:0"]);
+            }
+        }
         let child = Command::new(daemon_binary())
-            .args(args)
+            .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(f)
@@ -602,6 +610,53 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// GET over HTTP/1.1 with a plain TCP stream: (status code, headers, body), or None if
+/// nothing answers. Enough for our own small JSON and text responses.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Some((code, head.to_string(), body))
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = rest[n..].trim_start_matches("\r\n");
+    }
+    out
 }
 
 /// Poll `cond` every 50 ms until it holds or `timeout` passes.

@@ -8,6 +8,7 @@ mod flags;
 mod host;
 mod kube_source;
 mod manifests;
+mod operate;
 mod settings;
 mod sink;
 
@@ -30,6 +31,10 @@ use crate::flags::Flags;
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("explain") {
+        return explain_main(args);
+    }
     let (flags, flag_warnings) = Flags::parse_from_env();
     let mut settings = match settings::load(&flags) {
         Ok(s) => s,
@@ -86,6 +91,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     }
     if flags.cleanup == Some(true) {
         cleanup()?;
+        operate::migrate_from_iptables();
         return Ok(ExitCode::SUCCESS);
     }
     if touches_kernel(flags) {
@@ -120,6 +126,30 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     if flags.dry_run {
         return dry_run(settings, rx);
     }
+    let families: Vec<&'static str> = settings
+        .ruleset
+        .families
+        .iter()
+        .filter_map(|f| match f.as_str() {
+            "IPv4" => Some("IPv4"),
+            "IPv6" => Some("IPv6"),
+            _ => None,
+        })
+        .collect();
+    let strategy = if touches_kernel(flags) {
+        "probed"
+    } else {
+        "none"
+    };
+    let metrics = ops_server::Metrics::new(&families, strategy);
+    let rx = operate::counting(rx, metrics.clone())?;
+    let ops = Operate {
+        metrics,
+        families,
+        healthz: settings.kpc.healthz_bind_address.clone(),
+        metrics_addr: settings.kpc.metrics_bind_address.clone(),
+        migrate: touches_kernel(flags),
+    };
     let cfg = EngineConfig {
         ruleset: settings.ruleset.clone(),
         min_sync_period: settings.min_sync_period,
@@ -136,11 +166,11 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
                 sink::NoConntrack,
                 sync_engine::SystemClock,
             );
-            drive(engine, flags, &rt, tx, rx)
+            drive(engine, flags, &rt, tx, rx, ops)
         }
         None => {
             let engine = sync_engine::real_engine(cfg).context("opening netlink sockets")?;
-            drive(engine, flags, &rt, tx, rx)
+            drive(engine, flags, &rt, tx, rx, ops)
         }
     }
 }
@@ -208,12 +238,23 @@ impl Observer for LogObserver {
     }
 }
 
+/// The operator side of a running daemon (see `operate`).
+struct Operate {
+    metrics: Arc<ops_server::Metrics>,
+    families: Vec<&'static str>,
+    healthz: String,
+    metrics_addr: String,
+    /// Remove kube-proxy's iptables leftovers after our first sync.
+    migrate: bool,
+}
+
 fn drive<N, C, K>(
     mut engine: Engine<N, C, K>,
     flags: &Flags,
     rt: &tokio::runtime::Runtime,
     tx: Sender<Event>,
     rx: Receiver<Event>,
+    ops: Operate,
 ) -> anyhow::Result<ExitCode>
 where
     N: NftKernel,
@@ -221,10 +262,29 @@ where
     K: Clock,
 {
     let synced = Arc::new(AtomicBool::new(false));
-    let observer = LogObserver {
-        synced: synced.clone(),
-    };
-    engine.set_observer(Box::new(observer));
+    let mut observers: Vec<Box<dyn Observer>> = vec![
+        Box::new(LogObserver {
+            synced: synced.clone(),
+        }),
+        operate::metrics_observer(&ops.metrics),
+    ];
+    if ops.migrate {
+        observers.push(Box::new(operate::MigrateOnce::new()));
+    }
+    engine.set_observer(Box::new(operate::Observers(observers)));
+    if !flags.once {
+        if let Err(e) = operate::start_servers(
+            rt,
+            engine.status(),
+            ops.metrics.clone(),
+            ops.families.clone(),
+            &ops.healthz,
+            &ops.metrics_addr,
+        ) {
+            // as kube-proxy: a server that cannot bind is reported, the proxy goes on
+            warn!("{e:#}");
+        }
+    }
     rt.spawn(async move {
         shutdown_signal().await;
         info!("shutting down");
@@ -317,9 +377,82 @@ fn ns_name(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> St
     )
 }
 
-/// `--dry-run`: the initial lists, compiled exactly as the engine compiles them, printed
-/// as nft text to stdout. Touches nothing.
-fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode> {
+/// `kube-nlproxy explain --src IP[:PORT] --dst IP:PORT/PROTO [--iif NAME] [--from-host]`:
+/// the packet's path through our ruleset as the kernel holds it, or, with `--manifests
+/// PATH --dry-run`, as it would be compiled from those manifests.
+fn explain_main(args: Vec<String>) -> ExitCode {
+    let (eargs, rest) = operate::split_explain(args);
+    let (rest, _) = flags::strip_ignored(rest);
+    let flags = match <Flags as clap::Parser>::try_parse_from(rest) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("kube-nlproxy explain: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let settings = match settings::load(&flags) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("kube-nlproxy explain: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&settings);
+    match explain(&flags, &eargs, settings) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kube-nlproxy explain: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn explain(
+    flags: &Flags,
+    eargs: &operate::ExplainArgs,
+    mut settings: Settings,
+) -> anyhow::Result<String> {
+    let pkt = operate::explain_packet(eargs)?;
+    let mut local: Vec<std::net::IpAddr> = host::local_addresses().unwrap_or_default();
+    settings.ruleset.local_addresses = local.iter().map(ToString::to_string).collect();
+    let tables = if flags.manifests.is_some() {
+        if !flags.dry_run {
+            return Err(anyhow!(
+                "explain with --manifests needs --dry-run (the kernel is not read then)"
+            ));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let (tx, rx) = channel::<Event>();
+        start_source(flags, &settings, &rt, tx)?;
+        let (cluster, compiled, _) = collect_and_compile(&settings, rx)?
+            .ok_or_else(|| anyhow!("the manifests source stopped before its initial lists"))?;
+        if let Some(n) = &cluster.node {
+            local.extend(n.primary_ips.iter().copied());
+        }
+        compiled.tables
+    } else {
+        operate::kernel_tables()?
+    };
+    if tables.is_empty() {
+        return Err(anyhow!(
+            "no kube-nlproxy table to explain (is the proxy running here?)"
+        ));
+    }
+    Ok(ruleset::explain(&tables, &local, &pkt).to_string())
+}
+
+/// The initial lists from `rx`, compiled exactly as the engine compiles them, with the
+/// problems found (sorted). `None` if the source stopped first.
+fn collect_and_compile(
+    settings: &Settings,
+    rx: Receiver<Event>,
+) -> anyhow::Result<Option<(kube_model::Cluster, ruleset::Compiled, Vec<String>)>> {
     let mut c = Collected::default();
     let (mut services, mut slices) = (false, false);
     while !(services && slices) {
@@ -340,10 +473,7 @@ fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode>
             Ok(Event::ServicesListed) => services = true,
             Ok(Event::SlicesListed) => slices = true,
             Ok(Event::Resync) => {}
-            Ok(Event::Shutdown) | Err(_) => {
-                error!("stopped before the initial lists were complete");
-                return Ok(ExitCode::FAILURE);
-            }
+            Ok(Event::Shutdown) | Err(_) => return Ok(None),
         }
     }
     let svcs: Vec<_> = c.services.into_values().collect();
@@ -355,6 +485,16 @@ fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode>
     problems.extend(compiled.errors.iter().map(ToString::to_string));
     problems.sort();
     problems.dedup();
+    Ok(Some((cluster, compiled, problems)))
+}
+
+/// `--dry-run`: the initial lists, compiled exactly as the engine compiles them, printed
+/// as nft text to stdout. Touches nothing.
+fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode> {
+    let Some((cluster, compiled, problems)) = collect_and_compile(settings, rx)? else {
+        error!("stopped before the initial lists were complete");
+        return Ok(ExitCode::FAILURE);
+    };
     for p in &problems {
         warn!(problem = %p, "invalid object skipped");
     }

@@ -25,8 +25,8 @@ impl FileSink {
         }
     }
 
-    fn write(&self) -> std::io::Result<()> {
-        let text: String = self.tables.iter().map(nft_model::render::table).collect();
+    fn write(&self, tables: &[Table]) -> std::io::Result<()> {
+        let text: String = tables.iter().map(nft_model::render::table).collect();
         let tmp = self.path.with_extension("tmp");
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
@@ -57,10 +57,11 @@ impl NftKernel for FileSink {
         ruleset::apply(&mut tables, ops).map_err(|e| {
             EngineError::Other(format!("render-to: the batch would be rejected: {e}"))
         })?;
+        // Like the kernel, all or nothing: the new state counts only once it is written.
+        self.write(&tables)
+            .map_err(|e| EngineError::Other(format!("writing {}: {e}", self.path.display())))?;
         self.tables = tables;
         self.generation = self.generation.wrapping_add(1);
-        self.write()
-            .map_err(|e| EngineError::Other(format!("writing {}: {e}", self.path.display())))?;
         Ok(CommitStats {
             ops: ops.len(),
             bytes: batch.bytes.len(),

@@ -1,0 +1,311 @@
+//! What operators see: the /healthz, /livez and metrics servers, health-check node
+//! ports, the metrics and log hooks on the engine, the migration away from kube-proxy's
+//! iptables mode after our first sync, and `explain`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context as _};
+use ops_server::hcport::HealthCheckPorts;
+use ops_server::metrics::MetricsObserver;
+use ops_server::Metrics;
+use sync_engine::{EngineError, Event, Observer, StatusHandle, SyncReport};
+use tracing::{info, warn};
+
+/// Several observers behind one.
+pub struct Observers(pub Vec<Box<dyn Observer>>);
+
+impl Observer for Observers {
+    fn synced(&self, r: &SyncReport) {
+        self.0.iter().for_each(|o| o.synced(r));
+    }
+    fn failed(&self, e: &EngineError) {
+        self.0.iter().for_each(|o| o.failed(e));
+    }
+    fn repaired(&self) {
+        self.0.iter().for_each(|o| o.repaired());
+    }
+}
+
+/// After the first successful sync (our rules are in), remove what kube-proxy's iptables
+/// mode left behind, once.
+pub struct MigrateOnce {
+    done: AtomicBool,
+}
+
+impl MigrateOnce {
+    pub fn new() -> MigrateOnce {
+        MigrateOnce {
+            done: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Observer for MigrateOnce {
+    fn synced(&self, _r: &SyncReport) {
+        if !self.done.swap(true, Ordering::SeqCst) {
+            migrate_from_iptables();
+        }
+    }
+}
+
+/// Remove kube-proxy's iptables-nft leftovers (KUBE-* chains and the jumps to them) over
+/// netlink, and report legacy iptables tables we cannot edit. Failures are logged: they
+/// never stop the proxy.
+pub fn migrate_from_iptables() {
+    match nft_netlink::Nft::open().and_then(|mut n| n.remove_kube_proxy_iptables()) {
+        Ok(r) if r.chains_removed == 0 && r.jumps_removed == 0 => {}
+        Ok(r) => info!(
+            chains = r.chains_removed,
+            jumps = r.jumps_removed,
+            "removed kube-proxy iptables-mode leftovers (iptables-nft)"
+        ),
+        Err(e) => warn!(error = %e, "could not remove kube-proxy iptables-mode leftovers"),
+    }
+    let legacy = nft_netlink::migrate::legacy_iptables_tables(std::path::Path::new("/proc"));
+    if !legacy.is_empty() {
+        warn!("{}", nft_netlink::migrate::legacy_removal_hint(&legacy));
+    }
+}
+
+/// Forward source events to the engine, counting Service and EndpointSlice changes for
+/// the `*_changes_total` and `*_changes_pending` metrics.
+pub fn counting(rx: Receiver<Event>, metrics: Arc<Metrics>) -> anyhow::Result<Receiver<Event>> {
+    let (tx, out): (Sender<Event>, Receiver<Event>) = channel();
+    std::thread::Builder::new()
+        .name("event-counter".into())
+        .spawn(move || {
+            for ev in rx {
+                match &ev {
+                    Event::ServiceApplied(_) | Event::ServiceDeleted(_) => metrics.service_change(),
+                    Event::SliceApplied(_) | Event::SliceDeleted(_) => metrics.endpoint_change(),
+                    _ => {}
+                }
+                if tx.send(ev).is_err() {
+                    break;
+                }
+            }
+        })
+        .context("starting the event counter")?;
+    Ok(out)
+}
+
+/// The address health-check node port servers listen on: `[::]` (which also accepts
+/// IPv4) where IPv6 works, else `0.0.0.0`.
+fn any_address() -> IpAddr {
+    match std::net::TcpListener::bind((Ipv6Addr::UNSPECIFIED, 0)) {
+        Ok(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        Err(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    }
+}
+
+/// Start the health and metrics servers and the health-check node port reconciler on
+/// the runtime. An empty bind address disables that server, as in kube-proxy.
+pub fn start_servers(
+    rt: &tokio::runtime::Runtime,
+    status: StatusHandle,
+    metrics: Arc<Metrics>,
+    families: Vec<&'static str>,
+    healthz_addr: &str,
+    metrics_addr: &str,
+) -> anyhow::Result<()> {
+    if !healthz_addr.is_empty() {
+        let l = rt
+            .block_on(ops_server::bind(healthz_addr))
+            .map_err(|e| anyhow!("healthz server: {e}"))?;
+        let router = ops_server::health_router(status.clone(), families, Some(metrics.clone()));
+        rt.spawn(ops_server::serve(l, router));
+        info!(address = healthz_addr, "serving /healthz and /livez");
+    }
+    if !metrics_addr.is_empty() {
+        let l = rt
+            .block_on(ops_server::bind(metrics_addr))
+            .map_err(|e| anyhow!("metrics server: {e}"))?;
+        rt.spawn(ops_server::serve(
+            l,
+            ops_server::metrics_router(metrics.clone()),
+        ));
+        info!(address = metrics_addr, "serving /metrics");
+    }
+    let mut ports = HealthCheckPorts::new(status.clone(), vec![any_address()]);
+    rt.spawn(async move {
+        loop {
+            ports.reconcile().await;
+            metrics.update_from_status(&status.snapshot());
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    Ok(())
+}
+
+/// The metrics hook for the engine.
+pub fn metrics_observer(m: &Arc<Metrics>) -> Box<dyn Observer> {
+    Box::new(MetricsObserver(m.clone()))
+}
+
+/// `explain` arguments, taken out of the command line before the daemon flags are parsed.
+#[derive(Debug, Default)]
+pub struct ExplainArgs {
+    pub src: Option<String>,
+    pub dst: Option<String>,
+    pub iif: Option<String>,
+    pub from_host: bool,
+}
+
+/// Split `kube-nlproxy explain ...` into the explain arguments and the daemon flags.
+pub fn split_explain(args: Vec<String>) -> (ExplainArgs, Vec<String>) {
+    let mut e = ExplainArgs::default();
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) => (n.to_string(), Some(v.to_string())),
+            None => (a.clone(), None),
+        };
+        let slot = match name.as_str() {
+            "--src" => &mut e.src,
+            "--dst" => &mut e.dst,
+            "--iif" => &mut e.iif,
+            "--from-host" => {
+                e.from_host = true;
+                continue;
+            }
+            "explain" if rest.len() == 1 => continue,
+            _ => {
+                rest.push(a);
+                continue;
+            }
+        };
+        *slot = inline.or_else(|| it.next());
+    }
+    (e, rest)
+}
+
+fn parse_endpoint(s: &str, what: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    let s = s.trim();
+    if let Ok(sa) = s.parse::<std::net::SocketAddr>() {
+        return Ok((sa.ip(), Some(sa.port())));
+    }
+    let ip = s.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<IpAddr>()
+        .map(|ip| (ip, None))
+        .map_err(|_| anyhow!("{what} {s:?}: expected IP or IP:PORT ([IPv6]:PORT)"))
+}
+
+/// Build the packet `explain` traces from `--src IP[:PORT] --dst IP:PORT/PROTO`.
+pub fn explain_packet(a: &ExplainArgs) -> anyhow::Result<ruleset::Packet> {
+    let src = a
+        .src
+        .as_deref()
+        .ok_or_else(|| anyhow!("explain needs --src IP[:PORT]"))?;
+    let dst = a
+        .dst
+        .as_deref()
+        .ok_or_else(|| anyhow!("explain needs --dst IP:PORT/PROTO"))?;
+    let (dst, proto) = dst.rsplit_once('/').unwrap_or((dst, "tcp"));
+    let proto = match proto.to_ascii_lowercase().as_str() {
+        "tcp" => 6,
+        "udp" => 17,
+        "sctp" => 132,
+        p => return Err(anyhow!("--dst protocol {p:?}: expected tcp, udp or sctp")),
+    };
+    let (src, sport) = parse_endpoint(src, "--src")?;
+    let (dst, dport) = parse_endpoint(dst, "--dst")?;
+    let dport = dport.ok_or_else(|| anyhow!("--dst needs a port: IP:PORT/PROTO"))?;
+    if src.is_ipv4() != dst.is_ipv4() {
+        return Err(anyhow!("--src and --dst are of different IP families"));
+    }
+    Ok(ruleset::Packet {
+        src,
+        dst,
+        proto,
+        sport: sport.unwrap_or(40000),
+        dport,
+        iif: a.iif.clone(),
+        local_origin: a.from_host,
+        mark: 0,
+    })
+}
+
+/// Our tables as the kernel holds them now.
+pub fn kernel_tables() -> anyhow::Result<Vec<nft_model::Table>> {
+    let mut nft = nft_netlink::Nft::open().context("opening the nftables netlink socket")?;
+    let mut out = Vec::new();
+    for t in sync_engine::our_tables() {
+        if let Some(table) = nft
+            .dump_table(&t)
+            .with_context(|| format!("reading table {} {}", t.family.nft_name(), t.name))?
+        {
+            out.push(table);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn explain_arguments_are_split_from_daemon_flags() {
+        let (e, rest) = split_explain(v(&[
+            "kube-nlproxy",
+            "explain",
+            "--src",
+            "198.18.66.9",
+            "--dst=198.18.100.41:80/udp",
+            "--manifests",
+            "x.yaml",
+            "--iif",
+            "eth0",
+            "--dry-run",
+        ]));
+        assert_eq!(
+            rest,
+            v(&["kube-nlproxy", "--manifests", "x.yaml", "--dry-run"])
+        );
+        let p = explain_packet(&e).unwrap();
+        assert_eq!(
+            (p.proto, p.dport, p.sport, p.iif.as_deref()),
+            (17, 80, 40000, Some("eth0"))
+        );
+        let (e, _) = split_explain(v(&[
+            "k",
+            "explain",
+            "--src",
+            "[2001:db8::1]:5",
+            "--dst",
+            "[2001:db8::2]:53/sctp",
+        ]));
+        let p = explain_packet(&e).unwrap();
+        assert_eq!((p.proto, p.sport), (132, 5));
+        let (e, _) = split_explain(v(&[
+            "k",
+            "explain",
+            "--src",
+            "198.18.0.1",
+            "--dst",
+            "2001:db8::2:53",
+        ]));
+        assert!(explain_packet(&e).is_err());
+        let (e, _) = split_explain(v(&[
+            "k",
+            "explain",
+            "--src",
+            "198.18.0.1",
+            "--dst",
+            "198.18.0.2/tcp",
+        ]));
+        assert!(explain_packet(&e)
+            .unwrap_err()
+            .to_string()
+            .contains("needs a port"));
+    }
+}

@@ -1,0 +1,218 @@
+//! Operating the daemon inside network namespaces (never the root one): the
+//! health-check node port of an externalTrafficPolicy Local LoadBalancer answers with the
+//! local endpoint count, 503 with none, and closes when the service goes away; on start,
+//! kube-proxy's iptables-mode leftovers are removed and everything else stays.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use netns_tests::{require_root, wait_until, Netns};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kube-nlproxy");
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Running(Child);
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn node_manifest() -> &'static str {
+    "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus:\n  addresses: [{type: InternalIP, address: 198.18.3.1}]\n"
+}
+
+/// An ETP Local LoadBalancer with its endpoints on `nodes` (one endpoint per entry).
+fn lb_manifest(nodes: &[&str]) -> String {
+    let eps: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                "{{addresses: [198.18.64.{}], conditions: {{ready: true}}, nodeName: {n}}}",
+                i + 10
+            )
+        })
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: lb, namespace: web}}\nspec:\n  type: LoadBalancer\n  externalTrafficPolicy: Local\n  healthCheckNodePort: 32000\n  clusterIP: 198.18.3.20\n  ports: [{{name: http, port: 80, targetPort: 8080, nodePort: 30090, protocol: TCP}}]\nstatus:\n  loadBalancer:\n    ingress: [{{ip: 198.18.250.5}}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: lb-1, namespace: web, labels: {{kubernetes.io/service-name: lb}}}}\naddressType: IPv4\nports: [{{name: http, port: 8080, protocol: TCP}}]\nendpoints: [{}]\n",
+        eps.join(", ")
+    )
+}
+
+/// GET http://127.0.0.1:port/ from inside `ns`: (status, weight header, body).
+fn get(ns: &Netns, port: u16) -> Option<(u16, Option<String>, String)> {
+    get_path(ns, port, "/")
+}
+
+fn get_path(ns: &Netns, port: u16, path: &str) -> Option<(u16, Option<String>, String)> {
+    let path = path.to_string();
+    ns.run(move || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .ok()?;
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).ok()?;
+        let (head, body) = raw.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        let weight = head.lines().find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("x-load-balancing-endpoint-weight:")
+                .map(|v| v.trim().to_string())
+        });
+        Some((code, weight, body.to_string()))
+    })
+}
+
+#[test]
+fn health_check_node_port_reports_local_endpoints_and_closes_with_the_service() {
+    require_root!();
+    let ns = Netns::new("hcport");
+    ns.ip(&["addr", "add", "198.18.3.1/32", "dev", "lo"]);
+    let dir = std::env::temp_dir().join(format!("nlp-hc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let node = dir.join("node.yaml");
+    let lb = dir.join("lb.yaml");
+    std::fs::write(&node, node_manifest()).unwrap();
+    std::fs::write(&lb, lb_manifest(&["node-a", "node-a", "node-b"])).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN, "--manifests"])
+        .arg(&dir)
+        .args([
+            "--hostname-override",
+            "node-a",
+            "--proxy-mode",
+            "nftables",
+            "--manifests-poll",
+            "100ms",
+        ])
+        .args([
+            "--iptables-min-sync-period",
+            "100ms",
+            "--healthz-bind-address",
+            "127.0.0.1:10256",
+        ])
+        .args(["--metrics-bind-address", "127.0.0.1:10249"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kube-nlproxy");
+    let _daemon = Running(child);
+
+    let mut last = None;
+    let ok = wait_until(WAIT, || {
+        last = get(&ns, 32000);
+        matches!(&last, Some((200, Some(w), _)) if w == "2")
+    });
+    assert!(
+        ok,
+        "health-check port never answered 200 with 2 local endpoints: {last:?}"
+    );
+    let (_, _, body) = last.clone().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["localEndpoints"], 2, "{body}");
+    assert_eq!(v["service"]["namespace"], "web");
+    assert_eq!(v["service"]["name"], "lb");
+    assert_eq!(v["serviceProxyHealthy"], true);
+    // the proxy's own /healthz is served in the namespace too
+    assert!(wait_until(WAIT, || get_path(&ns, 10256, "/healthz")
+        .is_some_and(|r| r.0 == 200)));
+
+    // every endpoint moves to another node: 503 with 0
+    std::fs::write(&lb, lb_manifest(&["node-b"])).unwrap();
+    let ok = wait_until(WAIT, || {
+        last = get(&ns, 32000);
+        matches!(&last, Some((503, Some(w), _)) if w == "0")
+    });
+    assert!(ok, "no 503 without local endpoints: {last:?}");
+
+    // the service goes away: the port closes
+    std::fs::remove_file(&lb).unwrap();
+    assert!(
+        wait_until(WAIT, || get(&ns, 32000).is_none()),
+        "health-check port still open"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const KUBE_PROXY_RULES: &str = "*nat
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-ABCDEF - [0:0]
+-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A KUBE-SERVICES -d 198.18.3.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-ABCDEF
+-A KUBE-SVC-ABCDEF -p tcp -m tcp -j DNAT --to-destination 198.18.64.9:8080
+COMMIT
+*filter
+:INPUT ACCEPT [0:0]
+:KUBE-FIREWALL - [0:0]
+:ALLOW - [0:0]
+-A INPUT -j KUBE-FIREWALL
+-A INPUT -s 198.18.7.0/24 -j ALLOW
+-A KUBE-FIREWALL -m mark --mark 0x8000/0x8000 -j DROP
+-A ALLOW -j ACCEPT
+COMMIT
+";
+
+#[test]
+fn start_removes_kube_proxy_iptables_leftovers() {
+    require_root!();
+    let ns = Netns::new("migrate-start");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), "iptables-restore"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("iptables-restore");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(KUBE_PROXY_RULES.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let dir = std::env::temp_dir().join(format!("nlp-mig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = dir.join("m.yaml");
+    std::fs::write(&m, node_manifest()).unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN, "--manifests"])
+        .arg(&m)
+        .args(["--hostname-override", "node-a", "--once"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("removed kube-proxy iptables-mode leftovers"),
+        "{log}"
+    );
+    let saved = ns.exec_ok("iptables-save", &[]);
+    assert!(
+        !saved.contains("KUBE-SERVICES") && !saved.contains("KUBE-SVC-ABCDEF"),
+        "{saved}"
+    );
+    for kept in [
+        "-A INPUT -j KUBE-FIREWALL",
+        "-A INPUT -s 198.18.7.0/24 -j ALLOW",
+        "-A ALLOW -j ACCEPT",
+    ] {
+        assert!(saved.contains(kept), "{kept} must stay:\n{saved}");
+    }
+    assert!(ns
+        .exec_ok("nft", &["list", "table", "ip", "kube-nlproxy"])
+        .contains("table ip kube-nlproxy"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

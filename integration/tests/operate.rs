@@ -1,0 +1,276 @@
+//! The daemon's operator endpoints over real HTTP: /healthz and /livez JSON and status
+//! codes (200 after a sync, 503 when syncs stall, /healthz 503 once the node is marked
+//! for deletion), metric names, types and labels with values moving after syncs, and
+//! the `explain` command. No root: the kernel is replaced by `--render-to`.
+
+use std::time::Duration;
+
+use integration::*;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn yaml(objs: &[Value]) -> String {
+    objs.iter().map(|o| format!("---\n{o}\n")).collect()
+}
+
+fn tainted(mut n: Value) -> Value {
+    n["spec"]["taints"] = json!([{"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]);
+    n
+}
+
+fn json_of(port: u16, path: &str) -> Option<(u16, Value)> {
+    let (code, _, body) = http_get(port, path)?;
+    Some((code, serde_json::from_str(&body).ok()?))
+}
+
+fn metric(text: &str, line_start: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[test]
+fn health_and_metrics_follow_syncs_stalls_and_node_state() {
+    let dir = TempDir::new("operate");
+    let mdir = dir.path("manifests");
+    std::fs::create_dir_all(&mdir).unwrap();
+    let objs = vec![
+        node("node-a", "198.18.0.10"),
+        service("demo", "web", "198.18.128.10", 80),
+        slice("demo", "web", "web-1", &["198.18.64.5"], 8080, "node-a"),
+    ];
+    let file = mdir.join("all.yaml");
+    std::fs::write(&file, yaml(&objs)).unwrap();
+    let (hp, mp) = (free_port(), free_port());
+    let (hz, mz) = (format!("127.0.0.1:{hp}"), format!("127.0.0.1:{mp}"));
+    let out = dir.path("ruleset.nft");
+    let d = Daemon::start(
+        &[
+            "--manifests",
+            mdir.to_str().unwrap(),
+            "--hostname-override",
+            "node-a",
+            "--iptables-sync-period",
+            "1s",
+            "--iptables-min-sync-period",
+            "100ms",
+            "--manifests-poll",
+            "100ms",
+            "--healthz-bind-address",
+            &hz,
+            "--metrics-bind-address",
+            &mz,
+            "--render-to",
+            out.to_str().unwrap(),
+        ],
+        dir.path("daemon.log"),
+    );
+    let log = || d.log_text();
+
+    // 200 after the first sync, with upstream's fields
+    assert!(
+        wait_for(WAIT, || json_of(hp, "/healthz").is_some_and(|(c, v)| c
+            == 200
+            && v["lastUpdated"] != "0001-01-01T00:00:00Z")),
+        "healthz never became 200 after a sync:\n{}",
+        log()
+    );
+    let (_, v) = json_of(hp, "/healthz").unwrap();
+    for f in [
+        "lastUpdated",
+        "currentTime",
+        "nodeEligible",
+        "healthy",
+        "status",
+    ] {
+        assert!(v.get(f).is_some(), "healthz lacks {f}: {v}");
+    }
+    assert_eq!(v["status"]["IPv4"]["healthy"], true, "{v}");
+    assert_eq!(json_of(hp, "/livez").map(|x| x.0), Some(200));
+
+    // metrics: upstream names, types and labels; values move after a sync
+    let (code, head, text) = http_get(mp, "/metrics").expect("metrics answer");
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    for (name, kind) in [
+        ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram"),
+        ("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge"),
+        ("kubeproxy_sync_proxy_rules_service_changes", "counter"),
+        ("kubeproxy_sync_proxy_rules_endpoint_changes", "counter"),
+        (
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+            "counter",
+        ),
+        (
+            "kubeproxy_network_programming_duration_seconds",
+            "histogram",
+        ),
+        ("kubeproxy_proxy_healthz", "counter"),
+        ("kubenlproxy_sync_ops", "histogram"),
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}")),
+            "{name} ({kind}) missing:\n{text}"
+        );
+    }
+    let count = |t: &str| {
+        metric(
+            t,
+            "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let before = count(&text);
+    assert!(before >= 1.0, "no sync counted:\n{text}");
+    assert!(
+        metric(
+            &text,
+            "kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    );
+
+    // a change: another endpoint; the sync count moves
+    let mut objs2 = objs.clone();
+    objs2[2] = slice(
+        "demo",
+        "web",
+        "web-1",
+        &["198.18.64.5", "198.18.64.6"],
+        8080,
+        "node-a",
+    );
+    std::fs::write(&file, yaml(&objs2)).unwrap();
+    assert!(
+        wait_for(WAIT, || http_get(mp, "/metrics")
+            .is_some_and(|(_, _, t)| count(&t) > before)),
+        "sync count did not move:\n{}",
+        log()
+    );
+    assert!(
+        metric(
+            &http_get(mp, "/metrics").unwrap().2,
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total{ip_family=\"IPv4\"}"
+        )
+        .unwrap_or(0.0)
+            >= 2.0
+    );
+
+    // the node is marked for deletion by the autoscaler: /healthz 503, /livez 200
+    objs2[0] = tainted(node("node-a", "198.18.0.10"));
+    std::fs::write(&file, yaml(&objs2)).unwrap();
+    assert!(
+        wait_for(WAIT, || json_of(hp, "/healthz")
+            .is_some_and(|(c, v)| c == 503 && v["nodeEligible"] == false)),
+        "healthz did not turn 503 for a node marked for deletion:\n{}",
+        log()
+    );
+    assert_eq!(json_of(hp, "/livez").map(|x| x.0), Some(200));
+    assert!(
+        metric(
+            &http_get(mp, "/metrics").unwrap().2,
+            "kubeproxy_proxy_healthz_total{code=\"503\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+    );
+
+    // syncs stall: the sink cannot be written, a change stays queued > 2 x syncPeriod
+    std::fs::write(&file, yaml(&objs)).unwrap_or_default();
+    std::fs::remove_file(&out).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    objs2[0] = node("node-a", "198.18.0.10");
+    objs2.push(service("demo", "other", "198.18.128.11", 80));
+    std::fs::write(&file, yaml(&objs2)).unwrap();
+    assert!(
+        wait_for(WAIT, || json_of(hp, "/livez")
+            .is_some_and(|(c, v)| c == 503 && v["healthy"] == false)),
+        "livez did not report the stalled syncs:\n{}",
+        log()
+    );
+    assert_eq!(json_of(hp, "/healthz").map(|x| x.0), Some(503));
+    let t = http_get(mp, "/metrics").unwrap().2;
+    assert!(
+        metric(
+            &t,
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{t}"
+    );
+}
+
+#[test]
+fn explain_shows_path_verdict_and_reason() {
+    let dir = TempDir::new("explain");
+    let file = dir.path("all.yaml");
+    std::fs::write(
+        &file,
+        yaml(&[
+            node("node-a", "198.18.0.10"),
+            service("demo", "web", "198.18.128.10", 80),
+            slice("demo", "web", "web-1", &["198.18.64.5"], 8080, "node-a"),
+        ]),
+    )
+    .unwrap();
+    let run = |dst: &str| {
+        let out = std::process::Command::new(daemon_binary())
+            .args([
+                "explain",
+                "--manifests",
+                file.to_str().unwrap(),
+                "--hostname-override",
+                "node-a",
+                "--dry-run",
+            ])
+            .args(["--src", "198.18.66.9:1234", "--dst", dst, "--iif", "eth0"])
+            .output()
+            .expect("run explain");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let ok = run("198.18.128.10:80/tcp");
+    assert!(
+        ok.starts_with("packet: 198.18.66.9:1234 -> 198.18.128.10:80 tcp in eth0\n"),
+        "{ok}"
+    );
+    assert!(
+        ok.contains("verdict: DNAT to 1 endpoint (198.18.64.5:8080)"),
+        "{ok}"
+    );
+    assert!(
+        ok.contains("path: ") && ok.contains("=> dnat 198.18.64.5:8080"),
+        "{ok}"
+    );
+    let wrong = run("198.18.128.10:81/udp");
+    assert!(
+        wrong.contains("rejected: ClusterIP on a port that no service uses"),
+        "{wrong}"
+    );
+    let bad = std::process::Command::new(daemon_binary())
+        .args([
+            "explain",
+            "--manifests",
+            file.to_str().unwrap(),
+            "--dry-run",
+            "--src",
+            "198.18.66.9",
+            "--dst",
+            "nonsense",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--dst"));
+}

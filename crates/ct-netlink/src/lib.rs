@@ -678,6 +678,18 @@ impl Conntrack {
         strategy: Strategy,
         filters: &[Filter],
     ) -> Result<DeleteReport, Error> {
+        self.delete_inner(strategy, filters, &mut |_| {})
+    }
+
+    /// [`Conntrack::delete_with`], calling `before_delete(n)` once the `n` entries to
+    /// delete by tuple are known and before they are deleted (the test hook
+    /// `testing::delete_with_pause` uses this window to remove entries out of band).
+    pub(crate) fn delete_inner(
+        &mut self,
+        strategy: Strategy,
+        filters: &[Filter],
+        before_delete: &mut dyn FnMut(usize),
+    ) -> Result<DeleteReport, Error> {
         for f in filters {
             f.validate()?;
         }
@@ -700,13 +712,15 @@ impl Conntrack {
             scanned: 0,
         };
         match strategy {
-            Strategy::FilteredFlush => self.filtered_flush(filters, &mut rep)?,
+            Strategy::FilteredFlush => self.filtered_flush(filters, &mut rep, before_delete)?,
             Strategy::FilteredDump => {
                 let targets = self.collect_filtered(filters, &mut rep)?;
+                before_delete(targets.len());
                 self.delete_targets(&targets, filters, &mut rep)?;
             }
             Strategy::FullDump => {
                 let targets = self.collect_full(filters, &mut rep)?;
+                before_delete(targets.len());
                 self.delete_targets(&targets, filters, &mut rep)?;
             }
         }
@@ -790,7 +804,12 @@ impl Conntrack {
         }
     }
 
-    fn filtered_flush(&mut self, filters: &[Filter], rep: &mut DeleteReport) -> Result<(), Error> {
+    fn filtered_flush(
+        &mut self,
+        filters: &[Filter],
+        rep: &mut DeleteReport,
+        before_delete: &mut dyn FnMut(usize),
+    ) -> Result<(), Error> {
         // Filters the kernel cannot be trusted with (IPv6 addresses on kernels that
         // invert them) are never flushed: they go the filtered-dump way.
         let (flushable, other): (Vec<usize>, Vec<usize>) =
@@ -808,6 +827,7 @@ impl Conntrack {
                 })
                 .collect();
             let targets = self.collect_filtered(&sub, &mut sub_rep)?;
+            before_delete(targets.len());
             self.delete_targets(&targets, &sub, &mut sub_rep)?;
             for (k, &i) in other.iter().enumerate() {
                 rep.per_filter[i] = sub_rep.per_filter[k].clone();

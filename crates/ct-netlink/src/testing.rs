@@ -225,3 +225,49 @@ impl Conntrack {
         Ok(out)
     }
 }
+
+impl Conntrack {
+    /// Test hook: [`Conntrack::delete_with`], but `between(n)` runs after the `n`
+    /// entries to delete by tuple were collected (by a dump) and before the deletes
+    /// are sent, so a test can remove some of them out of band and make the kernel
+    /// answer ENOENT. Filters that a filtered flush hands to the kernel have no such
+    /// window (`between` is then called only for the filters routed through a dump,
+    /// or not at all).
+    #[doc(hidden)]
+    pub fn delete_with_pause(
+        &mut self,
+        strategy: crate::Strategy,
+        filters: &[crate::Filter],
+        between: &mut dyn FnMut(usize),
+    ) -> Result<crate::DeleteReport, Error> {
+        self.delete_inner(strategy, filters, between)
+    }
+}
+
+/// CTA_MARK and CTA_MARK_MASK (uapi `nfnetlink_conntrack.h`).
+const CTA_MARK: u16 = 8;
+const CTA_MARK_MASK: u16 = 21;
+
+impl Conntrack {
+    /// Benchmark hook (ct-bench's walk experiment): an IPCTNL_MSG_CT_DELETE carrying
+    /// only CTA_MARK/CTA_MARK_MASK (no tuple, no CTA_FILTER), i.e. a flush restricted
+    /// to entries with `ct->mark & mask == mark`, for family `af`. Returns the errno of
+    /// the ACK. **Not safe in general**: a kernel that ignored the mark would flush the
+    /// whole table of the namespace (Linux has honoured it since 2.6.x); ct-bench uses
+    /// it only in its own namespace, with a mark no entry carries, to time the
+    /// kernel's flush walk without any tuple comparison.
+    #[doc(hidden)]
+    pub fn mark_flush(&mut self, af: u8, mark: u32, mask: u32) -> Result<i32, Error> {
+        self.request_ack(&crate::PROBE_FILTER, "mark flush", |m, _, seq| {
+            let s = m.begin_msg(
+                crate::wire::MSG_CT_DELETE,
+                NLM_F_REQUEST | NLM_F_ACK,
+                seq,
+                af,
+            );
+            m.put_be32(CTA_MARK, mark);
+            m.put_be32(CTA_MARK_MASK, mask);
+            m.end_msg(s);
+        })
+    }
+}

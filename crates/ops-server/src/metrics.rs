@@ -345,21 +345,21 @@ impl Metrics {
             .inc();
     }
 
-    /// Gauges derived from the engine's status (services with a Local external traffic
-    /// policy and no local endpoint).
+    /// Gauges derived from the engine's status: services with a Local traffic policy,
+    /// ready endpoints, and none on this node.
     pub fn update_from_status(&self, s: &Status) {
-        let none = s
-            .health_checks
-            .values()
-            .filter(|h| h.local_endpoints == 0)
-            .count() as i64;
         self.each(|l| {
-            self.no_local
-                .get_or_create(&PolicyLabel {
-                    ip_family: l.ip_family.clone(),
-                    traffic_policy: "external".into(),
-                })
-                .set(none);
+            for (policy, n) in [
+                ("internal", s.no_local_internal),
+                ("external", s.no_local_external),
+            ] {
+                self.no_local
+                    .get_or_create(&PolicyLabel {
+                        ip_family: l.ip_family.clone(),
+                        traffic_policy: policy.into(),
+                    })
+                    .set(n as i64);
+            }
         });
     }
 

@@ -252,14 +252,11 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
     });
     obs.failed(&sync_engine::EngineError::Other("test".into()));
     obs.repaired();
-    let mut status = Status::default();
-    status.health_checks.insert(
-        ServiceKey::new("default", "lb"),
-        HealthCheck {
-            node_port: 30000,
-            local_endpoints: 0,
-        },
-    );
+    let status = Status {
+        no_local_internal: 2,
+        no_local_external: 1,
+        ..Default::default()
+    };
     metrics.update_from_status(&status);
     let after = get(&format!("{base}/metrics"), "x").2;
     for line in [
@@ -273,6 +270,7 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
         "kubenlproxy_tamper_repairs_total 1",
         "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 1",
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"internal\"} 2",
     ] {
         assert!(after.contains(line), "missing {line}:\n{after}");
     }

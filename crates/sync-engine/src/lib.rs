@@ -225,6 +225,10 @@ pub struct Status {
     pub node: Option<NodeHealth>,
     /// Services with a healthCheckNodePort, and their endpoints on this node.
     pub health_checks: std::collections::BTreeMap<ServiceKey, HealthCheck>,
+    /// Services with a Local internal / external traffic policy that have ready
+    /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
+    pub no_local_internal: usize,
+    pub no_local_external: usize,
 }
 
 impl Status {
@@ -577,6 +581,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     self.last_full = Some(now);
                 }
                 let checks = self.health_checks();
+                let (no_local_internal, no_local_external) = self.no_local_endpoints();
                 let wall = SystemTime::now();
                 let r = report.clone();
                 self.status.update(|s| {
@@ -587,6 +592,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     s.consecutive_failures = 0;
                     s.last_report = Some(r);
                     s.health_checks = checks;
+                    s.no_local_internal = no_local_internal;
+                    s.no_local_external = no_local_external;
                     if repaired {
                         s.repairs += 1;
                     }
@@ -794,6 +801,30 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     }
 
     /// Ready local endpoints per service with a healthCheckNodePort (distinct addresses).
+    /// (internal, external): services with that traffic policy Local, ready endpoints,
+    /// and none of them on this node.
+    fn no_local_endpoints(&self) -> (usize, usize) {
+        let node = &self.cfg.ruleset.node_name;
+        let idx = self.cluster.endpoint_index();
+        let (mut internal, mut external) = (0, 0);
+        for svc in self.cluster.services.values() {
+            let (mut any, mut local) = (false, false);
+            for s in idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]) {
+                for e in s.endpoints.iter().filter(|e| e.ready) {
+                    any = true;
+                    local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
+                }
+            }
+            if any && !local {
+                internal +=
+                    usize::from(svc.internal_traffic_policy == kube_model::TrafficPolicy::Local);
+                external +=
+                    usize::from(svc.external_traffic_policy == kube_model::TrafficPolicy::Local);
+            }
+        }
+        (internal, external)
+    }
+
     fn health_checks(&self) -> BTreeMap<ServiceKey, HealthCheck> {
         let node = &self.cfg.ruleset.node_name;
         let idx = self.cluster.endpoint_index();

@@ -625,3 +625,42 @@ fn observer_sees_syncs_and_failures() {
     assert_eq!((c.0, c.1), (1, 1));
     assert!(c.2 > 0);
 }
+
+/// kube-proxy's `no_local_endpoints_total`: services with a Local traffic policy that have
+/// ready endpoints, none of them on this node (endpoints of `slice` are on node-b).
+#[test]
+fn status_counts_local_policy_services_without_local_endpoints() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    let mut svc: serde_json::Value = serde_json::to_value(udp_lb()).unwrap();
+    svc["spec"]["externalTrafficPolicy"] = json!("Local");
+    svc["spec"]["internalTrafficPolicy"] = json!("Local");
+    svc["spec"]["healthCheckNodePort"] = json!(32000);
+    e.handle(Event::ServiceApplied(serde_json::from_value(svc).unwrap()));
+    listed(&mut e);
+    e.sync().unwrap();
+    let s = e.status().snapshot();
+    assert_eq!(
+        (s.no_local_internal, s.no_local_external),
+        (0, 0),
+        "no endpoints at all: not counted"
+    );
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    e.sync().unwrap();
+    let s = e.status().snapshot();
+    assert_eq!(
+        (s.no_local_internal, s.no_local_external),
+        (1, 1),
+        "ready endpoints, none local"
+    );
+    assert_eq!(
+        s.health_checks
+            .values()
+            .map(|h| h.local_endpoints)
+            .collect::<Vec<_>>(),
+        vec![0]
+    );
+}

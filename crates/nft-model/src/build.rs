@@ -231,6 +231,16 @@ pub fn dnat_to(family: Family, addr: &Value, port: u16) -> Vec<Expr> {
 
 /// `meta mark set meta mark | <bits>`
 pub fn mark_or(bits: u32) -> Vec<Expr> {
+    mark_rewrite(!bits, bits)
+}
+
+/// `meta mark set meta mark ^ <bits>` (clears bits known to be set)
+pub fn mark_xor(bits: u32) -> Vec<Expr> {
+    mark_rewrite(u32::MAX, bits)
+}
+
+/// `meta mark set (meta mark & mask) ^ xor`, the one bitwise form nft uses for marks.
+fn mark_rewrite(mask: u32, xor: u32) -> Vec<Expr> {
     vec![
         Expr::Meta {
             key: MetaKey::Mark,
@@ -240,8 +250,8 @@ pub fn mark_or(bits: u32) -> Vec<Expr> {
             sreg: Reg::R1,
             dreg: Reg::R1,
             len: 4,
-            mask: (!bits).to_ne_bytes().to_vec(),
-            xor: bits.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
+            xor: xor.to_ne_bytes().to_vec(),
         },
         Expr::MetaSet {
             key: MetaKey::Mark,

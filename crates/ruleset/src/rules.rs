@@ -123,23 +123,7 @@ pub fn mark_masq(mark: u32) -> Vec<Expr> {
 
 /// `meta mark set meta mark ^ <mark>`
 pub fn mark_clear(mark: u32) -> Vec<Expr> {
-    vec![
-        Expr::Meta {
-            key: MetaKey::Mark,
-            dreg: Reg::R1,
-        },
-        Expr::Bitwise {
-            sreg: Reg::R1,
-            dreg: Reg::R1,
-            len: 4,
-            mask: u32::MAX.to_ne_bytes().to_vec(),
-            xor: mark.to_ne_bytes().to_vec(),
-        },
-        Expr::MetaSet {
-            key: MetaKey::Mark,
-            sreg: Reg::R1,
-        },
-    ]
+    build::mark_xor(mark)
 }
 
 /// `ip daddr . meta l4proto . th dport`

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use kube_model::{
     Cluster, Endpoint, EndpointSlice, IpFamily, Protocol, Service, ServiceKey, ServicePort,
-    ServiceType, SlicePort, TrafficPolicy,
+    SlicePort,
 };
 use netns_tests::{normalize_listing, require_root, Netns};
 use nft_model::{render, Table};
@@ -121,25 +121,16 @@ fn big_cluster(services: u32, endpoints: u32) -> Cluster {
         let n = 0x00ff_ffff & (i + 1);
         c.services.insert(
             key.clone(),
-            Service {
-                key: key.clone(),
-                service_type: ServiceType::ClusterIp,
-                cluster_ips: vec![IpAddr::from([198, 18, (n >> 8) as u8, n as u8])],
-                external_ips: vec![],
-                load_balancer_ips: vec![],
-                source_ranges: vec![],
-                ports: vec![ServicePort {
+            Service::new_cluster_ip(
+                key.clone(),
+                IpAddr::from([198, 18, (n >> 8) as u8, n as u8]),
+                ServicePort {
                     name: "http".into(),
                     protocol: Protocol::Tcp,
                     port: 80,
                     node_port: None,
-                }],
-                external_traffic_policy: TrafficPolicy::Cluster,
-                internal_traffic_policy: TrafficPolicy::Cluster,
-                affinity_timeout: None,
-                health_check_node_port: None,
-                traffic_distribution: None,
-            },
+                },
+            ),
         );
         let eps = (0..endpoints)
             .map(|j| {

@@ -159,6 +159,25 @@ pub struct Service {
 }
 
 impl Service {
+    /// A ClusterIP service with one port, every other field at its default: the common
+    /// case, for tests and benchmarks that build the model directly.
+    pub fn new_cluster_ip(key: ServiceKey, ip: IpAddr, port: ServicePort) -> Service {
+        Service {
+            key,
+            service_type: ServiceType::ClusterIp,
+            cluster_ips: vec![ip],
+            external_ips: vec![],
+            load_balancer_ips: vec![],
+            source_ranges: vec![],
+            ports: vec![port],
+            external_traffic_policy: TrafficPolicy::Cluster,
+            internal_traffic_policy: TrafficPolicy::Cluster,
+            affinity_timeout: None,
+            health_check_node_port: None,
+            traffic_distribution: None,
+        }
+    }
+
     pub fn cluster_ip(&self, family: IpFamily) -> Option<IpAddr> {
         self.cluster_ips
             .iter()

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use kube_model::{
     Cluster, Endpoint, EndpointSlice, IpFamily, Protocol, Service, ServiceKey, ServicePort,
-    ServiceType, SlicePort, TrafficPolicy,
+    SlicePort,
 };
 use netns_tests::Netns;
 use nft_model::{render, Op, Table};
@@ -77,25 +77,16 @@ fn cluster(services: u32, endpoints: u32) -> Cluster {
         let key = ServiceKey::new("bench", format!("svc-{i}"));
         c.services.insert(
             key.clone(),
-            Service {
-                key: key.clone(),
-                service_type: ServiceType::ClusterIp,
-                cluster_ips: vec![IpAddr::V4(Ipv4Addr::from(SVC_BASE + 1 + i))],
-                external_ips: vec![],
-                load_balancer_ips: vec![],
-                source_ranges: vec![],
-                ports: vec![ServicePort {
+            Service::new_cluster_ip(
+                key.clone(),
+                IpAddr::V4(Ipv4Addr::from(SVC_BASE + 1 + i)),
+                ServicePort {
                     name: "http".into(),
                     protocol: Protocol::Tcp,
                     port: 80,
                     node_port: None,
-                }],
-                external_traffic_policy: TrafficPolicy::Cluster,
-                internal_traffic_policy: TrafficPolicy::Cluster,
-                affinity_timeout: None,
-                health_check_node_port: None,
-                traffic_distribution: None,
-            },
+                },
+            ),
         );
         let sk = slice_key(i);
         c.slices.insert(

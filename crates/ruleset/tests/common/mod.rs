@@ -83,30 +83,16 @@ pub mod model {
     use kube_model::*;
 
     pub fn service(i: u32) -> Service {
-        Service {
-            key: ServiceKey::new("ns", format!("svc{i}")),
-            service_type: ServiceType::ClusterIp,
-            cluster_ips: vec![IpAddr::from([
-                198,
-                18,
-                100 + (i / 250) as u8,
-                (i % 250) as u8 + 1,
-            ])],
-            external_ips: vec![],
-            load_balancer_ips: vec![],
-            source_ranges: vec![],
-            ports: vec![ServicePort {
+        Service::new_cluster_ip(
+            ServiceKey::new("ns", format!("svc{i}")),
+            IpAddr::from([198, 18, 100 + (i / 250) as u8, (i % 250) as u8 + 1]),
+            ServicePort {
                 name: "http".into(),
                 protocol: Protocol::Tcp,
                 port: 80,
                 node_port: None,
-            }],
-            external_traffic_policy: TrafficPolicy::Cluster,
-            internal_traffic_policy: TrafficPolicy::Cluster,
-            affinity_timeout: None,
-            health_check_node_port: None,
-            traffic_distribution: None,
-        }
+            },
+        )
     }
 
     pub fn endpoint(addr: IpAddr, node: &str, ready: bool, terminating: bool) -> Endpoint {

@@ -833,11 +833,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let Some(np) = svc.health_check_node_port else {
                 continue;
             };
-            let mut addrs = BTreeSet::new();
+            // Ready local endpoint addresses per family: a dual-stack pod is one endpoint
+            // (kube-proxy counts per family, one proxier each).
+            let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
             for s in idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]) {
                 for e in &s.endpoints {
                     if e.ready && !node.is_empty() && e.node_name.as_deref() == Some(node) {
-                        addrs.insert(e.addr);
+                        if e.addr.is_ipv4() { &mut v4 } else { &mut v6 }.insert(e.addr);
                     }
                 }
             }
@@ -845,7 +847,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 svc.key.clone(),
                 HealthCheck {
                     node_port: np,
-                    local_endpoints: addrs.len(),
+                    local_endpoints: v4.len().max(v6.len()),
                 },
             );
         }

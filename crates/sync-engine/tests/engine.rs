@@ -664,3 +664,56 @@ fn status_counts_local_policy_services_without_local_endpoints() {
         vec![0]
     );
 }
+
+/// A dual-stack pod is one local endpoint for the health-check node port, as in
+/// kube-proxy (which counts per family); a second local pod makes two.
+#[test]
+fn health_check_counts_a_dual_stack_pod_once() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    let mut svc: serde_json::Value = serde_json::to_value(udp_lb()).unwrap();
+    svc["spec"]["externalTrafficPolicy"] = json!("Local");
+    svc["spec"]["healthCheckNodePort"] = json!(32000);
+    e.handle(Event::ServiceApplied(serde_json::from_value(svc).unwrap()));
+    let local_slice = |name: &str, family: &str, addrs: &[&str]| -> EndpointSlice {
+        let eps: Vec<_> = addrs
+            .iter()
+            .map(|a| json!({"addresses": [a], "nodeName": "node-a", "conditions": {"ready": true}}))
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "ns1", "labels": {"kubernetes.io/service-name": "dns"}},
+            "addressType": family, "endpoints": eps,
+            "ports": [{"name": "p", "port": 5353, "protocol": "UDP"}]
+        }))
+        .unwrap()
+    };
+    e.handle(Event::SliceApplied(local_slice(
+        "dns-v4",
+        "IPv4",
+        &["198.18.1.5"],
+    )));
+    e.handle(Event::SliceApplied(local_slice(
+        "dns-v6",
+        "IPv6",
+        &["2001:db8:1::5"],
+    )));
+    listed(&mut e);
+    e.sync().unwrap();
+    let count = |e: &Engine<FakeNft, FakeCt, FakeClock>| {
+        e.status()
+            .snapshot()
+            .health_checks
+            .values()
+            .map(|h| h.local_endpoints)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(count(&e), vec![1]);
+    e.handle(Event::SliceApplied(local_slice(
+        "dns-v4",
+        "IPv4",
+        &["198.18.1.5", "198.18.1.6"],
+    )));
+    e.sync().unwrap();
+    assert_eq!(count(&e), vec![2]);
+}

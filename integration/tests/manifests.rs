@@ -336,3 +336,49 @@ fn json_logging() {
     }
     assert!(lines > 0);
 }
+
+/// ServiceCIDR objects in the manifests give the service CIDRs: an address inside them
+/// that no Service holds is dropped (kube-proxy learns them from the same objects).
+#[test]
+fn service_cidr_objects_enable_the_unallocated_cluster_ip_drop() {
+    let dir = TempDir::new("man-scidr");
+    let f = dir.path("all.yaml");
+    let base = [
+        node("node-a", "198.18.0.10"),
+        service("demo", "web", "198.18.128.10", 80),
+        slice("demo", "web", "web-1", &["198.18.64.5"], 8080, "node-a"),
+    ];
+    let dry = |text: &str| {
+        std::fs::write(&f, text).unwrap();
+        let out = Command::new(daemon_binary())
+            .args([
+                "--manifests",
+                f.to_str().unwrap(),
+                "--hostname-override",
+                "node-a",
+                "--dry-run",
+            ])
+            .output()
+            .expect("run --dry-run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let without = dry(&yaml(&base));
+    assert!(!without.contains("198.18.128.0/24"), "{without}");
+    let scidr = serde_json::json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["198.18.128.0/24"]}
+    });
+    let mut objs = base.to_vec();
+    objs.push(scidr);
+    let with = dry(&yaml(&objs));
+    assert!(
+        with.lines()
+            .any(|l| l.contains("ip daddr 198.18.128.0/24") && l.contains("drop")),
+        "{with}"
+    );
+}

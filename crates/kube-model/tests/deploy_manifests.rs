@@ -58,7 +58,7 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
             .flat_map(|r| r.verbs.clone())
             .collect()
     };
-    for res in ["services", "endpointslices", "nodes"] {
+    for res in ["services", "endpointslices", "nodes", "servicecidrs"] {
         let mut v = grants(res);
         v.sort();
         assert_eq!(v, ["get", "list", "watch"], "{res}");

@@ -309,3 +309,23 @@ pub async fn run(client: Client, node_name: String, tx: Sender<Event>) {
     ));
     let _ = futures::join!(node_task, svc_task, slice_task);
 }
+
+/// The service CIDRs of the cluster, from its `ServiceCIDR` objects
+/// (networking.k8s.io/v1), listed once at start: traffic to an address inside them that
+/// no Service holds is dropped. An API server without them (or without permission) gives
+/// none, and that check is left out, as in kube-proxy.
+pub async fn service_cidrs(client: &kube::Client) -> Vec<String> {
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
+    let api: kube::Api<ServiceCIDR> = kube::Api::all(client.clone());
+    match api.list(&Default::default()).await {
+        Ok(list) => list
+            .items
+            .into_iter()
+            .flat_map(|s| s.spec.and_then(|sp| sp.cidrs).unwrap_or_default())
+            .collect(),
+        Err(e) => {
+            tracing::info!(error = %e, "no ServiceCIDR objects listed; unallocated ClusterIPs are not dropped");
+            Vec::new()
+        }
+    }
+}

@@ -121,7 +121,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let (tx, rx) = channel::<Event>();
-    start_source(flags, settings, &rt, tx.clone())?;
+    settings.ruleset.service_cidrs = start_source(flags, settings, &rt, tx.clone())?;
 
     if flags.dry_run {
         return dry_run(settings, rx);
@@ -175,14 +175,17 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Start the source of desired state; returns the cluster's service CIDRs (from
+/// `ServiceCIDR` objects) for the unallocated-ClusterIP check.
 fn start_source(
     flags: &Flags,
     settings: &Settings,
     rt: &tokio::runtime::Runtime,
     tx: Sender<Event>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<String>> {
     match &flags.manifests {
         Some(path) => {
+            let cidrs = manifests::service_cidrs(std::path::Path::new(path));
             let mut reader = manifests::Reader::new(path, &settings.node_name);
             let snap = reader.read().map_err(|e| anyhow!("manifests: {e}"))?;
             for ev in manifests::initial(&snap) {
@@ -195,16 +198,18 @@ fn start_source(
                     .spawn(move || manifests::watch(reader, snap, poll, tx))
                     .context("starting the manifests watcher")?;
             }
+            Ok(cidrs)
         }
         None => {
             let ks = settings.kube.clone();
             let node = settings.node_name.clone();
             let client = rt.block_on(kube_source::client(&ks))?;
             info!("kubernetes API client ready");
+            let cidrs = rt.block_on(kube_source::service_cidrs(&client));
             rt.spawn(kube_source::run(client, node, tx));
+            Ok(cidrs)
         }
     }
-    Ok(())
 }
 
 /// Logs one info line per sync. (The engine itself logs each invalid object when it
@@ -429,7 +434,7 @@ fn explain(
             .build()
             .context("starting the async runtime")?;
         let (tx, rx) = channel::<Event>();
-        start_source(flags, &settings, &rt, tx)?;
+        settings.ruleset.service_cidrs = start_source(flags, &settings, &rt, tx)?;
         let (cluster, compiled, _) = collect_and_compile(&settings, rx)?
             .ok_or_else(|| anyhow!("the manifests source stopped before its initial lists"))?;
         if let Some(n) = &cluster.node {

@@ -335,6 +335,47 @@ pub fn watch(mut reader: Reader, mut last: Snapshot, poll: Duration, tx: Sender<
     }
 }
 
+/// The `spec.cidrs` of every `ServiceCIDR` object (networking.k8s.io/v1) in the manifests
+/// under `path`, read once at start (a change needs a restart).
+pub fn service_cidrs(path: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files(path).unwrap_or_default() {
+        let Ok(text) = std::fs::read_to_string(&f) else {
+            continue;
+        };
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let Ok(v) = serde_yaml::Value::deserialize(doc) else {
+                break;
+            };
+            let items: Vec<serde_yaml::Value> =
+                if v.get("kind").and_then(|k| k.as_str()) == Some("List") {
+                    v.get("items")
+                        .and_then(|i| i.as_sequence())
+                        .cloned()
+                        .unwrap_or_default()
+                } else {
+                    vec![v]
+                };
+            for item in items {
+                if item.get("kind").and_then(|k| k.as_str()) != Some("ServiceCIDR") {
+                    continue;
+                }
+                let cidrs = item
+                    .get("spec")
+                    .and_then(|s| s.get("cidrs"))
+                    .and_then(|c| c.as_sequence());
+                out.extend(
+                    cidrs
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c.as_str().map(str::to_string)),
+                );
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,45 +437,4 @@ metadata: {name: other}
         assert!(matches!(d[0], Event::SliceApplied(_)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// The `spec.cidrs` of every `ServiceCIDR` object (networking.k8s.io/v1) in the manifests
-/// under `path`, read once at start (a change needs a restart).
-pub fn service_cidrs(path: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for f in files(path).unwrap_or_default() {
-        let Ok(text) = std::fs::read_to_string(&f) else {
-            continue;
-        };
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let Ok(v) = serde_yaml::Value::deserialize(doc) else {
-                break;
-            };
-            let items: Vec<serde_yaml::Value> =
-                if v.get("kind").and_then(|k| k.as_str()) == Some("List") {
-                    v.get("items")
-                        .and_then(|i| i.as_sequence())
-                        .cloned()
-                        .unwrap_or_default()
-                } else {
-                    vec![v]
-                };
-            for item in items {
-                if item.get("kind").and_then(|k| k.as_str()) != Some("ServiceCIDR") {
-                    continue;
-                }
-                let cidrs = item
-                    .get("spec")
-                    .and_then(|s| s.get("cidrs"))
-                    .and_then(|c| c.as_sequence());
-                out.extend(
-                    cidrs
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|c| c.as_str().map(str::to_string)),
-                );
-            }
-        }
-    }
-    out
 }

@@ -6,6 +6,7 @@
 //!
 //! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
 
+pub mod cluster;
 pub mod oracle;
 pub mod sample;
 

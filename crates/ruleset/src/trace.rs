@@ -29,6 +29,9 @@ pub struct Packet {
     pub mark: u32,
 }
 
+/// Constructors from address literals, for tests and examples: they panic on an
+/// invalid address. Code handling outside input builds a [`Packet`] from parsed
+/// addresses (as `explain` does).
 impl Packet {
     /// A TCP packet received on `iif` (`eth0` if you do not care).
     pub fn tcp(src: &str, dst: &str, dport: u16) -> Packet {

@@ -1,9 +1,10 @@
 //! The sync engine on real netlink sockets, with real packets (root only).
 //!
 //! Topology: `Line` (client - router - server); the router is the node: conntrack is
-//! active there before any rule exists (as with a host firewall), and it has a default
-//! route to a sink host, so that packets to service addresses with no rule are
-//! forwarded (and their conntrack entries confirmed) rather than dropped at routing.
+//! active there before any rule exists (as with a host firewall), and it has default
+//! routes (IPv4 and IPv6) to a sink host, so that packets to service addresses with no
+//! rule are forwarded (and their conntrack entries confirmed) rather than dropped at
+//! routing. The seed scenario runs in both families.
 //! (The "dummy" link type is not available here, so the sink is a fourth namespace.)
 //! The engine runs as a separate process (`engine-runner`, started with `ip netns exec`
 //! in the router) fed from a manifest file that the tests rewrite.
@@ -11,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,8 +27,75 @@ const CLUSTER_IP_B: &str = "198.18.100.11";
 const EXTERNAL_IP: &str = "198.18.101.1";
 const LB_IP: &str = "198.18.102.1";
 const NODE_IP: &str = Line::ROUTER4_C;
+const CLUSTER_IP6: &str = "2001:db8:100::10";
+const EXTERNAL_IP6: &str = "2001:db8:101::1";
+const LB_IP6: &str = "2001:db8:102::1";
+const NODE_IP6: &str = Line::ROUTER6_C;
 const NODE_PORT: u16 = 30053;
 const CLIENT_PORT: u16 = 40000;
+
+/// The IP family a scenario runs in: its addresses, and the config and objects that
+/// program it (one family per run: `families` is that family only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+use Family::{V4, V6};
+
+impl Family {
+    fn client(self) -> &'static str {
+        match self {
+            V4 => Line::CLIENT4,
+            V6 => Line::CLIENT6,
+        }
+    }
+    fn server(self) -> &'static str {
+        match self {
+            V4 => Line::SERVER4,
+            V6 => Line::SERVER6,
+        }
+    }
+    fn node_ip(self) -> &'static str {
+        match self {
+            V4 => NODE_IP,
+            V6 => NODE_IP6,
+        }
+    }
+    fn cluster_ip(self) -> &'static str {
+        match self {
+            V4 => CLUSTER_IP,
+            V6 => CLUSTER_IP6,
+        }
+    }
+    fn external_ip(self) -> &'static str {
+        match self {
+            V4 => EXTERNAL_IP,
+            V6 => EXTERNAL_IP6,
+        }
+    }
+    fn lb_ip(self) -> &'static str {
+        match self {
+            V4 => LB_IP,
+            V6 => LB_IP6,
+        }
+    }
+    /// The EndpointSlice addressType (also the config's family name).
+    fn k8s_name(self) -> &'static str {
+        match self {
+            V4 => "IPv4",
+            V6 => "IPv6",
+        }
+    }
+    /// `conntrack -f` argument.
+    fn conntrack_name(self) -> &'static str {
+        match self {
+            V4 => "ipv4",
+            V6 => "ipv6",
+        }
+    }
+}
 
 fn spawn_in<F>(ns: &Netns, f: F) -> JoinHandle<()>
 where
@@ -44,7 +112,7 @@ where
 }
 
 /// The node: a `Line` whose router forwards unknown destinations to a fourth host
-/// (the "sink", which drops them).
+/// (the "sink", which drops them), in both families.
 struct Node {
     line: Line,
     _sink: Netns,
@@ -65,44 +133,59 @@ fn node() -> Node {
     addr(&sink, "eth0", "198.18.3.2/24");
     line.router
         .ip(&["route", "add", "default", "via", "198.18.3.2"]);
+    addr(&line.router, "k0", "2001:db8:3::1/64");
+    addr(&sink, "eth0", "2001:db8:3::2/64");
+    line.router
+        .ip(&["-6", "route", "add", "default", "via", "2001:db8:3::2"]);
     Node { line, _sink: sink }
 }
 
-fn config_doc() -> String {
-    r#"{"kind": "NlproxyConfig", "nodeName": "node-a", "families": ["IPv4"],
+fn config_doc(fam: Family) -> String {
+    match fam {
+        V4 => {
+            r#"{"kind": "NlproxyConfig", "nodeName": "node-a", "families": ["IPv4"],
         "clusterCIDRs": ["198.18.64.0/20"], "serviceCIDRs": ["198.18.100.0/24"]}"#
-        .to_string()
+        }
+        V6 => {
+            r#"{"kind": "NlproxyConfig", "nodeName": "node-a", "families": ["IPv6"],
+        "clusterCIDRs": ["2001:db8:64::/64"], "serviceCIDRs": ["2001:db8:100::/112"]}"#
+        }
+    }
+    .to_string()
 }
 
-fn node_doc() -> String {
+fn node_doc(fam: Family) -> String {
     format!(
         r#"{{"apiVersion": "v1", "kind": "Node", "metadata": {{"name": "node-a"}},
-            "status": {{"addresses": [{{"type": "InternalIP", "address": "{NODE_IP}"}}]}}}}"#
+            "status": {{"addresses": [{{"type": "InternalIP", "address": "{}"}}]}}}}"#,
+        fam.node_ip()
     )
 }
 
 /// A UDP (port 53 -> 5353) and TCP (port 80 -> 8080) LoadBalancer service.
-fn service_doc(name: &str, cluster_ip: &str, udp_node_port: u16) -> String {
+fn service_doc(fam: Family, name: &str, cluster_ip: &str, udp_node_port: u16) -> String {
+    let (external_ip, lb_ip) = (fam.external_ip(), fam.lb_ip());
     format!(
         r#"{{"apiVersion": "v1", "kind": "Service", "metadata": {{"name": "{name}", "namespace": "ns1"}},
-            "spec": {{"type": "LoadBalancer", "clusterIP": "{cluster_ip}", "externalIPs": ["{EXTERNAL_IP}"],
+            "spec": {{"type": "LoadBalancer", "clusterIP": "{cluster_ip}", "externalIPs": ["{external_ip}"],
                      "ports": [{{"name": "dns", "port": 53, "protocol": "UDP", "nodePort": {udp_node_port}}},
                                {{"name": "web", "port": 80, "protocol": "TCP", "nodePort": {}}}]}},
-            "status": {{"loadBalancer": {{"ingress": [{{"ip": "{LB_IP}"}}]}}}}}}"#,
+            "status": {{"loadBalancer": {{"ingress": [{{"ip": "{lb_ip}"}}]}}}}}}"#,
         udp_node_port + 1
     )
 }
 
-fn slice_doc(service: &str) -> String {
+fn slice_doc(fam: Family, service: &str) -> String {
     format!(
         r#"{{"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {{"name": "{service}-1", "namespace": "ns1",
                           "labels": {{"kubernetes.io/service-name": "{service}"}}}},
-            "addressType": "IPv4",
+            "addressType": "{}",
             "endpoints": [{{"addresses": ["{}"], "nodeName": "node-b", "conditions": {{"ready": true}}}}],
             "ports": [{{"name": "dns", "port": 5353, "protocol": "UDP"}},
                       {{"name": "web", "port": 8080, "protocol": "TCP"}}]}}"#,
-        Line::SERVER4
+        fam.k8s_name(),
+        fam.server()
     )
 }
 
@@ -198,7 +281,7 @@ fn field(line: &str, name: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// A UDP receiver in the server namespace: records the sequence numbers it gets.
+/// A UDP receiver on `ip` in the server namespace: records the sequence numbers it gets.
 struct UdpServer {
     stop: Arc<AtomicBool>,
     seqs: Arc<Mutex<Vec<u64>>>,
@@ -206,13 +289,13 @@ struct UdpServer {
 }
 
 impl UdpServer {
-    fn start(ns: &Netns, port: u16) -> UdpServer {
+    fn start(ns: &Netns, ip: &'static str, port: u16) -> UdpServer {
         let stop = Arc::new(AtomicBool::new(false));
         let seqs = Arc::new(Mutex::new(Vec::new()));
         let (s, q) = (stop.clone(), seqs.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let handle = spawn_in(ns, move || {
-            let sock = UdpSocket::bind((Line::SERVER4, port)).unwrap();
+            let sock = UdpSocket::bind((ip, port)).unwrap();
             sock.set_read_timeout(Some(Duration::from_millis(50)))
                 .unwrap();
             tx.send(()).unwrap();
@@ -253,7 +336,8 @@ impl Drop for UdpServer {
 }
 
 /// A UDP client in the client namespace sending a sequence number from one fixed
-/// source port every `every`, until stopped (at most 120 s).
+/// source (the client's address of `dst`'s family) every `every`, until stopped (at
+/// most 120 s).
 struct UdpClient {
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
@@ -266,7 +350,8 @@ impl UdpClient {
         let sent = Arc::new(AtomicU64::new(0));
         let (s, n) = (stop.clone(), sent.clone());
         let handle = spawn_in(ns, move || {
-            let sock = UdpSocket::bind((Line::CLIENT4, CLIENT_PORT)).unwrap();
+            let src = if dst.is_ipv4() { V4 } else { V6 }.client();
+            let sock = UdpSocket::bind((src, CLIENT_PORT)).unwrap();
             let deadline = Instant::now() + Duration::from_secs(120);
             let mut seq = 0u64;
             let mut next = Instant::now();
@@ -305,10 +390,18 @@ impl Drop for UdpClient {
     }
 }
 
-fn conntrack_entries(router: &Netns) -> String {
+fn conntrack_entries(router: &Netns, fam: Family) -> String {
     let out = router.exec(
         "conntrack",
-        &["-L", "-p", "udp", "--sport", &CLIENT_PORT.to_string()],
+        &[
+            "-L",
+            "-f",
+            fam.conntrack_name(),
+            "-p",
+            "udp",
+            "--sport",
+            &CLIENT_PORT.to_string(),
+        ],
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -329,40 +422,46 @@ enum Via {
 }
 
 impl Via {
-    fn dst(self) -> SocketAddr {
-        match self {
-            Via::ClusterIp => format!("{CLUSTER_IP}:53"),
-            Via::ExternalIp => format!("{EXTERNAL_IP}:53"),
-            Via::LoadBalancerIp => format!("{LB_IP}:53"),
-            Via::NodePort => format!("{NODE_IP}:{NODE_PORT}"),
-        }
-        .parse()
-        .unwrap()
+    fn dst(self, fam: Family) -> SocketAddr {
+        let (ip, port) = match self {
+            Via::ClusterIp => (fam.cluster_ip(), 53),
+            Via::ExternalIp => (fam.external_ip(), 53),
+            Via::LoadBalancerIp => (fam.lb_ip(), 53),
+            Via::NodePort => (fam.node_ip(), NODE_PORT),
+        };
+        SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
     }
 }
 
-/// The seed scenario: a stale UDP entry exists before any rule; the service appears
-/// without endpoints; then an endpoint appears. With the cleanup, the server receives
-/// the client's packets within one sync; without it (negative control), never.
-fn seed_scenario(via: Via, cleanup: bool) {
+/// The seed scenario, in one IP family: a stale UDP entry exists before any rule; the
+/// service appears without endpoints; then an endpoint appears. With the cleanup, the
+/// server receives the client's packets within one sync; without it (negative control),
+/// never. (In IPv6 the cleanup's address filters go through ct-netlink's filtered dump.)
+fn seed_scenario(fam: Family, via: Via, cleanup: bool) {
+    let tag = match fam {
+        V4 => format!("{via:?}"),
+        V6 => format!("{via:?}/IPv6"),
+    };
+    let dst = via.dst(fam);
     let l = node();
-    let server = UdpServer::start(&l.server, 5353);
-    let mut client = UdpClient::start(&l.client, via.dst(), Duration::from_millis(5));
+    let server = UdpServer::start(&l.server, fam.server(), 5353);
+    let mut client = UdpClient::start(&l.client, dst, Duration::from_millis(5));
 
     // Before any rule: the flow's entry is confirmed (no NAT).
     assert!(
-        wait_until(Duration::from_secs(3), || conntrack_entries(&l.router)
-            .contains(&format!("dst={}", via.dst().ip()))),
-        "no conntrack entry for the client's flow:\n{}",
-        conntrack_entries(&l.router)
+        wait_until(Duration::from_secs(3), || conntrack_entries(&l.router, fam)
+            .contains(&format!("dst={}", dst.ip()))),
+        "{tag}: no conntrack entry for the client's flow:\n{}",
+        conntrack_entries(&l.router, fam)
     );
 
     // The service appears without endpoints.
-    let m = Manifest::new(&[
-        config_doc(),
-        node_doc(),
-        service_doc("svc", CLUSTER_IP, NODE_PORT),
-    ]);
+    let docs = [
+        config_doc(fam),
+        node_doc(fam),
+        service_doc(fam, "svc", fam.cluster_ip(), NODE_PORT),
+    ];
+    let m = Manifest::new(&docs);
     let extra: &[&str] = if cleanup { &[] } else { &["--no-cleanup"] };
     let runner = Runner::start(&l.router, &m, extra);
     assert!(
@@ -373,42 +472,39 @@ fn seed_scenario(via: Via, cleanup: bool) {
         runner.lines()
     );
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(server.count(), 0, "no endpoint yet");
+    assert_eq!(server.count(), 0, "{tag}: no endpoint yet");
 
     // The endpoint appears.
     let sent_before = client.sent();
     let written = Instant::now();
-    m.write(&[
-        config_doc(),
-        node_doc(),
-        service_doc("svc", CLUSTER_IP, NODE_PORT),
-        slice_doc("svc"),
-    ]);
+    let mut docs = docs.to_vec();
+    docs.push(slice_doc(fam, "svc"));
+    m.write(&docs);
     let line = runner
         .wait_line(Duration::from_secs(10), |l| {
             l.starts_with("synced") && field(l, "targets").unwrap_or(0) > 0
         })
-        .unwrap_or_else(|| panic!("no sync with cleanup targets: {:?}", runner.lines()));
+        .unwrap_or_else(|| panic!("{tag}: no sync with cleanup targets: {:?}", runner.lines()));
     assert!(field(&line, "targets").unwrap() >= 2, "{line}");
     if cleanup {
         // The very sync that installed the endpoint cleared the stale entry: the client's
         // packets (same source port) arrive right after it.
         assert!(
             wait_until(Duration::from_secs(1), || server.count() > 0),
-            "{via:?}: the server got nothing after the cleanup; entries:\n{}",
-            conntrack_entries(&l.router)
+            "{tag}: the server got nothing after the cleanup; entries:\n{}",
+            conntrack_entries(&l.router, fam)
         );
         let first = server.seqs()[0];
         assert!(
             first >= sent_before,
-            "{via:?}: delivered before the endpoint existed"
+            "{tag}: delivered before the endpoint existed"
         );
         let took = written.elapsed();
-        eprintln!("{via:?}: delivered {took:?} after the endpoint was written");
+        eprintln!("{tag}: delivered {took:?} after the endpoint was written");
         // File poll (100 ms) + minSyncPeriod (500 ms) + one sync. The sync includes the
         // conntrack delete, whose kernel walk of the (global) conntrack hash takes up to
         // ~0.4 s per filter on this loaded 2-core machine: generous slack.
-        assert!(took < Duration::from_secs(6), "{via:?}: took {took:?}");
+        assert!(took < Duration::from_secs(6), "{tag}: took {took:?}");
         let seqs = server.seqs();
         assert!(seqs.windows(2).all(|w| w[1] > w[0]), "one flow, in order");
     } else {
@@ -416,9 +512,9 @@ fn seed_scenario(via: Via, cleanup: bool) {
         assert_eq!(
             server.count(),
             0,
-            "{via:?}: without the cleanup the stale entry must keep the flow broken"
+            "{tag}: without the cleanup the stale entry must keep the flow broken"
         );
-        assert!(conntrack_entries(&l.router).contains(&format!("dst={}", via.dst().ip())));
+        assert!(conntrack_entries(&l.router, fam).contains(&format!("dst={}", dst.ip())));
     }
     client.stop();
 }
@@ -426,49 +522,85 @@ fn seed_scenario(via: Via, cleanup: bool) {
 #[test]
 fn seed_scenario_nodeport() {
     require_root!();
-    seed_scenario(Via::NodePort, true);
+    seed_scenario(V4, Via::NodePort, true);
 }
 
 #[test]
 fn seed_scenario_cluster_ip() {
     require_root!();
-    seed_scenario(Via::ClusterIp, true);
+    seed_scenario(V4, Via::ClusterIp, true);
 }
 
 #[test]
 fn seed_scenario_external_ip() {
     require_root!();
-    seed_scenario(Via::ExternalIp, true);
+    seed_scenario(V4, Via::ExternalIp, true);
 }
 
 #[test]
 fn seed_scenario_load_balancer_ip() {
     require_root!();
-    seed_scenario(Via::LoadBalancerIp, true);
+    seed_scenario(V4, Via::LoadBalancerIp, true);
 }
 
 #[test]
 fn seed_scenario_without_cleanup_stays_broken_nodeport() {
     require_root!();
-    seed_scenario(Via::NodePort, false);
+    seed_scenario(V4, Via::NodePort, false);
 }
 
 #[test]
 fn seed_scenario_without_cleanup_stays_broken_cluster_ip() {
     require_root!();
-    seed_scenario(Via::ClusterIp, false);
+    seed_scenario(V4, Via::ClusterIp, false);
 }
 
 #[test]
 fn seed_scenario_without_cleanup_stays_broken_external_ip() {
     require_root!();
-    seed_scenario(Via::ExternalIp, false);
+    seed_scenario(V4, Via::ExternalIp, false);
 }
 
 #[test]
 fn seed_scenario_without_cleanup_stays_broken_load_balancer_ip() {
     require_root!();
-    seed_scenario(Via::LoadBalancerIp, false);
+    seed_scenario(V4, Via::LoadBalancerIp, false);
+}
+
+#[test]
+fn seed_scenario_nodeport_ipv6() {
+    require_root!();
+    seed_scenario(V6, Via::NodePort, true);
+}
+
+#[test]
+fn seed_scenario_cluster_ip_ipv6() {
+    require_root!();
+    seed_scenario(V6, Via::ClusterIp, true);
+}
+
+#[test]
+fn seed_scenario_external_ip_ipv6() {
+    require_root!();
+    seed_scenario(V6, Via::ExternalIp, true);
+}
+
+#[test]
+fn seed_scenario_load_balancer_ip_ipv6() {
+    require_root!();
+    seed_scenario(V6, Via::LoadBalancerIp, true);
+}
+
+#[test]
+fn seed_scenario_without_cleanup_stays_broken_nodeport_ipv6() {
+    require_root!();
+    seed_scenario(V6, Via::NodePort, false);
+}
+
+#[test]
+fn seed_scenario_without_cleanup_stays_broken_cluster_ip_ipv6() {
+    require_root!();
+    seed_scenario(V6, Via::ClusterIp, false);
 }
 
 fn tcp_echo_server(ns: &Netns) -> JoinHandle<()> {
@@ -505,13 +637,13 @@ fn missing(seqs: &[u64], sent: u64) -> Vec<u64> {
 fn restart_after_sigkill_keeps_established_flows() {
     require_root!();
     let l = node();
-    let server = UdpServer::start(&l.server, 5353);
+    let server = UdpServer::start(&l.server, Line::SERVER4, 5353);
     let _echo = tcp_echo_server(&l.server);
     let m = Manifest::new(&[
-        config_doc(),
-        node_doc(),
-        service_doc("svc", CLUSTER_IP, NODE_PORT),
-        slice_doc("svc"),
+        config_doc(V4),
+        node_doc(V4),
+        service_doc(V4, "svc", CLUSTER_IP, NODE_PORT),
+        slice_doc(V4, "svc"),
     ]);
     let mut runner = Runner::start(&l.router, &m, &[]);
     runner
@@ -579,10 +711,10 @@ fn tampering_is_repaired_within_a_second() {
     require_root!();
     let l = node();
     let m = Manifest::new(&[
-        config_doc(),
-        node_doc(),
-        service_doc("svc", CLUSTER_IP, NODE_PORT),
-        slice_doc("svc"),
+        config_doc(V4),
+        node_doc(V4),
+        service_doc(V4, "svc", CLUSTER_IP, NODE_PORT),
+        slice_doc(V4, "svc"),
     ]);
     // Periodic resync far away: only the watcher can repair in time.
     let runner = Runner::start(&l.router, &m, &["--sync-ms", "600000"]);
@@ -628,12 +760,12 @@ fn tampering_is_repaired_within_a_second() {
 fn kernel_rejection_changes_nothing_and_a_later_sync_converges() {
     require_root!();
     let l = node();
-    let server = UdpServer::start(&l.server, 5353);
+    let server = UdpServer::start(&l.server, Line::SERVER4, 5353);
     let m = Manifest::new(&[
-        config_doc(),
-        node_doc(),
-        service_doc("svc", CLUSTER_IP, NODE_PORT),
-        slice_doc("svc"),
+        config_doc(V4),
+        node_doc(V4),
+        service_doc(V4, "svc", CLUSTER_IP, NODE_PORT),
+        slice_doc(V4, "svc"),
     ]);
     let runner = Runner::start(&l.router, &m, &["--reject-commits", "2"]);
     runner
@@ -649,12 +781,12 @@ fn kernel_rejection_changes_nothing_and_a_later_sync_converges() {
 
     // A second service: its batch is rejected by the kernel (twice).
     m.write(&[
-        config_doc(),
-        node_doc(),
-        service_doc("svc", CLUSTER_IP, NODE_PORT),
-        slice_doc("svc"),
-        service_doc("svc-b", CLUSTER_IP_B, NODE_PORT + 10),
-        slice_doc("svc-b"),
+        config_doc(V4),
+        node_doc(V4),
+        service_doc(V4, "svc", CLUSTER_IP, NODE_PORT),
+        slice_doc(V4, "svc"),
+        service_doc(V4, "svc-b", CLUSTER_IP_B, NODE_PORT + 10),
+        slice_doc(V4, "svc-b"),
     ]);
     let failed = runner
         .wait_line(Duration::from_secs(10), |l| l.starts_with("failed"))

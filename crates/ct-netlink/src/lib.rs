@@ -397,6 +397,30 @@ pub struct DeleteReport {
     pub scanned: u64,
 }
 
+impl DeleteReport {
+    /// Nothing deleted yet, one zeroed line per filter.
+    fn empty(strategy: Strategy, filters: &[Filter]) -> DeleteReport {
+        DeleteReport {
+            strategy,
+            per_filter: filters
+                .iter()
+                .map(|&filter| FilterReport {
+                    filter,
+                    deleted: Some(0),
+                    already_gone: 0,
+                    failed: 0,
+                })
+                .collect(),
+            deleted: 0,
+            exact: true,
+            capped: false,
+            incomplete: false,
+            dump_retries: 0,
+            scanned: 0,
+        }
+    }
+}
+
 /// How the strategy was chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
@@ -693,24 +717,7 @@ impl Conntrack {
         for f in filters {
             f.validate()?;
         }
-        let mut rep = DeleteReport {
-            strategy,
-            per_filter: filters
-                .iter()
-                .map(|&filter| FilterReport {
-                    filter,
-                    deleted: Some(0),
-                    already_gone: 0,
-                    failed: 0,
-                })
-                .collect(),
-            deleted: 0,
-            exact: true,
-            capped: false,
-            incomplete: false,
-            dump_retries: 0,
-            scanned: 0,
-        };
+        let mut rep = DeleteReport::empty(strategy, filters);
         match strategy {
             Strategy::FilteredFlush => self.filtered_flush(filters, &mut rep, before_delete)?,
             Strategy::FilteredDump => {
@@ -733,24 +740,7 @@ impl Conntrack {
     /// The approach upstream kube-proxy takes, for benchmarks: full dump, match in user
     /// space, full dump again, delete the entries seen in the first pass.
     pub fn delete_upstream_style(&mut self, filters: &[Filter]) -> Result<DeleteReport, Error> {
-        let mut rep = DeleteReport {
-            strategy: Strategy::FullDump,
-            per_filter: filters
-                .iter()
-                .map(|&filter| FilterReport {
-                    filter,
-                    deleted: Some(0),
-                    already_gone: 0,
-                    failed: 0,
-                })
-                .collect(),
-            deleted: 0,
-            exact: true,
-            capped: false,
-            incomplete: false,
-            dump_retries: 0,
-            scanned: 0,
-        };
+        let mut rep = DeleteReport::empty(Strategy::FullDump, filters);
         let first = self.collect_full(filters, &mut rep)?;
         let wanted: HashSet<Vec<u8>> = first.into_iter().map(|(t, _)| t.orig_raw).collect();
         let mut second = Vec::new();

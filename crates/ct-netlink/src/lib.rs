@@ -643,44 +643,26 @@ impl Conntrack {
             );
             return Ok(false);
         }
-        let mut found = None;
-        self.dump_once(
-            AF_INET6,
-            Some((&probe, true)),
-            "probe ipv6 filtered dump",
-            &mut |e, _| {
-                if e.orig.src == Some(src) && probe.matches(e) {
-                    found = Target::of(e);
-                }
-            },
-        )?;
-        // Remove the probe entry (by a full dump of nothing but it when the filter
-        // failed, found via user-space matching).
+        // Our entry, by a dump filtered in the kernel (`kernel` true) or by a plain
+        // dump matched in user space.
+        let find =
+            |this: &mut Self, kernel: bool, op: &'static str| -> Result<Option<Target>, Error> {
+                let mut t = None;
+                this.dump_once(AF_INET6, Some((&probe, kernel)), op, &mut |e, _| {
+                    if e.orig.src == Some(src) && probe.matches(e) {
+                        t = Target::of(e);
+                    }
+                })?;
+                Ok(t)
+            };
+        let found = find(self, true, "probe ipv6 filtered dump")?;
+        // Remove the probe entry; when the kernel filter missed it, find it in user space.
         let target = match found.clone() {
             Some(t) => Some(t),
-            None => {
-                let mut t = None;
-                self.dump_once(
-                    AF_INET6,
-                    Some((&probe, false)),
-                    "probe ipv6 cleanup dump",
-                    &mut |e, _| {
-                        if e.orig.src == Some(src) && probe.matches(e) {
-                            t = Target::of(e);
-                        }
-                    },
-                )?;
-                t
-            }
+            None => find(self, false, "probe ipv6 cleanup dump")?,
         };
         if let Some(t) = target {
-            let mut rep = self.scratch_report();
-            rep.per_filter.push(FilterReport {
-                filter: probe,
-                deleted: Some(0),
-                already_gone: 0,
-                failed: 0,
-            });
+            let mut rep = DeleteReport::empty(self.probe.strategy, &[probe]);
             self.delete_targets(&[(t, 0)], &[probe], &mut rep)?;
         }
         Ok(found.is_some())
@@ -782,16 +764,7 @@ impl Conntrack {
     }
 
     fn scratch_report(&self) -> DeleteReport {
-        DeleteReport {
-            strategy: self.probe.strategy,
-            per_filter: vec![],
-            deleted: 0,
-            exact: true,
-            capped: false,
-            incomplete: false,
-            dump_retries: 0,
-            scanned: 0,
-        }
+        DeleteReport::empty(self.probe.strategy, &[])
     }
 
     fn filtered_flush(

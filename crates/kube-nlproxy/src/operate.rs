@@ -57,12 +57,22 @@ impl Observer for MigrateOnce {
 /// never stop the proxy.
 pub fn migrate_from_iptables() {
     match nft_netlink::Nft::open().and_then(|mut n| n.remove_kube_proxy_iptables()) {
-        Ok(r) if r.chains_removed == 0 && r.jumps_removed == 0 => {}
-        Ok(r) => info!(
-            chains = r.chains_removed,
-            jumps = r.jumps_removed,
-            "removed kube-proxy iptables-mode leftovers (iptables-nft)"
-        ),
+        Ok(r) => {
+            if r.chains_removed > 0 || r.jumps_removed > 0 {
+                info!(
+                    chains = r.chains_removed,
+                    jumps = r.jumps_removed,
+                    "removed kube-proxy iptables-mode leftovers (iptables-nft)"
+                );
+            }
+            for (chain, by) in &r.kept {
+                warn!(
+                    chain = %chain,
+                    referenced_by = %by.join(","),
+                    "kept a kube-proxy iptables chain that another program's chain jumps to"
+                );
+            }
+        }
         Err(e) => warn!(error = %e, "could not remove kube-proxy iptables-mode leftovers"),
     }
     let legacy = nft_netlink::migrate::legacy_iptables_tables(std::path::Path::new("/proc"));

@@ -1,30 +1,81 @@
 //! Migration from kube-proxy's iptables mode: remove, over netlink, the chains it left
-//! behind when programmed through iptables-nft, and every rule elsewhere that jumps to
-//! them, in one atomic batch, leaving every other rule untouched.
+//! behind when programmed through iptables-nft, and the jumps to them from the built-in
+//! chains, in one atomic batch, leaving every other chain and rule untouched.
 //!
-//! kube-proxy's chains are the `KUBE-*` chains of the ip/ip6 `nat`, `filter` and
-//! `mangle` tables, except the ones kubelet owns (`KUBE-FIREWALL`,
-//! `KUBE-KUBELET-CANARY`, `KUBE-IPTABLES-HINT`): removing those would break the node's
-//! kubelet, which re-creates and relies on them.
+//! Only upstream's own chain names are removed (see [`is_kube_proxy_chain`]): the fixed
+//! chains of each table as upstream's `CleanupLeftovers` lists them, and the per-service
+//! chains `KUBE-{SVC,SVL,EXT,FW,SEP,XLB}-` followed by exactly 16 characters of upstream's
+//! base32 hash. Never a prefix match on `KUBE-`: kubelet's chains (`KUBE-FIREWALL`,
+//! `KUBE-KUBELET-CANARY`, `KUBE-IPTABLES-HINT`, `KUBE-MARK-DROP`), kube-router's policy
+//! chains (`KUBE-ROUTER-*`, `KUBE-NWPLCY-*`, `KUBE-POD-FW-*`) and anything a user named
+//! `KUBE-...` stay as they are.
 
 use crate::{Nft, NftError};
 use nft_model::{Family, Op, TableRef};
 use nft_wire::consts::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_NEWCHAIN};
 use nft_wire::encode::dump_request;
 use nft_wire::{decode_object, scan_rule, ForeignRule, Object, WireError};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// The iptables tables kube-proxy's iptables mode writes to.
 pub const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
 
-/// `KUBE-*` chains that belong to kubelet, not kube-proxy.
-pub const KUBELET_CHAINS: [&str; 3] =
-    ["KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"];
+/// kube-proxy's fixed chains per iptables table (upstream's cleanup lists).
+pub const FIXED_CHAINS: [(&str, &[&str]); 3] = [
+    (
+        "nat",
+        &[
+            "KUBE-SERVICES",
+            "KUBE-NODEPORTS",
+            "KUBE-POSTROUTING",
+            "KUBE-MARK-MASQ",
+            "KUBE-PROXY-CANARY",
+        ],
+    ),
+    (
+        "filter",
+        &[
+            "KUBE-SERVICES",
+            "KUBE-EXTERNAL-SERVICES",
+            "KUBE-FORWARD",
+            "KUBE-NODEPORTS",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-PROXY-CANARY",
+        ],
+    ),
+    ("mangle", &["KUBE-PROXY-CANARY"]),
+];
 
-/// Whether a chain was created by kube-proxy's iptables mode.
-pub fn is_kube_proxy_chain(name: &str) -> bool {
-    name.starts_with("KUBE-") && !KUBELET_CHAINS.contains(&name)
+/// Prefixes of kube-proxy's per-service chains (nat table), each followed by the first
+/// 16 characters of a base32-encoded SHA-256 (`KUBE-XLB-` is the pre-1.24 name of `SVL`).
+pub const SERVICE_CHAIN_PREFIXES: [&str; 6] = [
+    "KUBE-SVC-",
+    "KUBE-SVL-",
+    "KUBE-EXT-",
+    "KUBE-FW-",
+    "KUBE-SEP-",
+    "KUBE-XLB-",
+];
+
+/// Whether `name` in iptables table `table` is a chain kube-proxy's iptables mode creates.
+pub fn is_kube_proxy_chain(table: &str, name: &str) -> bool {
+    let fixed = FIXED_CHAINS
+        .iter()
+        .any(|(t, chains)| *t == table && chains.contains(&name));
+    fixed || (table == "nat" && is_service_chain(name))
+}
+
+/// `KUBE-SVC-` etc. followed by exactly 16 characters of the base32 alphabet (A-Z, 2-7).
+fn is_service_chain(name: &str) -> bool {
+    SERVICE_CHAIN_PREFIXES.iter().any(|p| {
+        name.strip_prefix(p).is_some_and(|hash| {
+            hash.len() == 16
+                && hash
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b))
+        })
+    })
 }
 
 /// The chains and rules of one iptables-nft table.
@@ -32,33 +83,77 @@ pub fn is_kube_proxy_chain(name: &str) -> bool {
 pub struct TableScan {
     pub table: TableRef,
     pub chains: Vec<String>,
+    /// The chains attached to a hook (iptables' built-in chains).
+    pub base_chains: BTreeSet<String>,
     pub rules: Vec<ForeignRule>,
 }
 
-/// What a migration removed.
+/// What a migration removed, and the kube-proxy chains it had to keep.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MigrationReport {
     pub chains_removed: usize,
     pub jumps_removed: usize,
+    /// kube-proxy chains left in place because a chain of another program jumps to them
+    /// (directly, or through other kept kube-proxy chains): `"<family> <table> <chain>"`
+    /// and the referencing chains. Removing them would mean editing that program's rules.
+    pub kept: Vec<(String, Vec<String>)>,
 }
 
-/// The ops that remove kube-proxy's chains and the rules of other chains that jump or go
-/// to them: those rules by handle first, then every kube-proxy chain flushed, then deleted.
+/// The removal plan for one scan: the ops and the kube-proxy chains kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub ops: Vec<Op>,
+    pub kept: Vec<(String, Vec<String>)>,
+}
+
+/// The ops that remove kube-proxy's chains and the jumps to them from built-in chains:
+/// those rules by handle first, then every removable kube-proxy chain flushed, then
+/// deleted. A kube-proxy chain that a regular chain of another program references is
+/// kept with everything it reaches (the other program's rules stay byte-identical).
 /// Pure: the same scan gives the same batch.
-pub fn plan(scans: &[TableScan]) -> Vec<Op> {
+pub fn plan(scans: &[TableScan]) -> Plan {
     let mut deletes = Vec::new();
     let mut flushes = Vec::new();
     let mut removes = Vec::new();
+    let mut kept_out = Vec::new();
     for s in scans {
         let ours: BTreeSet<&str> = s
             .chains
             .iter()
             .map(String::as_str)
-            .filter(|c| is_kube_proxy_chain(c))
+            .filter(|c| is_kube_proxy_chain(&s.table.name, c))
+            .collect();
+        // kube-proxy chains referenced from another program's regular chains.
+        let mut kept: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for r in &s.rules {
+            let foreign_regular =
+                !ours.contains(r.chain.as_str()) && !s.base_chains.contains(&r.chain);
+            if foreign_regular {
+                for t in r.targets.iter().filter(|t| ours.contains(t.as_str())) {
+                    kept.entry(t.as_str()).or_default().insert(r.chain.as_str());
+                }
+            }
+        }
+        // ... and what those reach.
+        let mut frontier: Vec<&str> = kept.keys().copied().collect();
+        while let Some(c) = frontier.pop() {
+            for r in s.rules.iter().filter(|r| r.chain == c) {
+                for t in r.targets.iter().filter(|t| ours.contains(t.as_str())) {
+                    if !kept.contains_key(t.as_str()) {
+                        frontier.push(t.as_str());
+                    }
+                    kept.entry(t.as_str()).or_default().insert(c);
+                }
+            }
+        }
+        let removable: BTreeSet<&str> = ours
+            .iter()
+            .copied()
+            .filter(|c| !kept.contains_key(c))
             .collect();
         for r in &s.rules {
-            if !ours.contains(r.chain.as_str())
-                && r.targets.iter().any(|t| ours.contains(t.as_str()))
+            if s.base_chains.contains(&r.chain)
+                && r.targets.iter().any(|t| removable.contains(t.as_str()))
             {
                 deletes.push(Op::DeleteRule {
                     table: s.table.clone(),
@@ -67,7 +162,7 @@ pub fn plan(scans: &[TableScan]) -> Vec<Op> {
                 });
             }
         }
-        for c in &ours {
+        for c in &removable {
             flushes.push(Op::FlushChain {
                 table: s.table.clone(),
                 chain: c.to_string(),
@@ -77,8 +172,17 @@ pub fn plan(scans: &[TableScan]) -> Vec<Op> {
                 chain: c.to_string(),
             });
         }
+        for (c, by) in kept {
+            kept_out.push((
+                format!("{} {} {c}", s.table.family.nft_name(), s.table.name),
+                by.into_iter().map(String::from).collect(),
+            ));
+        }
     }
-    deletes.into_iter().chain(flushes).chain(removes).collect()
+    Plan {
+        ops: deletes.into_iter().chain(flushes).chain(removes).collect(),
+        kept: kept_out,
+    }
 }
 
 impl Nft {
@@ -91,23 +195,25 @@ impl Nft {
                 if !self.table_exists(&t)? {
                     continue;
                 }
-                let chain_name =
-                    |kind: u16, fam: u8, attrs: &[u8]| -> Result<Option<String>, WireError> {
-                        if kind != NFT_MSG_NEWCHAIN {
-                            return Ok(None);
+                let chain_of = |kind: u16,
+                                fam: u8,
+                                attrs: &[u8]|
+                 -> Result<Option<(String, bool)>, WireError> {
+                    if kind != NFT_MSG_NEWCHAIN {
+                        return Ok(None);
+                    }
+                    match decode_object(kind, fam, attrs)? {
+                        Object::Chain { table, chain } if table.name == name => {
+                            Ok(Some((chain.name, chain.base.is_some())))
                         }
-                        match decode_object(kind, fam, attrs)? {
-                            Object::Chain { table, chain } if table.name == name => {
-                                Ok(Some(chain.name))
-                            }
-                            _ => Ok(None),
-                        }
-                    };
+                        _ => Ok(None),
+                    }
+                };
                 let (chains, _) = self
                     .dump_with(
                         "chains",
                         |seq| dump_request(NFT_MSG_GETCHAIN, &t, seq),
-                        chain_name,
+                        chain_of,
                     )
                     .map_err(|e| e.into_nft(name))?;
                 let (rules, _) = self
@@ -117,9 +223,15 @@ impl Nft {
                         |_, fam, attrs| scan_rule(fam, attrs),
                     )
                     .map_err(|e| e.into_nft(name))?;
+                let chains: Vec<(String, bool)> = chains.into_iter().flatten().collect();
                 out.push(TableScan {
                     table: t.clone(),
-                    chains: chains.into_iter().flatten().collect(),
+                    base_chains: chains
+                        .iter()
+                        .filter(|(_, base)| *base)
+                        .map(|(c, _)| c.clone())
+                        .collect(),
+                    chains: chains.into_iter().map(|(c, _)| c).collect(),
                     rules: rules.into_iter().filter(|r| r.table == t).collect(),
                 });
             }
@@ -132,16 +244,19 @@ impl Nft {
     pub fn remove_kube_proxy_iptables(&mut self) -> Result<MigrationReport, NftError> {
         let mut report = MigrationReport::default();
         self.commit_guarded(5, |nft| {
-            let ops = plan(&nft.scan_iptables_tables()?);
-            report.jumps_removed = ops
+            let plan = plan(&nft.scan_iptables_tables()?);
+            report.jumps_removed = plan
+                .ops
                 .iter()
                 .filter(|o| matches!(o, Op::DeleteRule { .. }))
                 .count();
-            report.chains_removed = ops
+            report.chains_removed = plan
+                .ops
                 .iter()
                 .filter(|o| matches!(o, Op::DeleteChain { .. }))
                 .count();
-            Ok(ops)
+            report.kept = plan.kept;
+            Ok(plan.ops)
         })?;
         Ok(report)
     }
@@ -168,7 +283,7 @@ pub fn legacy_removal_hint(tables: &[String]) -> String {
     format!(
         "legacy (non-nftables) iptables tables are present ({}); kube-nlproxy cannot edit them over netlink. \
          If they hold kube-proxy rules, remove them once with the old image: `kube-proxy --cleanup` \
-         (or `iptables-legacy-save | grep -v KUBE- | iptables-legacy-restore`, and the same with ip6tables-legacy)",
+         (it removes only kube-proxy's own chains)",
         tables.join(", ")
     )
 }
@@ -186,32 +301,107 @@ mod tests {
         }
     }
 
+    const SVC: &str = "KUBE-SVC-4N57TFCL4MD7ZTDA";
+    const SEP: &str = "KUBE-SEP-WXWGHGKZOCNYRYI7";
+
     #[test]
-    fn plan_removes_kube_proxy_chains_and_jumps_but_not_kubelet_or_others() {
+    fn only_upstream_chain_names_are_kube_proxys() {
+        let yes = [
+            ("nat", "KUBE-SERVICES"),
+            ("nat", "KUBE-NODEPORTS"),
+            ("nat", "KUBE-POSTROUTING"),
+            ("nat", "KUBE-MARK-MASQ"),
+            ("nat", "KUBE-PROXY-CANARY"),
+            ("nat", SVC),
+            ("nat", SEP),
+            ("nat", "KUBE-SVL-AAAAAAAAAAAAAAAA"),
+            ("nat", "KUBE-EXT-ABCDEFGHIJKLMN23"),
+            ("nat", "KUBE-FW-ZZZZZZZZZZZZZZZZ"),
+            ("nat", "KUBE-XLB-7777777777777777"),
+            ("filter", "KUBE-SERVICES"),
+            ("filter", "KUBE-EXTERNAL-SERVICES"),
+            ("filter", "KUBE-FORWARD"),
+            ("filter", "KUBE-NODEPORTS"),
+            ("filter", "KUBE-PROXY-FIREWALL"),
+            ("filter", "KUBE-PROXY-CANARY"),
+            ("mangle", "KUBE-PROXY-CANARY"),
+        ];
+        let no = [
+            // kubelet
+            ("filter", "KUBE-FIREWALL"),
+            ("nat", "KUBE-KUBELET-CANARY"),
+            ("filter", "KUBE-KUBELET-CANARY"),
+            ("mangle", "KUBE-IPTABLES-HINT"),
+            ("nat", "KUBE-MARK-DROP"),
+            // kube-router (also embedded in k3s)
+            ("filter", "KUBE-ROUTER-INPUT"),
+            ("filter", "KUBE-ROUTER-FORWARD"),
+            ("filter", "KUBE-NWPLCY-4N57TFCL4MD7ZTDA"),
+            ("filter", "KUBE-POD-FW-4N57TFCL4MD7ZTDA"),
+            ("nat", "KUBE-ROUTER-SERVICES"),
+            // a user's chains, near misses of upstream's names
+            ("filter", "KUBE-MY-ALLOWLIST"),
+            ("nat", "KUBE-SVC-mine"),
+            ("nat", "KUBE-SVC-4N57TFCL4MD7ZTD"),
+            ("nat", "KUBE-SVC-4N57TFCL4MD7ZTDAX"),
+            ("nat", "KUBE-SVC-4N57TFCL4MD7ZTD1"),
+            ("nat", "KUBE-SVC-4n57tfcl4md7ztda"),
+            ("nat", "KUBE-SERVICES-BACKUP"),
+            ("nat", "KUBE-FORWARD"),
+            ("filter", "KUBE-MARK-MASQ"),
+            ("filter", SVC),
+            ("mangle", "KUBE-SERVICES"),
+            ("raw", "KUBE-PROXY-CANARY"),
+        ];
+        for (t, c) in yes {
+            assert!(is_kube_proxy_chain(t, c), "{t} {c} is kube-proxy's");
+        }
+        for (t, c) in no {
+            assert!(!is_kube_proxy_chain(t, c), "{t} {c} is not kube-proxy's");
+        }
+    }
+
+    fn scan(
+        table: &TableRef,
+        base: &[&str],
+        chains: &[&str],
+        rules: Vec<ForeignRule>,
+    ) -> TableScan {
+        TableScan {
+            table: table.clone(),
+            chains: base.iter().chain(chains).map(|c| c.to_string()).collect(),
+            base_chains: base.iter().map(|c| c.to_string()).collect(),
+            rules,
+        }
+    }
+
+    #[test]
+    fn plan_removes_kube_proxy_chains_and_jumps_but_not_kubelet_router_or_user_chains() {
         let nat = TableRef::new(Family::Ip, "nat");
-        let scan = TableScan {
-            table: nat.clone(),
-            chains: [
-                "PREROUTING",
-                "OUTPUT",
+        let s = scan(
+            &nat,
+            &["PREROUTING", "OUTPUT"],
+            &[
                 "KUBE-SERVICES",
-                "KUBE-SVC-ABC",
+                SVC,
                 "KUBE-FIREWALL",
+                "KUBE-ROUTER-SERVICES",
+                "KUBE-SVC-mine",
                 "DOCKER",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rules: vec![
+            ],
+            vec![
                 rule(&nat, "PREROUTING", 4, &["KUBE-SERVICES"]),
                 rule(&nat, "PREROUTING", 5, &["DOCKER"]),
+                rule(&nat, "PREROUTING", 6, &["KUBE-ROUTER-SERVICES"]),
                 rule(&nat, "OUTPUT", 7, &[]),
                 rule(&nat, "OUTPUT", 8, &["KUBE-FIREWALL"]),
-                rule(&nat, "KUBE-SERVICES", 9, &["KUBE-SVC-ABC"]),
+                rule(&nat, "OUTPUT", 9, &["KUBE-SVC-mine"]),
+                rule(&nat, "KUBE-SERVICES", 10, &[SVC]),
             ],
-        };
-        let ops = plan(&[scan]);
+        );
+        let p = plan(&[s]);
         assert_eq!(
-            ops,
+            p.ops,
             vec![
                 Op::DeleteRule {
                     table: nat.clone(),
@@ -224,7 +414,7 @@ mod tests {
                 },
                 Op::FlushChain {
                     table: nat.clone(),
-                    chain: "KUBE-SVC-ABC".into()
+                    chain: SVC.into()
                 },
                 Op::DeleteChain {
                     table: nat.clone(),
@@ -232,11 +422,62 @@ mod tests {
                 },
                 Op::DeleteChain {
                     table: nat.clone(),
-                    chain: "KUBE-SVC-ABC".into()
+                    chain: SVC.into()
                 },
             ]
         );
-        assert!(plan(&[]).is_empty());
+        assert!(p.kept.is_empty());
+        assert_eq!(plan(&[]), Plan::default());
+    }
+
+    #[test]
+    fn a_kube_proxy_chain_another_program_jumps_to_is_kept_with_what_it_reaches() {
+        let nat = TableRef::new(Family::Ip, "nat");
+        let s = scan(
+            &nat,
+            &["POSTROUTING"],
+            &[
+                "KUBE-POSTROUTING",
+                "KUBE-MARK-MASQ",
+                "KUBE-SERVICES",
+                "CNI-NAT",
+            ],
+            vec![
+                rule(&nat, "POSTROUTING", 1, &["KUBE-POSTROUTING"]),
+                rule(&nat, "POSTROUTING", 2, &["CNI-NAT"]),
+                // another program's chain uses kube-proxy's masquerade chain
+                rule(&nat, "CNI-NAT", 3, &["KUBE-POSTROUTING"]),
+                rule(&nat, "KUBE-POSTROUTING", 4, &["KUBE-MARK-MASQ"]),
+            ],
+        );
+        let p = plan(&[s]);
+        assert_eq!(
+            p.ops,
+            vec![
+                Op::FlushChain {
+                    table: nat.clone(),
+                    chain: "KUBE-SERVICES".into()
+                },
+                Op::DeleteChain {
+                    table: nat.clone(),
+                    chain: "KUBE-SERVICES".into()
+                },
+            ],
+            "the jump from POSTROUTING stays with the chain it reaches"
+        );
+        assert_eq!(
+            p.kept,
+            vec![
+                (
+                    "ip nat KUBE-MARK-MASQ".to_string(),
+                    vec!["KUBE-POSTROUTING".to_string()]
+                ),
+                (
+                    "ip nat KUBE-POSTROUTING".to_string(),
+                    vec!["CNI-NAT".to_string()]
+                ),
+            ]
+        );
     }
 
     #[test]

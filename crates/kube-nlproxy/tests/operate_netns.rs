@@ -146,11 +146,11 @@ const KUBE_PROXY_RULES: &str = "*nat
 :PREROUTING ACCEPT [0:0]
 :OUTPUT ACCEPT [0:0]
 :KUBE-SERVICES - [0:0]
-:KUBE-SVC-ABCDEF - [0:0]
+:KUBE-SVC-4N57TFCL4MD7ZTDA - [0:0]
 -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
 -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
--A KUBE-SERVICES -d 198.18.3.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-ABCDEF
--A KUBE-SVC-ABCDEF -p tcp -m tcp -j DNAT --to-destination 198.18.64.9:8080
+-A KUBE-SERVICES -d 198.18.3.10/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-4N57TFCL4MD7ZTDA
+-A KUBE-SVC-4N57TFCL4MD7ZTDA -p tcp -m tcp -j DNAT --to-destination 198.18.64.9:8080
 COMMIT
 *filter
 :INPUT ACCEPT [0:0]
@@ -201,7 +201,7 @@ fn start_removes_kube_proxy_iptables_leftovers() {
     );
     let saved = ns.exec_ok("iptables-save", &[]);
     assert!(
-        !saved.contains("KUBE-SERVICES") && !saved.contains("KUBE-SVC-ABCDEF"),
+        !saved.contains("KUBE-SERVICES") && !saved.contains("KUBE-SVC-4N57TFCL4MD7ZTDA"),
         "{saved}"
     );
     for kept in [

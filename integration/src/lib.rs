@@ -577,13 +577,21 @@ pub struct Daemon {
 impl Daemon {
     pub fn start(args: &[&str], log: PathBuf) -> Daemon {
         let f = std::fs::File::create(&log).expect("log file");
-        // Unless a test picks them, the health and metrics servers listen on ephemeral
-        // loopback ports, so parallel daemons never compete for kube-proxy's ports.
-        let mut args: Vec<&str> = args.to_vec();
+        // Unless a test picks them, the health and metrics servers listen on free
+        // loopback ports, so parallel daemons never compete for kube-proxy's ports (port
+        // 0 is refused by kube-proxy's validation).
+        let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         for flag in ["--healthz-bind-address", "--metrics-bind-address"] {
             if !args.iter().any(|a| a.starts_with(flag)) {
-                args.extend([flag, "127.0.0.1:0"]);
+                args.extend([flag.to_string(), format!("127.0.0.1:{}", free_port())]);
             }
+        }
+        // syncs are logged at verbosity 2, as kube-proxy's
+        if !args
+            .iter()
+            .any(|a| a.starts_with("--v") || a.starts_with("-v"))
+        {
+            args.push("--v=2".into());
         }
         let child = Command::new(daemon_binary())
             .args(&args)

@@ -170,12 +170,12 @@ fn config_file_and_flags_behave_the_same() {
         &cfg,
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
          kind: KubeProxyConfiguration\n\
-         mode: nftables\n\
+         mode: iptables\n\
          hostnameOverride: node-a\n\
          clusterCIDR: 198.18.64.0/18\n\
          detectLocalMode: ClusterCIDR\n\
          nodePortAddresses: [198.18.0.0/24]\n\
-         nftables:\n  masqueradeBit: 10\n  syncPeriod: 20s\n  minSyncPeriod: 2s\n",
+         iptables:\n  masqueradeBit: 10\n  syncPeriod: 20s\n  minSyncPeriod: 2s\n",
     )
     .unwrap();
     let m = f.to_str().unwrap();
@@ -190,7 +190,7 @@ fn config_file_and_flags_behave_the_same() {
         "--manifests",
         m,
         "--dry-run",
-        "--proxy-mode=nftables",
+        "--proxy-mode=iptables",
         "--hostname-override=node-a",
         "--cluster-cidr=198.18.64.0/18",
         "--detect-local-mode=ClusterCIDR",
@@ -215,7 +215,7 @@ fn config_file_and_flags_behave_the_same() {
     // --write-config-to from the flags, read back with --config: the same again.
     let written = dir.path("written.yaml");
     dry_run(&[
-        "--proxy-mode=nftables",
+        "--proxy-mode=iptables",
         "--hostname-override=node-a",
         "--cluster-cidr=198.18.64.0/18",
         "--nodeport-addresses=198.18.0.0/24",
@@ -236,14 +236,15 @@ fn config_file_and_flags_behave_the_same() {
     ]);
     assert_eq!(again, from_file);
 
-    // masqueradeAll: linux.masqueradeAll in the file = --masquerade-all.
+    // masqueradeAll: the mode's section in the file = --masquerade-all (a `linux:`
+    // section is not v1alpha1: ignored with a warning, as kube-proxy does).
     let cfg2 = dir.path("config2.yaml");
     std::fs::write(
         &cfg2,
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
          kind: KubeProxyConfiguration\n\
          mode: nftables\n\
-         linux:\n  masqueradeAll: true\n",
+         nftables:\n  masqueradeAll: true\n",
     )
     .unwrap();
     let a = dry_run(&[
@@ -331,7 +332,12 @@ fn json_logging() {
     let mut lines = 0;
     for line in err.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        assert!(v.get("level").is_some(), "{line}");
+        // component-base's JSON: ts (ms), caller, msg, v (not on errors)
+        assert!(v.get("ts").is_some_and(|t| t.is_f64()), "{line}");
+        assert!(
+            v.get("caller").is_some() && v.get("msg").is_some(),
+            "{line}"
+        );
         lines += 1;
     }
     assert!(lines > 0);

@@ -1,17 +1,17 @@
 //! The deployment manifests in docs/deploy parse as valid Kubernetes objects with the
-//! project's own types, and ask for what the proxy needs and nothing more.
+//! project's own types, read kubeadm's `kube-proxy` ConfigMap layout, and ask for what
+//! the proxy needs and nothing more. (That config.conf is accepted by the configuration
+//! loader and that the image answers to kube-proxy's entrypoint is checked in the
+//! kube-nlproxy binary's `deploy_tests`.)
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
 
-fn docs() -> Vec<serde_yaml::Value> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/deploy/kube-nlproxy.yaml"
-    );
-    let text = std::fs::read_to_string(path).expect("read docs/deploy/kube-nlproxy.yaml");
+fn docs(name: &str) -> Vec<serde_yaml::Value> {
+    let path = format!("{}/../../docs/deploy/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_yaml::Deserializer::from_str(&text)
         .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML"))
         .collect()
@@ -23,7 +23,7 @@ fn kind(v: &serde_yaml::Value) -> &str {
 
 #[test]
 fn deploy_manifests_are_valid_kubernetes_objects() {
-    let docs = docs();
+    let docs = docs("kube-nlproxy.yaml");
     let kinds: Vec<&str> = docs.iter().map(kind).collect();
     assert_eq!(
         kinds,
@@ -31,7 +31,6 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
-            "ConfigMap",
             "DaemonSet"
         ]
     );
@@ -42,7 +41,6 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
             "ClusterRoleBinding" => {
                 serde_yaml::from_value::<ClusterRoleBinding>(d.clone()).map(|_| ())
             }
-            "ConfigMap" => serde_yaml::from_value::<ConfigMap>(d.clone()).map(|_| ()),
             "DaemonSet" => serde_yaml::from_value::<DaemonSet>(d.clone()).map(|_| ()),
             other => panic!("unexpected kind {other}"),
         };
@@ -66,17 +64,62 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
     let ev = grants("events");
     assert!(ev.contains(&"create".to_string()) && ev.contains(&"patch".to_string()));
 
-    let ds: DaemonSet = serde_yaml::from_value(docs[4].clone()).unwrap();
+    let ds: DaemonSet = serde_yaml::from_value(docs[3].clone()).unwrap();
     let pod = ds.spec.template.spec.expect("pod spec");
     assert_eq!(pod.host_network, Some(true));
-    let sc = pod.containers[0].security_context.clone().unwrap();
+    assert_eq!(pod.dns_policy, None, "the node's resolver, not cluster DNS");
+
+    // the proxy: unprivileged, NET_ADMIN only, kubeadm's ConfigMap and command line
+    let c = &pod.containers[0];
+    let sc = c.security_context.clone().unwrap();
     assert_eq!(sc.privileged, Some(false), "not privileged");
     let caps = sc.capabilities.unwrap();
     assert_eq!(caps.add.unwrap(), ["NET_ADMIN"]);
     assert_eq!(caps.drop.unwrap(), ["ALL"]);
+    let cmd = c.command.clone().unwrap();
+    assert!(cmd.contains(&"--config=/var/lib/kube-proxy/config.conf".to_string()));
+    assert!(cmd.contains(&"--hostname-override=$(NODE_NAME)".to_string()));
+    let mount = c.volume_mounts.clone().unwrap();
+    assert_eq!(mount[0].mount_path, "/var/lib/kube-proxy");
+    let vol = pod.volumes.clone().unwrap();
+    let cm_name = vol
+        .iter()
+        .find(|v| v.name == mount[0].name)
+        .and_then(|v| v.config_map.clone())
+        .map(|c| c.name);
+    assert_eq!(
+        cm_name.as_deref(),
+        Some("kube-proxy"),
+        "kubeadm's ConfigMap"
+    );
 
-    let cm: ConfigMap = serde_yaml::from_value(docs[3].clone()).unwrap();
-    let conf = cm.data.unwrap()["config.conf"].clone();
-    let conf: serde_yaml::Value = serde_yaml::from_str(&conf).expect("config.conf is YAML");
+    // the sysctls: a privileged init container that runs --init-only and exits
+    let init = &pod.init_containers.clone().expect("init container")[0];
+    assert_eq!(
+        init.security_context.clone().unwrap().privileged,
+        Some(true)
+    );
+    assert!(init
+        .command
+        .clone()
+        .unwrap()
+        .contains(&"--init-only".to_string()));
+}
+
+#[test]
+fn configmap_has_kubeadms_layout() {
+    let docs = docs("kube-proxy-configmap.yaml");
+    assert_eq!(docs.len(), 1);
+    let cm: ConfigMap = serde_yaml::from_value(docs[0].clone()).unwrap();
+    assert_eq!(cm.metadata.name.as_deref(), Some("kube-proxy"));
+    let data = cm.data.unwrap();
+    let mut keys: Vec<&String> = data.keys().collect();
+    keys.sort();
+    assert_eq!(keys, ["config.conf", "kubeconfig.conf"]);
+    let conf: serde_yaml::Value = serde_yaml::from_str(&data["config.conf"]).unwrap();
     assert_eq!(conf["kind"].as_str(), Some("KubeProxyConfiguration"));
+    assert_eq!(
+        conf["clientConnection"]["kubeconfig"].as_str(),
+        Some("/var/lib/kube-proxy/kubeconfig.conf")
+    );
 }

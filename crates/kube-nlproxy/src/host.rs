@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::config::Conntrack;
+use crate::config::v1alpha1::Conntrack;
 
 const NLMSG_HDR: usize = 16;
 const IFADDRMSG: usize = 8;
@@ -188,7 +188,10 @@ fn write_sysctl(key: &str, value: u64) {
         return;
     }
     match std::fs::write(&path, value.to_string()) {
-        Ok(()) => info!(sysctl = key, from = ?current, to = value, "set sysctl"),
+        Ok(()) => match current {
+            Some(from) => info!(sysctl = key, from, to = value, "set sysctl"),
+            None => info!(sysctl = key, to = value, "set sysctl"),
+        },
         Err(e) => warn!(sysctl = key, to = value, error = %e, "cannot set sysctl"),
     }
 }
@@ -224,31 +227,31 @@ pub fn apply_conntrack(ct: &Conntrack) {
             info!("not in the host's network namespace: nf_conntrack_max (global) left alone");
         }
     }
-    if let Some(d) = ct.tcp_established_timeout.filter(|d| !d.0.is_zero()) {
+    if let Some(d) = ct.tcp_established_timeout.filter(|d| d.0 > 0) {
         write_sysctl(
             "net.netfilter.nf_conntrack_tcp_timeout_established",
-            secs(d.0),
+            secs(d.std()),
         );
     }
-    if let Some(d) = ct.tcp_close_wait_timeout.filter(|d| !d.0.is_zero()) {
+    if let Some(d) = ct.tcp_close_wait_timeout.filter(|d| d.0 > 0) {
         write_sysctl(
             "net.netfilter.nf_conntrack_tcp_timeout_close_wait",
-            secs(d.0),
+            secs(d.std()),
         );
     }
     if ct.tcp_be_liberal {
         write_sysctl("net.netfilter.nf_conntrack_tcp_be_liberal", 1);
     }
-    if !ct.udp_timeout.0.is_zero() {
+    if ct.udp_timeout.0 > 0 {
         write_sysctl(
             "net.netfilter.nf_conntrack_udp_timeout",
-            secs(ct.udp_timeout.0),
+            secs(ct.udp_timeout.std()),
         );
     }
-    if !ct.udp_stream_timeout.0.is_zero() {
+    if ct.udp_stream_timeout.0 > 0 {
         write_sysctl(
             "net.netfilter.nf_conntrack_udp_timeout_stream",
-            secs(ct.udp_stream_timeout.0),
+            secs(ct.udp_stream_timeout.std()),
         );
     }
 }

@@ -3,11 +3,15 @@
 //! from manifest files; the sync engine on its own thread. Never spawns a process.
 
 mod config;
+#[cfg(test)]
+mod deploy_tests;
 mod duration;
 mod flags;
 mod host;
 mod kube_source;
+mod logging;
 mod manifests;
+mod node_ip;
 mod operate;
 mod settings;
 mod sink;
@@ -25,9 +29,9 @@ use nft_model::{Family, Op, TableRef};
 use sync_engine::{
     Clock, ConntrackKernel, Engine, EngineConfig, Event, NftKernel, Observer, SyncReport,
 };
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::flags::Flags;
+use crate::flags::{Flags, Parsed};
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
@@ -35,47 +39,45 @@ fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some("explain") {
         return explain_main(args);
     }
-    let (flags, flag_warnings) = Flags::parse_from_env();
+    let flags = match Flags::parse_args(args) {
+        Parsed::Run(f) => f,
+        Parsed::Exit { text, code } => return print_and_exit(&text, code),
+    };
     let mut settings = match settings::load(&flags) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("kube-nlproxy: invalid configuration: {e}");
-            return ExitCode::from(2);
+            // as kube-proxy (component-base's cli.Run): logged, exit 1
+            logging::init(logging::Format::Text, 0);
+            error!(err = %e, "command failed");
+            return ExitCode::FAILURE;
         }
     };
-    init_logging(&settings);
-    for w in flag_warnings.iter().chain(&settings.warnings) {
-        warn!("{w}");
-    }
-    for n in &settings.notes {
-        info!("{n}");
+    let format = if settings.json_logs {
+        logging::Format::Json
+    } else {
+        logging::Format::Text
+    };
+    logging::init(format, settings.verbosity);
+    for n in &settings.notices {
+        n.log();
     }
     match run(&flags, &mut settings) {
         Ok(code) => code,
         Err(e) => {
-            error!("{e:#}");
+            error!(err = format!("{e:#}"), "Error running ProxyServer");
             ExitCode::FAILURE
         }
     }
 }
 
-fn init_logging(s: &Settings) {
-    let default = match s.verbosity {
-        0..=1 => "info",
-        2..=4 => "info,kube_nlproxy=debug,sync_engine=debug",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if s.json_logs {
-        b.json().init();
+/// Help, version or a flag error: to stdout (exit 0) or stderr (exit 1).
+fn print_and_exit(text: &str, code: u8) -> ExitCode {
+    if code == 0 {
+        print!("{text}");
     } else {
-        b.init();
+        eprint!("{text}");
     }
+    ExitCode::from(code)
 }
 
 /// Whether this run talks to the kernel (not `--dry-run`, not `--render-to`).
@@ -85,11 +87,15 @@ fn touches_kernel(f: &Flags) -> bool {
 
 fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     if let Some(path) = &flags.write_config_to {
-        std::fs::write(path, settings.kpc.to_yaml()).with_context(|| format!("writing {path}"))?;
-        info!(path, "configuration written");
+        std::fs::write(path, config::to_yaml(&settings.config))
+            .with_context(|| format!("open {path}"))?;
+        info!(file = %path, "Wrote configuration");
         return Ok(ExitCode::SUCCESS);
     }
     if flags.cleanup == Some(true) {
+        if flags.dry_run {
+            return cleanup_dry_run();
+        }
         cleanup()?;
         operate::migrate_from_iptables();
         return Ok(ExitCode::SUCCESS);
@@ -106,14 +112,24 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     }
     match host::local_addresses() {
         Ok(a) => settings.ruleset.local_addresses = a.iter().map(ToString::to_string).collect(),
-        Err(e) => warn!(error = %e, "cannot list the host's addresses"),
+        Err(e) => warn!(err = %e, "Cannot list the host's addresses"),
     }
+    info!(version = env!("CARGO_PKG_VERSION"), "Version info");
     info!(
         node = %settings.node_name,
         source = flags.manifests.as_deref().unwrap_or("kubernetes"),
-        "starting kube-nlproxy {}",
-        env!("CARGO_PKG_VERSION")
+        mode = %settings.config.mode,
+        "Starting kube-nlproxy (nftables over netlink)"
     );
+    if let Some(path) = flags.config.as_deref().filter(|p| !p.is_empty()) {
+        if !flags.once && !flags.dry_run {
+            config::watch::spawn(std::path::Path::new(path), || {
+                error!(err = config::watch::CHANGED, "Error running ProxyServer");
+                std::process::exit(1);
+            })
+            .with_context(|| format!("watching {path}"))?;
+        }
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -122,6 +138,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     let (tx, rx) = channel::<Event>();
     settings.ruleset.service_cidrs = start_source(flags, settings, &rt, tx.clone())?;
+    let rx = node_ip::map_events(rx, settings.node_ip_override);
 
     if flags.dry_run {
         return dry_run(settings, rx);
@@ -146,8 +163,8 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     let ops = Operate {
         metrics,
         families,
-        healthz: settings.kpc.healthz_bind_address.clone(),
-        metrics_addr: settings.kpc.metrics_bind_address.clone(),
+        healthz: settings.healthz_bind_address.clone(),
+        metrics_addr: settings.metrics_bind_address.clone(),
         migrate: touches_kernel(flags),
     };
     let cfg = EngineConfig {
@@ -192,7 +209,7 @@ fn start_source(
                 let _ = tx.send(ev);
             }
             if !flags.once && !flags.dry_run {
-                let poll = flags.manifests_poll.0;
+                let poll = flags.manifests_poll.std();
                 std::thread::Builder::new()
                     .name("manifests".into())
                     .spawn(move || manifests::watch(reader, snap, poll, tx))
@@ -212,15 +229,15 @@ fn start_source(
     }
 }
 
-/// Logs one info line per sync. (The engine itself logs each invalid object when it
-/// arrives, failed syncs and repairs.)
+/// Logs one line per sync at verbosity 2, as kube-proxy logs its syncs. (The engine
+/// itself logs each invalid object when it arrives, failed syncs and repairs.)
 struct LogObserver {
     synced: Arc<AtomicBool>,
 }
 
 fn log_report(r: &SyncReport) {
     let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-    info!(
+    debug!(
         kind = if r.full { "full" } else { "partial" },
         services = r.services,
         endpoints = r.endpoints,
@@ -287,7 +304,7 @@ where
             &ops.metrics_addr,
         ) {
             // as kube-proxy: a server that cannot bind is reported, the proxy goes on
-            warn!("{e:#}");
+            warn!(err = format!("{e:#}"), "Starting the servers failed");
         }
     }
     rt.spawn(async move {
@@ -322,7 +339,7 @@ where
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                error!(error = %e, "sync failed");
+                error!(err = %e, "Sync failed");
                 Ok(ExitCode::FAILURE)
             }
         };
@@ -366,6 +383,36 @@ fn cleanup() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--cleanup --dry-run`: what `--cleanup` would delete, printed as an nft script on
+/// stdout; nothing is changed.
+fn cleanup_dry_run() -> anyhow::Result<ExitCode> {
+    let mut nft = nft_netlink::Nft::open().context("opening the nftables netlink socket")?;
+    let mut ops = Vec::new();
+    for family in [Family::Ip, Family::Ip6] {
+        let t = TableRef::new(family, ruleset::names::TABLE);
+        if nft.table_exists(&t).context("checking our tables")? {
+            ops.push(Op::DeleteTable { table: t });
+        }
+    }
+    let ours = ops.len();
+    let plan = nft_netlink::migrate::plan(
+        &nft.scan_iptables_tables()
+            .context("reading kube-proxy's iptables-mode chains")?,
+    );
+    ops.extend(plan.ops);
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(nft_model::render::script(&ops).as_bytes())
+        .context("writing to stdout")?;
+    info!(
+        tables = ours,
+        iptables_ops = ops.len() - ours,
+        kept = plan.kept.len(),
+        "dry run: cleanup printed, nothing deleted"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Objects gathered from the source's events (for `--dry-run`).
 #[derive(Default)]
 struct Collected {
@@ -386,23 +433,27 @@ fn ns_name(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> St
 /// the packet's path through our ruleset as the kernel holds it, or, with `--manifests
 /// PATH --dry-run`, as it would be compiled from those manifests.
 fn explain_main(args: Vec<String>) -> ExitCode {
+    if args.iter().skip(2).any(|a| a == "--help" || a == "-h") {
+        return print_and_exit(&flags::explain_help(), 0);
+    }
     let (eargs, rest) = operate::split_explain(args);
-    let (rest, _) = flags::strip_ignored(rest);
-    let flags = match <Flags as clap::Parser>::try_parse_from(rest) {
-        Ok(f) => f,
+    let flags = match Flags::parse_args(rest) {
+        Parsed::Run(f) => f,
+        Parsed::Exit { text, code } => return print_and_exit(&text, code),
+    };
+    let settings = match settings::load(&flags) {
+        Ok(s) => s,
         Err(e) => {
             eprintln!("kube-nlproxy explain: {e}");
             return ExitCode::from(2);
         }
     };
-    let settings = match settings::load(&flags) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("kube-nlproxy explain: invalid configuration: {e}");
-            return ExitCode::from(2);
-        }
+    let format = if settings.json_logs {
+        logging::Format::Json
+    } else {
+        logging::Format::Text
     };
-    init_logging(&settings);
+    logging::init(format, settings.verbosity);
     match explain(&flags, &eargs, settings) {
         Ok(text) => {
             print!("{text}");
@@ -435,6 +486,7 @@ fn explain(
             .context("starting the async runtime")?;
         let (tx, rx) = channel::<Event>();
         settings.ruleset.service_cidrs = start_source(flags, &settings, &rt, tx)?;
+        let rx = node_ip::map_events(rx, settings.node_ip_override);
         let (cluster, compiled, _) = collect_and_compile(&settings, rx)?
             .ok_or_else(|| anyhow!("the manifests source stopped before its initial lists"))?;
         if let Some(n) = &cluster.node {
@@ -501,7 +553,7 @@ fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode>
         return Ok(ExitCode::FAILURE);
     };
     for p in &problems {
-        warn!(problem = %p, "invalid object skipped");
+        warn!(problem = %p, "Invalid object skipped");
     }
     let mut out = String::new();
     for t in &compiled.tables {

@@ -1,19 +1,31 @@
-//! Flags applied over the configuration file (flags win, as in kube-proxy), and the
-//! effective settings derived from the result.
+//! The effective configuration from `--config` and the flags, with upstream's precedence
+//! (`Options.Complete` in `cmd/kube-proxy/app/options.go`):
+//! - without `--config`, the flags are applied over the defaulted configuration;
+//! - with `--config`, the file decides; only the logging flags, `--hostname-override`
+//!   and `--master` still apply (each other configuration flag given is logged);
+//!
+//! then upstream's platform defaults, its validation, and the settings the daemon uses.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use ruleset::DetectLocalMode;
 
-use crate::config::{Conntrack, KubeProxyConfiguration, ProxierSection};
-use crate::duration::GoDuration;
+use crate::config::internal::{KubeProxyConfig, MODE_IPTABLES, MODE_IPVS};
+use crate::config::v1alpha1::{
+    self as v1, append_port_if_needed, Conntrack, FlushFrequency, HEALTHZ_PORT, METRICS_PORT,
+};
+use crate::config::validate::{validate, ErrorList};
+use crate::config::{self, ConfigError};
+use crate::duration::{go_quote, GoDuration};
 use crate::flags::Flags;
 
-/// Everything the daemon needs, derived from one effective KubeProxyConfiguration.
+/// Everything the daemon needs, derived from one effective configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The effective configuration (file + flags), as `--write-config-to` writes it.
-    pub kpc: KubeProxyConfiguration,
+    /// The effective configuration, as `--write-config-to` writes it.
+    pub config: KubeProxyConfig,
     pub node_name: String,
     pub ruleset: ruleset::Config,
     pub sync_period: Duration,
@@ -23,10 +35,13 @@ pub struct Settings {
     pub kube: KubeSettings,
     pub json_logs: bool,
     pub verbosity: u32,
-    /// Things accepted but not applying here, to be logged once at start.
-    pub warnings: Vec<String>,
-    /// Informational lines to be logged once at start.
-    pub notes: Vec<String>,
+    /// `healthzBindAddress` / `metricsBindAddress`, completed (empty: disabled).
+    pub healthz_bind_address: String,
+    pub metrics_bind_address: String,
+    /// `bindAddress` when it names an address: the node's primary IP of its family.
+    pub node_ip_override: Option<IpAddr>,
+    /// What to log once at start (accepted-but-ignored options, notes).
+    pub notices: Vec<Notice>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -38,38 +53,255 @@ pub struct KubeSettings {
     pub content_type: String,
 }
 
-/// Apply the flags that were given onto `kpc`.
-pub fn apply_flags(kpc: &mut KubeProxyConfiguration, f: &Flags) -> Result<(), String> {
+/// One line to log at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Upstream's line when unknown fields made strict decoding fail (info).
+    LenientDecoding { err: String },
+    /// A configuration flag given together with `--config` (warning).
+    FlagIgnoredWithConfig { flag: String },
+    /// A flag without effect here (warning).
+    FlagNoEffect {
+        flag: String,
+        value: String,
+        reason: &'static str,
+    },
+    /// A configuration field set to something that has no effect here (warning).
+    FieldNoEffect {
+        field: String,
+        value: String,
+        reason: &'static str,
+    },
+    /// Informational (info).
+    Note { msg: &'static str, detail: String },
+    /// Upstream's `checkBadConfig` finding (logged as an error; the proxy goes on).
+    IncompleteConfig { err: &'static str },
+}
+
+impl std::fmt::Display for Notice {
+    /// One line: the severity letter, the message, the key/values (for tests and docs).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::LenientDecoding { err } => write!(
+                f,
+                "I Using lenient decoding as strict decoding failed err={}",
+                go_quote(err)
+            ),
+            Notice::FlagIgnoredWithConfig { flag } => write!(
+                f,
+                "W Flag ignored because a configuration file is specified by --config flag={flag}"
+            ),
+            Notice::FlagNoEffect { flag, value, reason } => write!(
+                f,
+                "W Flag has no effect in kube-nlproxy flag={flag} value={} reason={}",
+                go_quote(value),
+                go_quote(reason)
+            ),
+            Notice::FieldNoEffect { field, value, reason } => write!(
+                f,
+                "W Configuration field has no effect in kube-nlproxy field={field} value={} reason={}",
+                go_quote(value),
+                go_quote(reason)
+            ),
+            Notice::Note { msg, detail } => write!(f, "I {msg} detail={}", go_quote(detail)),
+            Notice::IncompleteConfig { err } => write!(
+                f,
+                "E Kube-proxy configuration may be incomplete or incorrect err={}",
+                go_quote(err)
+            ),
+        }
+    }
+}
+
+impl Notice {
+    /// Log it (start-up lines are at verbosity 0).
+    pub fn log(&self) {
+        use tracing::{info, warn};
+        match self {
+            Notice::LenientDecoding { err } => {
+                info!(err = %err, "Using lenient decoding as strict decoding failed")
+            }
+            Notice::FlagIgnoredWithConfig { flag } => warn!(
+                flag = %flag,
+                "Flag ignored because a configuration file is specified by --config"
+            ),
+            Notice::FlagNoEffect {
+                flag,
+                value,
+                reason,
+            } => warn!(
+                flag = %flag,
+                value = %value,
+                reason = %reason,
+                "Flag has no effect in kube-nlproxy"
+            ),
+            Notice::FieldNoEffect {
+                field,
+                value,
+                reason,
+            } => warn!(
+                field = %field,
+                value = %value,
+                reason = %reason,
+                "Configuration field has no effect in kube-nlproxy"
+            ),
+            Notice::Note { msg, detail } => info!(detail = %detail, "{msg}"),
+            Notice::IncompleteConfig { err } => tracing::error!(
+                err = %err,
+                "Kube-proxy configuration may be incomplete or incorrect"
+            ),
+        }
+    }
+}
+
+/// Why the configuration was refused; printed as upstream prints it.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("failed complete: {0}")]
+    Config(#[from] ConfigError),
+    #[error("failed complete: empty hostname-override is invalid")]
+    EmptyHostnameOverride,
+    #[error("invalid argument {} for \"--feature-gates\" flag: {reason}", go_quote(.value))]
+    FeatureGates { value: String, reason: String },
+    #[error("failed validate: {0}")]
+    Invalid(#[from] ErrorList),
+    #[error("couldn't determine hostname: {0}")]
+    Hostname(String),
+    #[error("empty hostname is invalid")]
+    EmptyHostname,
+    #[error("configuration: {0}")]
+    Ruleset(#[from] ruleset::RulesetError),
+}
+
+/// Flags that map to configuration fields: ignored when `--config` is given.
+const CONFIG_FLAGS: &[&str] = &[
+    "bind_address",
+    "healthz_bind_address",
+    "metrics_bind_address",
+    "healthz_port",
+    "metrics_port",
+    "masquerade_all",
+    "nodeport_addresses",
+    "detect_local_mode",
+    "cluster_cidr",
+    "pod_bridge_interface",
+    "pod_interface_name_prefix",
+    "iptables_sync_period",
+    "iptables_min_sync_period",
+    "iptables_masquerade_bit",
+    "proxy_mode",
+    "ipvs_sync_period",
+    "ipvs_min_sync_period",
+    "kubeconfig",
+    "kube_api_qps",
+    "kube_api_burst",
+    "conntrack_max_per_core",
+    "conntrack_min",
+    "conntrack_tcp_timeout_established",
+    "conntrack_tcp_timeout_close_wait",
+    "conntrack_tcp_be_liberal",
+    "conntrack_udp_timeout",
+    "conntrack_udp_timeout_stream",
+    "oom_score_adj",
+    "bind_address_hard_fail",
+    "profiling",
+    "show_hidden_metrics_for_version",
+    "iptables_localhost_nodeports",
+    "ipvs_scheduler",
+    "ipvs_exclude_cidrs",
+    "ipvs_strict_arp",
+    "ipvs_tcp_timeout",
+    "ipvs_tcpfin_timeout",
+    "ipvs_udp_timeout",
+    "config_sync_period",
+    "kube_api_content_type",
+    "feature_gates",
+];
+
+/// Go's `strconv.ParseBool`.
+fn go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// `--feature-gates` as cliflag's MapStringBool reads it.
+fn feature_gates(value: &str) -> Result<BTreeMap<String, bool>, SettingsError> {
+    let mut out = BTreeMap::new();
+    let err = |reason: String| SettingsError::FeatureGates {
+        value: value.to_string(),
+        reason,
+    };
+    for s in value.split(',') {
+        if s.is_empty() {
+            continue;
+        }
+        let Some((k, v)) = s.split_once('=') else {
+            return Err(err(format!("missing bool value for {s}")));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        let b = go_bool(v).ok_or_else(|| {
+            err(format!(
+                "invalid value of {k}: {v}, err: strconv.ParseBool: parsing {}: invalid syntax",
+                go_quote(v)
+            ))
+        })?;
+        out.insert(k.to_string(), b);
+    }
+    Ok(out)
+}
+
+/// Upstream's `addressFromDeprecatedFlags`: port 0 disables the server.
+fn address_from_deprecated_flags(addr: &str, port: i32) -> String {
+    if port == 0 {
+        return String::new();
+    }
+    append_port_if_needed(addr, u16::try_from(port).unwrap_or(0))
+}
+
+/// The flags over the defaulted configuration (no `--config`).
+pub fn apply_flags(c: &mut KubeProxyConfig, f: &Flags) -> Result<(), SettingsError> {
     macro_rules! set {
-        ($flag:expr => $($field:expr),+) => {
+        ($flag:expr => $field:expr) => {
             if let Some(v) = &$flag {
-                $( $field = v.clone(); )+
+                $field = v.clone();
             }
         };
     }
-    set!(f.hostname_override => kpc.hostname_override);
-    set!(f.bind_address => kpc.bind_address);
-    set!(f.healthz_bind_address => kpc.healthz_bind_address);
-    set!(f.metrics_bind_address => kpc.metrics_bind_address);
-    set!(f.masquerade_all => kpc.linux.masquerade_all);
-    set!(f.nodeport_addresses => kpc.node_port_addresses);
-    set!(f.detect_local_mode => kpc.detect_local_mode);
-    set!(f.cluster_cidr => kpc.cluster_cidr);
-    set!(f.pod_bridge_interface => kpc.detect_local.bridge_interface);
-    set!(f.pod_interface_name_prefix => kpc.detect_local.interface_name_prefix);
-    set!(f.iptables_sync_period => kpc.iptables.sync_period, kpc.nftables.sync_period);
-    set!(f.iptables_min_sync_period => kpc.iptables.min_sync_period, kpc.nftables.min_sync_period);
+    set!(f.bind_address => c.bind_address);
+    set!(f.healthz_bind_address => c.healthz_bind_address);
+    set!(f.metrics_bind_address => c.metrics_bind_address);
+    set!(f.bind_address_hard_fail => c.bind_address_hard_fail);
+    set!(f.profiling => c.enable_profiling);
+    set!(f.show_hidden_metrics_for_version => c.show_hidden_metrics_for_version);
+    set!(f.proxy_mode => c.mode);
     if let Some(b) = f.iptables_masquerade_bit {
-        kpc.iptables.masquerade_bit = Some(b);
-        kpc.nftables.masquerade_bit = Some(b);
+        c.iptables.masquerade_bit = Some(b);
     }
-    set!(f.proxy_mode => kpc.mode);
-    set!(f.kubeconfig => kpc.client_connection.kubeconfig);
-    set!(f.kube_api_qps => kpc.client_connection.qps);
-    set!(f.kube_api_burst => kpc.client_connection.burst);
-    set!(f.kube_api_content_type => kpc.client_connection.content_type);
-    set!(f.config_sync_period => kpc.config_sync_period);
-    let ct = &mut kpc.linux.conntrack;
+    set!(f.masquerade_all => c.linux.masquerade_all);
+    if let Some(b) = f.iptables_localhost_nodeports {
+        c.iptables.localhost_node_ports = Some(b);
+    }
+    set!(f.ipvs_scheduler => c.ipvs.scheduler);
+    if let Some(v) = &f.ipvs_exclude_cidrs {
+        c.ipvs.exclude_cidrs = Some(v.clone());
+    }
+    set!(f.ipvs_strict_arp => c.ipvs.strict_arp);
+    set!(f.ipvs_tcp_timeout => c.ipvs.tcp_timeout);
+    set!(f.ipvs_tcpfin_timeout => c.ipvs.tcp_fin_timeout);
+    set!(f.ipvs_udp_timeout => c.ipvs.udp_timeout);
+    set!(f.detect_local_mode => c.detect_local_mode);
+    set!(f.pod_bridge_interface => c.detect_local.bridge_interface);
+    set!(f.pod_interface_name_prefix => c.detect_local.interface_name_prefix);
+    if let Some(v) = &f.nodeport_addresses {
+        c.node_port_addresses = Some(v.clone());
+    }
+    if let Some(v) = f.oom_score_adj {
+        c.linux.oom_score_adj = Some(v);
+    }
+    let ct = &mut c.linux.conntrack;
     if let Some(v) = f.conntrack_max_per_core {
         ct.max_per_core = Some(v);
     }
@@ -85,295 +317,333 @@ pub fn apply_flags(kpc: &mut KubeProxyConfiguration, f: &Flags) -> Result<(), St
     set!(f.conntrack_tcp_be_liberal => ct.tcp_be_liberal);
     set!(f.conntrack_udp_timeout => ct.udp_timeout);
     set!(f.conntrack_udp_timeout_stream => ct.udp_stream_timeout);
-    if let Some(v) = f.oom_score_adj {
-        kpc.linux.oom_score_adj = Some(v);
-    }
+    set!(f.config_sync_period => c.config_sync_period);
+    set!(f.kubeconfig => c.client_connection.kubeconfig);
+    set!(f.kube_api_content_type => c.client_connection.content_type);
+    set!(f.kube_api_burst => c.client_connection.burst);
+    set!(f.kube_api_qps => c.client_connection.qps);
     if let Some(g) = &f.feature_gates {
-        for kv in g.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = kv
-                .split_once('=')
-                .ok_or_else(|| format!("--feature-gates: {kv:?} is not key=value"))?;
-            let v: bool = v
-                .trim()
-                .parse()
-                .map_err(|_| format!("--feature-gates: {kv:?}: value is not true or false"))?;
-            kpc.feature_gates.insert(k.trim().to_string(), v);
-        }
+        c.feature_gates.extend(feature_gates(g)?);
     }
-    set!(f.v => kpc.logging.verbosity);
-    set!(f.logging_format => kpc.logging.format);
+    apply_logging_flags(c, f);
+    // processV1Alpha1Flags
+    if let Some(d) = f.iptables_sync_period.filter(|_| c.mode != MODE_IPVS) {
+        c.sync_period = d;
+    }
+    if let Some(d) = f.iptables_min_sync_period.filter(|_| c.mode != MODE_IPVS) {
+        c.min_sync_period = d;
+    }
+    if let Some(d) = f.ipvs_sync_period.filter(|_| c.mode == MODE_IPVS) {
+        c.sync_period = d;
+    }
+    if let Some(d) = f.ipvs_min_sync_period.filter(|_| c.mode == MODE_IPVS) {
+        c.min_sync_period = d;
+    }
+    if let Some(v) = &f.cluster_cidr {
+        c.detect_local.cluster_cidrs = if v.is_empty() {
+            Vec::new()
+        } else {
+            v.split(',').map(String::from).collect()
+        };
+    }
+    if f.write_config_to.is_none() {
+        c.healthz_bind_address = address_from_deprecated_flags(
+            &c.healthz_bind_address,
+            f.healthz_port.unwrap_or(i32::from(HEALTHZ_PORT)),
+        );
+        c.metrics_bind_address = address_from_deprecated_flags(
+            &c.metrics_bind_address,
+            f.metrics_port.unwrap_or(i32::from(METRICS_PORT)),
+        );
+    }
     Ok(())
 }
 
-/// The host's name, lowercased (kube-proxy's default node name).
-pub fn os_hostname() -> String {
+/// The logging flags win over the file (`copyLogsFromFlags`).
+fn apply_logging_flags(c: &mut KubeProxyConfig, f: &Flags) {
+    if let Some(v) = f.v {
+        c.logging.verbosity = v;
+    }
+    if let Some(fmt) = &f.logging_format {
+        c.logging.format = fmt.clone();
+    }
+    if let Some(d) = f.log_flush_frequency {
+        c.logging.flush_frequency = FlushFrequency::Text(d);
+    }
+}
+
+/// The effective configuration and the start-up notices, validated.
+pub fn effective(flags: &Flags) -> Result<(KubeProxyConfig, Vec<Notice>), SettingsError> {
+    let mut notices = Vec::new();
+    let mut c = match flags.config.as_deref().filter(|p| !p.is_empty()) {
+        Some(path) => {
+            let loaded = config::load_file(path)?;
+            if !loaded.unknown.is_empty() {
+                notices.push(Notice::LenientDecoding {
+                    err: config::strict_decoding_error(&loaded.unknown),
+                });
+            }
+            let mut c = loaded.config;
+            apply_logging_flags(&mut c, flags);
+            for id in CONFIG_FLAGS.iter().filter(|id| flags.was_given(id)) {
+                notices.push(Notice::FlagIgnoredWithConfig {
+                    flag: format!("--{}", id.replace('_', "-")),
+                });
+            }
+            c
+        }
+        None => {
+            let mut c = KubeProxyConfig::defaulted();
+            apply_flags(&mut c, flags)?;
+            c
+        }
+    };
+    c.apply_platform_defaults();
+    if let Some(h) = flags.hostname_override.as_deref().filter(|h| !h.is_empty()) {
+        let h = h.trim();
+        if h.is_empty() {
+            return Err(SettingsError::EmptyHostnameOverride);
+        }
+        c.hostname_override = h.to_lowercase();
+    }
+    for (flag, value, reason) in flags.no_effect_given() {
+        if flags.config.is_none() || !CONFIG_FLAGS.contains(&flag.replace('-', "_").as_str()) {
+            notices.push(Notice::FlagNoEffect {
+                flag: format!("--{flag}"),
+                value,
+                reason,
+            });
+        }
+    }
+    validate(&c)?;
+    Ok((c, notices))
+}
+
+/// The host's name (kube-proxy's default node name).
+pub fn os_hostname() -> std::io::Result<String> {
     let mut buf = [0u8; 256];
     // SAFETY: buf is valid for buf.len() bytes; gethostname NUL-terminates on success.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
     if rc != 0 {
-        return String::new();
+        return Err(std::io::Error::last_os_error());
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).trim().to_lowercase()
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
-fn split_list(s: &str) -> Vec<String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect()
-}
-
-/// Derive the effective settings.
-pub fn derive(kpc: KubeProxyConfiguration, flags: &Flags) -> Result<Settings, String> {
-    let mut warnings = Vec::new();
-    let mut notes = Vec::new();
-    let mode = kpc.mode.trim().to_string();
-    let section: &ProxierSection = match mode.as_str() {
-        "nftables" => &kpc.nftables,
-        "" | "iptables" => &kpc.iptables,
-        other => {
-            warnings.push(format!(
-                "mode {other:?} is not supported; running the nftables backend with the iptables settings"
-            ));
-            &kpc.iptables
-        }
+/// Upstream's `nodeutil.GetHostname`.
+pub fn node_name(hostname_override: &str) -> Result<String, SettingsError> {
+    let name = if hostname_override.is_empty() {
+        os_hostname().map_err(|e| SettingsError::Hostname(e.to_string()))?
+    } else {
+        hostname_override.to_string()
     };
-    notes.push(format!(
-        "mode {:?}: kube-nlproxy runs its nftables backend (tables ip/ip6 kube-nlproxy) over netlink",
-        if mode.is_empty() { "iptables (default)" } else { mode.as_str() }
-    ));
-    let sync_period = section.sync_period.0;
-    let min_sync_period = section.min_sync_period.0;
-    if sync_period.is_zero() {
-        return Err("syncPeriod must be greater than 0".into());
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(SettingsError::EmptyHostname);
     }
-    if min_sync_period > sync_period {
-        return Err(format!(
-            "minSyncPeriod ({}) must not exceed syncPeriod ({})",
-            GoDuration(min_sync_period),
-            GoDuration(sync_period)
-        ));
-    }
-    let masquerade_bit = section.masquerade_bit.unwrap_or(14);
-    if !(0..=31).contains(&masquerade_bit) {
-        return Err(format!("masqueradeBit {masquerade_bit} is not in 0..=31"));
-    }
-    let masquerade_all = kpc.linux.masquerade_all || section.masquerade_all;
+    Ok(name.to_lowercase())
+}
 
-    let detect_local_mode = match kpc.detect_local_mode.trim() {
-        "" | "ClusterCIDR" => DetectLocalMode::ClusterCIDR,
+/// The configuration fields set to something without effect here.
+fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
+    let mut push = |field: &str, value: String, reason: &'static str| {
+        notices.push(Notice::FieldNoEffect {
+            field: field.to_string(),
+            value,
+            reason,
+        })
+    };
+    if c.bind_address_hard_fail {
+        push(
+            "bindAddressHardFail",
+            "true".into(),
+            "a server that cannot bind is logged and retried",
+        );
+    }
+    if c.enable_profiling {
+        push(
+            "enableProfiling",
+            "true".into(),
+            "kube-nlproxy serves no /debug/pprof",
+        );
+    }
+    if !c.show_hidden_metrics_for_version.is_empty() {
+        push(
+            "showHiddenMetricsForVersion",
+            c.show_hidden_metrics_for_version.clone(),
+            "kube-nlproxy hides no metric",
+        );
+    }
+    let ipvs = &c.ipvs;
+    const NO_IPVS: &str = "kube-nlproxy has no IPVS mode";
+    if !ipvs.scheduler.is_empty() {
+        push("ipvs.scheduler", ipvs.scheduler.clone(), NO_IPVS);
+    }
+    if let Some(x) = ipvs.exclude_cidrs.as_ref().filter(|x| !x.is_empty()) {
+        push("ipvs.excludeCIDRs", x.join(","), NO_IPVS);
+    }
+    if ipvs.strict_arp {
+        push("ipvs.strictARP", "true".into(), NO_IPVS);
+    }
+    for (field, d) in [
+        ("ipvs.tcpTimeout", ipvs.tcp_timeout),
+        ("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout),
+        ("ipvs.udpTimeout", ipvs.udp_timeout),
+    ] {
+        if !d.is_zero() {
+            push(field, d.to_string(), NO_IPVS);
+        }
+    }
+    if c.winkernel != v1::Winkernel::default() {
+        push("winkernel", "(set)".into(), "Windows only");
+    }
+    if c.windows_run_as_service {
+        push("windowsRunAsService", "true".into(), "Windows only");
+    }
+    if c.config_sync_period != GoDuration::secs(15 * 60) {
+        push(
+            "configSyncPeriod",
+            c.config_sync_period.to_string(),
+            "the watches keep their cache current; no periodic resync",
+        );
+    }
+    if !c.client_connection.accept_content_types.is_empty() {
+        push(
+            "clientConnection.acceptContentTypes",
+            c.client_connection.accept_content_types.clone(),
+            "the API client speaks JSON",
+        );
+    }
+    if !c.port_range.is_empty() {
+        push(
+            "portRange",
+            c.port_range.clone(),
+            "the userspace proxier was removed",
+        );
+    }
+    for (k, v) in &c.feature_gates {
+        push(
+            "featureGates",
+            format!("{k}={v}"),
+            "recorded; no feature gate changes kube-nlproxy",
+        );
+    }
+    if !c.logging.vmodule.is_null() {
+        push(
+            "logging.vmodule",
+            c.logging.vmodule.to_string(),
+            "per-file verbosity is not supported; use verbosity",
+        );
+    }
+}
+
+fn nanos(d: GoDuration) -> Duration {
+    d.std()
+}
+
+/// Derive the daemon's settings from the effective configuration.
+pub fn derive(
+    c: KubeProxyConfig,
+    flags: &Flags,
+    mut notices: Vec<Notice>,
+) -> Result<Settings, SettingsError> {
+    if flags.config.as_deref().is_some_and(|p| !p.is_empty()) {
+        // without --config, the flags set these fields and were named already
+        field_notices(&c, &mut notices);
+    }
+    let mode = c.mode.clone();
+    if mode == MODE_IPVS {
+        notices.push(Notice::Note {
+            msg: "ipvs mode runs kube-nlproxy's nftables backend with the ipvs section's sync periods",
+            detail: String::new(),
+        });
+    }
+    if (mode == MODE_IPTABLES || mode == MODE_IPVS) && c.iptables.localhost_node_ports == Some(true)
+    {
+        notices.push(Notice::Note {
+            msg: "localhost NodePorts are never served by kube-nlproxy",
+            detail: "iptables.localhostNodePorts".into(),
+        });
+    }
+    let detect_local_mode = match c.detect_local_mode.as_str() {
         "NodeCIDR" => DetectLocalMode::NodeCIDR,
         "BridgeInterface" => DetectLocalMode::BridgeInterface,
         "InterfaceNamePrefix" => DetectLocalMode::InterfaceNamePrefix,
-        other => {
-            return Err(format!(
-                "detectLocalMode {other:?} is not ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix"
-            ))
+        _ => DetectLocalMode::ClusterCIDR,
+    };
+    let mut node_port_addresses = Vec::new();
+    for a in c.node_port_addresses.iter().flatten() {
+        match a.as_str() {
+            "all" => node_port_addresses.extend(["0.0.0.0/0".to_string(), "::/0".to_string()]),
+            "localhost" => notices.push(Notice::FieldNoEffect {
+                field: "nodePortAddresses".into(),
+                value: "localhost".into(),
+                reason: "localhost NodePorts are never served",
+            }),
+            other => node_port_addresses.push(other.to_string()),
         }
-    };
-    let cluster_cidrs = if kpc.detect_local.cluster_cidrs.is_empty() {
-        split_list(&kpc.cluster_cidr)
-    } else {
-        kpc.detect_local.cluster_cidrs.clone()
-    };
-    if detect_local_mode == DetectLocalMode::ClusterCIDR && cluster_cidrs.is_empty() {
-        notes.push(
-            "detectLocalMode ClusterCIDR without clusterCIDR: no local-traffic detection".into(),
-        );
     }
-    if detect_local_mode == DetectLocalMode::BridgeInterface
-        && kpc.detect_local.bridge_interface.is_empty()
-    {
-        return Err("detectLocalMode BridgeInterface needs --pod-bridge-interface".into());
-    }
-    if detect_local_mode == DetectLocalMode::InterfaceNamePrefix
-        && kpc.detect_local.interface_name_prefix.is_empty()
-    {
-        return Err("detectLocalMode InterfaceNamePrefix needs --pod-interface-name-prefix".into());
-    }
-    let mut node_port_addresses: Vec<String> = kpc
-        .node_port_addresses
-        .iter()
-        .flat_map(|s| split_list(s))
-        .collect();
-    if node_port_addresses.is_empty() && mode != "nftables" {
-        // kube-proxy's iptables mode serves NodePorts on every local address by default
-        // (localhost excepted here: never served, see CVE-2020-8558).
+    if c.node_port_addresses.as_ref().is_none_or(Vec::is_empty) {
+        // upstream: unset means every local IP (iptables and ipvs mode)
         node_port_addresses = vec!["0.0.0.0/0".into(), "::/0".into()];
-        notes.push(
-            "nodePortAddresses empty in iptables mode: NodePorts on all local addresses (set it to \"primary\" for the nftables default)".into(),
-        );
+        notices.push(Notice::IncompleteConfig {
+            err: "nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`",
+        });
     }
-    let node_name = {
-        let o = kpc.hostname_override.trim().to_lowercase();
-        if o.is_empty() {
-            os_hostname()
-        } else {
-            o
-        }
-    };
-    if node_name.is_empty() {
-        return Err("no node name: set --hostname-override".into());
-    }
-
-    for (k, v) in &kpc.feature_gates {
-        warnings.push(format!(
-            "feature gate {k}={v} accepted; it does not change kube-nlproxy"
-        ));
-    }
-    for k in kpc.unknown.keys() {
-        warnings.push(format!("configuration field {k:?} is unknown; ignored"));
-    }
-    if kpc.enable_profiling {
-        warnings.push("enableProfiling does not apply to kube-nlproxy; ignored".into());
-    }
-    if !kpc.port_range.is_empty() {
-        warnings.push("portRange does not apply to kube-nlproxy; ignored".into());
-    }
-    if kpc.iptables.localhost_node_ports == Some(true) && mode != "nftables" {
-        notes.push(
-            "localhost NodePorts are never served by kube-nlproxy (iptables.localhostNodePorts ignored)"
-                .into(),
-        );
-    }
-    let content_type = kpc.client_connection.content_type.clone();
+    let node_name = node_name(&c.hostname_override)?;
+    let content_type = c.client_connection.content_type.clone();
     if content_type.contains("protobuf") {
-        notes.push(format!(
-            "kube-api-content-type {content_type}: the API client speaks JSON (application/json)"
-        ));
+        notices.push(Notice::Note {
+            msg: "the API client speaks JSON",
+            detail: format!("clientConnection.contentType={content_type}"),
+        });
     }
-    let json_logs = match kpc.logging.format.as_str() {
-        "" | "text" => false,
-        "json" => true,
-        other => return Err(format!("logging format {other:?} is not text or json")),
-    };
-    let conntrack = kpc.conntrack().clone();
     let ruleset = ruleset::Config {
         kind: None,
         node_name: node_name.clone(),
         families: vec!["IPv4".into(), "IPv6".into()],
-        masquerade_all,
-        masquerade_bit: masquerade_bit as u8,
+        masquerade_all: c.linux.masquerade_all,
+        masquerade_bit: u8::try_from(c.masquerade_bit()).unwrap_or(14),
         detect_local_mode,
-        cluster_cidrs,
-        pod_bridge_interface: kpc.detect_local.bridge_interface.clone(),
-        pod_interface_name_prefix: kpc.detect_local.interface_name_prefix.clone(),
+        cluster_cidrs: c.detect_local.cluster_cidrs.clone(),
+        pod_bridge_interface: c.detect_local.bridge_interface.clone(),
+        pod_interface_name_prefix: c.detect_local.interface_name_prefix.clone(),
         node_port_addresses,
         local_addresses: Vec::new(),
         service_cidrs: Vec::new(),
     };
-    ruleset.parse().map_err(|e| e.to_string())?;
+    ruleset.parse()?;
     let kube = KubeSettings {
-        kubeconfig: Some(kpc.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty()),
+        kubeconfig: Some(c.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty()),
         master: flags.master.clone().filter(|s| !s.is_empty()),
-        qps: kpc.client_connection.qps,
-        burst: kpc.client_connection.burst,
+        qps: c.client_connection.qps,
+        burst: c.client_connection.burst,
         content_type,
     };
     Ok(Settings {
         node_name,
         ruleset,
-        sync_period,
-        min_sync_period,
-        conntrack,
-        oom_score_adj: kpc.oom_score_adj.or(kpc.linux.oom_score_adj),
+        sync_period: nanos(c.sync_period),
+        min_sync_period: nanos(c.min_sync_period),
+        conntrack: c.linux.conntrack.clone(),
+        oom_score_adj: c.linux.oom_score_adj,
         kube,
-        json_logs,
-        verbosity: kpc.logging.verbosity,
-        warnings,
-        notes,
-        kpc,
+        json_logs: c.logging.format == "json",
+        verbosity: c.logging.verbosity,
+        healthz_bind_address: c.healthz_bind_address.clone(),
+        metrics_bind_address: c.metrics_bind_address.clone(),
+        node_ip_override: Flags::bind_ip(&c.bind_address),
+        notices,
+        config: c,
     })
 }
 
-/// Load the config file (if any), apply the flags, derive the settings.
-pub fn load(flags: &Flags) -> Result<Settings, String> {
-    let mut kpc = match &flags.config {
-        Some(path) => KubeProxyConfiguration::load(path).map_err(|e| e.to_string())?,
-        None => KubeProxyConfiguration::default(),
-    };
-    apply_flags(&mut kpc, flags)?;
-    derive(kpc, flags)
+/// Load the config file (if any), apply the flags, validate, derive the settings.
+pub fn load(flags: &Flags) -> Result<Settings, SettingsError> {
+    let (c, notices) = effective(flags)?;
+    derive(c, flags, notices)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    fn flags(args: &[&str]) -> Flags {
-        let mut v = vec!["kube-nlproxy".to_string()];
-        v.extend(args.iter().map(|s| s.to_string()));
-        Flags::try_parse_from(v).unwrap()
-    }
-
-    #[test]
-    fn defaults_match_upstream() {
-        let s = load(&flags(&["--hostname-override=Node-A"])).unwrap();
-        assert_eq!(s.node_name, "node-a");
-        assert_eq!(s.sync_period, Duration::from_secs(30));
-        assert_eq!(s.min_sync_period, Duration::from_secs(1));
-        assert_eq!(s.ruleset.masquerade_bit, 14);
-        assert_eq!(s.kpc.healthz_bind_address, "0.0.0.0:10256");
-        assert_eq!(s.kpc.metrics_bind_address, "127.0.0.1:10249");
-        assert_eq!(s.kube.qps, 5.0);
-        assert_eq!(s.kube.burst, 10);
-        assert_eq!(s.conntrack.max_per_core, Some(32768));
-        assert_eq!(s.oom_score_adj, Some(-999));
-        // iptables (the default mode): NodePorts on all addresses.
-        assert_eq!(s.ruleset.node_port_addresses, vec!["0.0.0.0/0", "::/0"]);
-        let s = load(&flags(&["--hostname-override=a", "--proxy-mode=nftables"])).unwrap();
-        assert!(s.ruleset.node_port_addresses.is_empty(), "primary");
-    }
-
-    #[test]
-    fn flags_override_config() {
-        let dir = std::env::temp_dir().join(format!("nlp-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("c.yaml");
-        std::fs::write(
-            &path,
-            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
-             mode: nftables\nhostnameOverride: from-file\nnftables:\n  syncPeriod: 45s\n  masqueradeBit: 10\n",
-        )
-        .unwrap();
-        let p = path.to_str().unwrap();
-        let s = load(&flags(&["--config", p])).unwrap();
-        assert_eq!(s.node_name, "from-file");
-        assert_eq!(s.sync_period, Duration::from_secs(45));
-        assert_eq!(s.ruleset.masquerade_bit, 10);
-        let s = load(&flags(&[
-            "--config",
-            p,
-            "--hostname-override=from-flag",
-            "--iptables-sync-period=20s",
-        ]))
-        .unwrap();
-        assert_eq!(s.node_name, "from-flag");
-        assert_eq!(s.sync_period, Duration::from_secs(20));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn bad_values_are_errors() {
-        assert!(load(&flags(&[
-            "--hostname-override=a",
-            "--detect-local-mode=Foo"
-        ]))
-        .is_err());
-        assert!(load(&flags(&[
-            "--hostname-override=a",
-            "--iptables-masquerade-bit=40"
-        ]))
-        .is_err());
-        assert!(load(&flags(&["--hostname-override=a", "--cluster-cidr=nope"])).is_err());
-    }
-
-    #[test]
-    fn ipvs_mode_warns() {
-        let s = load(&flags(&["--hostname-override=a", "--proxy-mode=ipvs"])).unwrap();
-        assert!(s.warnings.iter().any(|w| w.contains("ipvs")));
-    }
-}
+mod tests;

@@ -330,6 +330,7 @@ fn syncs_never_execute_a_program() {
             "100ms",
             "--iptables-min-sync-period",
             "100ms",
+            "--v=2",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -340,7 +341,7 @@ fn syncs_never_execute_a_program() {
         wait_until(Duration::from_secs(30), || {
             std::fs::read_to_string(&log)
                 .unwrap_or_default()
-                .matches(" synced")
+                .matches("\"synced\" kind=")
                 .count()
                 >= n
         })

@@ -1,0 +1,81 @@
+//! What can be checked here of docs/deploy (no container engine or cluster runs in this
+//! project's CI): the ConfigMap's config.conf is accepted by the configuration loader,
+//! its kubeconfig.conf by the API client's, and the image recipe puts the binary at
+//! kube-proxy's entrypoint path.
+
+use std::path::Path;
+
+fn deploy(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs/deploy")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn configmap() -> k8s_openapi::api::core::v1::ConfigMap {
+    serde_yaml::from_str(&deploy("kube-proxy-configmap.yaml")).expect("a ConfigMap")
+}
+
+#[test]
+fn configmap_config_conf_is_accepted() {
+    let cm = configmap();
+    assert_eq!(cm.metadata.name.as_deref(), Some("kube-proxy"));
+    let data = cm.data.expect("data");
+    let loaded = crate::config::load_text(&data["config.conf"]).expect("config.conf loads");
+    assert!(loaded.unknown.is_empty(), "{:?}", loaded.unknown);
+    let mut c = loaded.config;
+    c.apply_platform_defaults();
+    crate::config::validate::validate(&c).expect("valid");
+    assert_eq!(
+        c.client_connection.kubeconfig,
+        "/var/lib/kube-proxy/kubeconfig.conf"
+    );
+    assert_eq!(c.healthz_bind_address, "0.0.0.0:10256");
+}
+
+#[test]
+fn configmap_kubeconfig_names_the_control_plane() {
+    let data = configmap().data.expect("data");
+    let kc = kube::config::Kubeconfig::from_yaml(&data["kubeconfig.conf"]).expect("kubeconfig");
+    let cluster = kc.clusters[0].cluster.clone().expect("cluster");
+    let server = cluster.server.expect("server");
+    assert!(server.starts_with("https://"), "{server}");
+    assert!(
+        !server.contains("kubernetes.default"),
+        "not the Service: {server}"
+    );
+    assert_eq!(
+        cluster.certificate_authority.as_deref(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    );
+    let user = kc.auth_infos[0].auth_info.clone().expect("user");
+    assert_eq!(
+        user.token_file.as_deref(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+}
+
+#[test]
+fn image_answers_to_kube_proxys_entrypoint() {
+    let recipe = deploy("Containerfile");
+    assert!(recipe.contains("cp target/release/kube-nlproxy /out/usr/local/bin/kube-nlproxy"));
+    assert!(recipe.contains("ln -s kube-nlproxy /out/usr/local/bin/kube-proxy"));
+    assert!(recipe.contains("COPY --from=build /out/ /"));
+    assert!(recipe.contains("ENTRYPOINT [\"/usr/local/bin/kube-nlproxy\"]"));
+}
+
+/// kubeadm's DaemonSet command line is accepted as it is.
+#[test]
+fn kubeadm_daemonset_command_line_parses() {
+    let args = [
+        "/usr/local/bin/kube-proxy",
+        "--config=/var/lib/kube-proxy/config.conf",
+        "--hostname-override=node-a",
+    ];
+    match crate::flags::Flags::parse_args(args.iter().map(|s| s.to_string()).collect()) {
+        crate::flags::Parsed::Run(f) => {
+            assert_eq!(f.config.as_deref(), Some("/var/lib/kube-proxy/config.conf"))
+        }
+        crate::flags::Parsed::Exit { text, .. } => panic!("{text}"),
+    }
+}

@@ -1,0 +1,141 @@
+use super::*;
+use crate::flags::Parsed;
+
+fn flags(args: &[&str]) -> Flags {
+    let mut v = vec!["kube-nlproxy".to_string()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    match Flags::parse_args(v) {
+        Parsed::Run(f) => *f,
+        Parsed::Exit { text, .. } => panic!("{text}"),
+    }
+}
+
+fn tmp_config(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nlp-settings-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn defaults_match_upstream() {
+    let s = load(&flags(&["--hostname-override=Node-A"])).unwrap();
+    assert_eq!(s.node_name, "node-a");
+    assert_eq!(s.sync_period, Duration::from_secs(30));
+    assert_eq!(s.min_sync_period, Duration::from_secs(1));
+    assert_eq!(s.ruleset.masquerade_bit, 14);
+    assert_eq!(s.healthz_bind_address, "0.0.0.0:10256");
+    assert_eq!(s.metrics_bind_address, "127.0.0.1:10249");
+    assert_eq!(s.kube.qps, 5.0);
+    assert_eq!(s.kube.burst, 10);
+    assert_eq!(s.conntrack.max_per_core, Some(32768));
+    assert_eq!(s.oom_score_adj, Some(-999));
+    assert_eq!(s.config.mode, "iptables");
+    // iptables (the default mode): NodePorts on all addresses.
+    assert_eq!(s.ruleset.node_port_addresses, vec!["0.0.0.0/0", "::/0"]);
+    let s = load(&flags(&["--hostname-override=a", "--proxy-mode=nftables"])).unwrap();
+    assert_eq!(s.ruleset.node_port_addresses, vec!["primary"]);
+}
+
+/// With --config the file decides: configuration flags are ignored (and named),
+/// logging flags and --hostname-override still apply.
+#[test]
+fn config_file_wins_over_flags() {
+    let p = tmp_config(
+        "c.yaml",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+         mode: nftables\nhostnameOverride: from-file\nnftables:\n  syncPeriod: 45s\n  masqueradeBit: 10\n",
+    );
+    let cfg = format!("--config={}", p.display());
+    let s = load(&flags(&[&cfg])).unwrap();
+    assert_eq!(s.node_name, "from-file");
+    assert_eq!(s.sync_period, Duration::from_secs(45));
+    assert_eq!(s.ruleset.masquerade_bit, 10);
+    let s = load(&flags(&[
+        &cfg,
+        "--hostname-override=From-Flag",
+        "--iptables-sync-period=20s",
+        "--masquerade-all",
+        "--v=4",
+    ]))
+    .unwrap();
+    assert_eq!(s.node_name, "from-flag");
+    assert_eq!(s.sync_period, Duration::from_secs(45), "flag ignored");
+    assert!(!s.ruleset.masquerade_all, "flag ignored");
+    assert_eq!(s.verbosity, 4, "logging flags apply");
+    let ignored: Vec<String> = s
+        .notices
+        .iter()
+        .filter_map(|n| match n {
+            Notice::FlagIgnoredWithConfig { flag } => Some(flag.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ignored, ["--masquerade-all", "--iptables-sync-period"]);
+}
+
+/// Without --config, the flags apply (negative control of the test above).
+#[test]
+fn flags_apply_without_config() {
+    let s = load(&flags(&[
+        "--hostname-override=a",
+        "--iptables-sync-period=20s",
+        "--masquerade-all",
+    ]))
+    .unwrap();
+    assert_eq!(s.sync_period, Duration::from_secs(20));
+    assert!(s.ruleset.masquerade_all);
+}
+
+#[test]
+fn values_upstream_rejects() {
+    let err = |args: &[&str]| load(&flags(args)).unwrap_err().to_string();
+    assert_eq!(
+        err(&["--oom-score-adj=5000"]),
+        "failed validate: oomScoreAdj: Invalid value: 5000: must be within the range [-1000, 1000]"
+    );
+    assert_eq!(
+        err(&["--hostname-override=  "]),
+        "failed complete: empty hostname-override is invalid"
+    );
+    assert!(err(&["--detect-local-mode=Foo"])
+        .starts_with("failed validate: detectLocalMode: Unsupported value: \"Foo\""));
+    assert!(err(&["--iptables-masquerade-bit=40"])
+        .contains("iptables.masqueradeBit: Invalid value: 40"));
+    assert!(err(&["--cluster-cidr=nope"]).contains("clusterCIDR: Invalid value: \"nope\""));
+    assert!(err(&["--feature-gates=Foo"]).contains("missing bool value for Foo"));
+    assert!(err(&["--feature-gates=Foo=maybe"]).contains("invalid value of Foo: maybe"));
+}
+
+#[test]
+fn deprecated_port_flags_and_bind_address() {
+    let s = load(&flags(&[
+        "--hostname-override=a",
+        "--healthz-bind-address=198.18.0.1",
+        "--metrics-port=0",
+        "--bind-address=198.18.0.9",
+    ]))
+    .unwrap();
+    assert_eq!(s.healthz_bind_address, "198.18.0.1:10256");
+    assert_eq!(s.metrics_bind_address, "");
+    assert_eq!(s.node_ip_override, "198.18.0.9".parse().ok());
+    let s = load(&flags(&["--hostname-override=a", "--bind-address=0.0.0.0"])).unwrap();
+    assert_eq!(s.node_ip_override, None);
+}
+
+#[test]
+fn ipvs_mode_uses_its_own_periods() {
+    let s = load(&flags(&[
+        "--hostname-override=a",
+        "--proxy-mode=ipvs",
+        "--iptables-sync-period=20s",
+        "--ipvs-sync-period=10s",
+    ]))
+    .unwrap();
+    assert_eq!(s.sync_period, Duration::from_secs(10));
+    assert!(s
+        .notices
+        .iter()
+        .any(|n| n.to_string().contains("ipvs mode")));
+}

@@ -1,6 +1,6 @@
 //! Prometheus metrics with kube-proxy's names and labels, plus kube-nlproxy's own
 //! (`kubenlproxy_*`): ops and bytes per batch, conntrack deletions and time per strategy,
-//! tamper repairs. Fed by the engine through [`sync_engine::Observer`] and by the
+//! tamper repairs. Fed by the engine through [`proxy_status::Observer`] and by the
 //! daemon's sources ([`Metrics::service_change`], [`Metrics::endpoint_change`]).
 
 use axum::extract::State;
@@ -14,10 +14,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use proxy_status::{Observer, Status, SyncReport};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use sync_engine::{EngineError, Observer, Status, SyncReport};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FamilyLabel {
@@ -442,7 +442,7 @@ impl Observer for MetricsObserver {
         m.invalid.set(r.errors.len() as i64);
     }
 
-    fn failed(&self, _e: &EngineError) {
+    fn failed(&self, _e: &(dyn std::error::Error + 'static)) {
         self.0.each(|l| {
             self.0.sync_failures.get_or_create(l).inc();
         });

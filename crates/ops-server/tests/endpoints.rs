@@ -5,9 +5,9 @@ use kube_model::ServiceKey;
 use ops_server::hcport::HealthCheckPorts;
 use ops_server::metrics::MetricsObserver;
 use ops_server::{health_router, metrics_router, Metrics, StatusSource};
+use proxy_status::{HealthCheck, NodeHealth, Observer, Status, SyncReport};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use sync_engine::{HealthCheck, NodeHealth, Observer, Status, SyncReport};
 
 #[derive(Clone, Default)]
 struct Fake(Arc<Mutex<Status>>);
@@ -250,7 +250,7 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         commit: Duration::from_millis(3),
         ..Default::default()
     });
-    obs.failed(&sync_engine::EngineError::Other("test".into()));
+    obs.failed(&std::io::Error::other("test"));
     obs.repaired();
     let status = Status {
         no_local_internal: 2,

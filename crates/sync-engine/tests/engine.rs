@@ -608,7 +608,7 @@ fn observer_sees_syncs_and_failures() {
             g.0 += 1;
             g.2 += r.ops;
         }
-        fn failed(&self, _e: &EngineError) {
+        fn failed(&self, _e: &(dyn std::error::Error + 'static)) {
             self.0.lock().unwrap().1 += 1;
         }
     }

@@ -45,7 +45,7 @@ impl Observer for Print {
         );
         let _ = o.flush();
     }
-    fn failed(&self, e: &EngineError) {
+    fn failed(&self, e: &(dyn std::error::Error + 'static)) {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "failed: {e}");
         let _ = o.flush();

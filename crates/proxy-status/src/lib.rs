@@ -1,0 +1,116 @@
+//! The proxy's status, as the sync engine writes it and the operator servers (`/healthz`,
+//! `/livez`, metrics, health-check node ports) read it, and the engine's metrics hooks
+//! ([`Observer`]). A small crate of plain data so that the servers depend neither on the
+//! engine nor on the netlink stack.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use kube_model::ServiceKey;
+
+/// What one successful sync did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncReport {
+    pub full: bool,
+    pub services: usize,
+    pub endpoints: usize,
+    pub ops: usize,
+    pub bytes: usize,
+    pub compile: Duration,
+    pub commit: Duration,
+    pub conntrack: Duration,
+    pub conntrack_deleted: u64,
+    pub conntrack_targets: usize,
+    /// Invalid objects (skipped or partly skipped).
+    pub errors: Vec<String>,
+}
+
+/// Metrics hooks of the engine (default: no-op).
+pub trait Observer: Send {
+    fn synced(&self, _r: &SyncReport) {}
+    /// A sync failed (it is retried with a backoff).
+    fn failed(&self, _e: &(dyn std::error::Error + 'static)) {}
+    fn repaired(&self) {}
+}
+
+/// What the /healthz endpoint needs of this node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeHealth {
+    pub name: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The node carries the `ToBeDeletedByClusterAutoscaler` taint.
+    pub to_be_deleted_taint: bool,
+}
+
+impl NodeHealth {
+    /// Whether the node may receive load-balancer traffic (`nodeEligible`).
+    pub fn eligible(&self) -> bool {
+        !self.deleting && !self.to_be_deleted_taint
+    }
+}
+
+/// Local endpoints of one service with a healthCheckNodePort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub node_port: u16,
+    pub local_endpoints: usize,
+}
+
+/// A snapshot of the engine's status.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    /// Monotonic time of the last successful sync.
+    pub last_sync: Option<Instant>,
+    /// Wall-clock time of the last successful sync.
+    pub last_sync_wall: Option<SystemTime>,
+    /// The oldest change queued but not yet applied (None: nothing pending).
+    pub queued_since: Option<Instant>,
+    /// Wall-clock time of `queued_since`.
+    pub queued_since_wall: Option<SystemTime>,
+    pub sync_period: Duration,
+    pub last_report: Option<SyncReport>,
+    /// Failed syncs since start, and in a row.
+    pub failures: u64,
+    pub consecutive_failures: u32,
+    /// Conntrack delete calls that failed since start.
+    pub conntrack_failures: u64,
+    /// Repairs of our tables after another program changed them.
+    pub repairs: u64,
+    pub node: Option<NodeHealth>,
+    /// Services with a healthCheckNodePort, and their endpoints on this node.
+    pub health_checks: BTreeMap<ServiceKey, HealthCheck>,
+    /// Services with a Local internal / external traffic policy that have ready
+    /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
+    pub no_local_internal: usize,
+    pub no_local_external: usize,
+}
+
+impl Status {
+    /// Upstream's rule: unhealthy when a change has been queued for more than
+    /// 2 x syncPeriod without being applied.
+    pub fn healthy(&self, now: Instant) -> bool {
+        match self.queued_since {
+            None => true,
+            Some(q) => now.saturating_duration_since(q) <= self.sync_period * 2,
+        }
+    }
+}
+
+/// A clonable handle on the engine's status, for the health and metrics servers.
+#[derive(Debug, Clone, Default)]
+pub struct StatusHandle(Arc<Mutex<Status>>);
+
+impl StatusHandle {
+    pub fn snapshot(&self) -> Status {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn healthy(&self, now: Instant) -> bool {
+        self.snapshot().healthy(now)
+    }
+    /// Change the status in place (the engine is the only writer).
+    pub fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

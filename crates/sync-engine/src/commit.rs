@@ -1,0 +1,157 @@
+//! One sync's kernel side: read our tables back (or trust the in-memory copy), commit
+//! the batch guarded by the generation it was computed against, then hand over to the
+//! conntrack cleanup.
+
+use std::time::Instant;
+
+use crate::engine::Engine;
+use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
+use crate::plan::{self, Base, Bases};
+use crate::{next_generation, our_tables, EngineError, SyncReport};
+
+/// Our tables as read (or trusted), the generation they belong to, and whether another
+/// program changed them since our last commit.
+pub(crate) struct BaseRead {
+    pub base: Bases,
+    pub genid: u32,
+    pub drift: bool,
+}
+
+impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+    /// Read our tables back: trust the in-memory copy when the generation says nobody
+    /// committed since our last commit, else dump our tables over netlink.
+    pub(crate) fn read_base(&mut self) -> Result<BaseRead, EngineError> {
+        let genid = self.nft.generation()?;
+        if let (Some(c), Some(g)) = (&self.committed, self.committed_gen) {
+            if g == genid {
+                return Ok(BaseRead {
+                    base: plan::known(c),
+                    genid,
+                    drift: false,
+                });
+            }
+        }
+        let mut base = Vec::new();
+        for t in our_tables() {
+            let b = match self.nft.dump_table(&t) {
+                Ok(tab) => Base::Known(tab),
+                Err(EngineError::Nft(e @ nft_netlink::NftError::Decode { .. })) => {
+                    tracing::warn!(family = t.family.nft_name(), table = %t.name, error = %e,
+                        "our table cannot be read back; replacing it");
+                    Base::Unreadable
+                }
+                Err(e) => return Err(e),
+            };
+            base.push((t, b));
+        }
+        let drift = self
+            .committed
+            .as_ref()
+            .is_some_and(|c| plan::drifted(&base, c));
+        if drift {
+            tracing::warn!("our nftables tables were changed by another program; repairing");
+        }
+        Ok(BaseRead { base, genid, drift })
+    }
+
+    /// Compile, diff, commit (full: against what the kernel holds), then clear the
+    /// conntrack targets. Returns the report and whether the commit repaired a change by
+    /// another program.
+    pub(crate) fn try_sync(&mut self, mut full: bool) -> Result<(SyncReport, bool), EngineError> {
+        let t0 = Instant::now();
+        let parsed = self.cfg.ruleset.parse()?;
+        let desired = plan::compile(&self.cluster, &parsed);
+        let mut errors: Vec<String> = self.model_errors.values().flatten().cloned().collect();
+        errors.extend(desired.errors.iter().map(ToString::to_string));
+        let compile = t0.elapsed();
+
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let read = if full {
+                self.read_base()?
+            } else {
+                match (&self.committed, self.committed_gen) {
+                    (Some(c), Some(g)) => BaseRead {
+                        base: plan::known(c),
+                        genid: g,
+                        drift: false,
+                    },
+                    _ => {
+                        full = true;
+                        continue;
+                    }
+                }
+            };
+            let ops = plan::batch(&read.base, &desired.tables);
+            // Targets implied by going from the kernel's rules to the desired ones.
+            self.pending.extend(plan::targets(
+                &read.base,
+                &desired,
+                self.applied_eps.as_ref(),
+            ));
+
+            let t1 = Instant::now();
+            let stats = if ops.is_empty() {
+                CommitStats::default()
+            } else {
+                match self.nft.commit(&ops, Some(read.genid)) {
+                    Ok(s) => s,
+                    Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. }))
+                        if tries < 3 =>
+                    {
+                        tracing::info!("ruleset changed under us; re-reading and retrying");
+                        full = true;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let commit = t1.elapsed();
+            if !ops.is_empty() {
+                let expected = next_generation(read.genid);
+                self.our_gens.push(expected);
+                self.committed_gen = Some(expected);
+                match self.nft.generation() {
+                    Ok(g) if g == expected => {}
+                    Ok(_) => {
+                        // Someone committed right after us: verify on the next sync.
+                        self.schedule.repair_requested();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the generation after a commit");
+                        self.schedule.verify_requested();
+                    }
+                }
+            } else {
+                self.committed_gen = Some(read.genid);
+            }
+            self.committed = Some(desired.tables);
+            self.applied_eps = Some(desired.endpoints);
+
+            // Only now, with the new rules in place: clear what contradicts them.
+            let cleaned = self.cleanup();
+            let endpoints = self
+                .cluster
+                .slices
+                .values()
+                .map(|s| s.endpoints.len())
+                .sum();
+            let report = SyncReport {
+                full,
+                services: self.cluster.services.len(),
+                endpoints,
+                ops: ops.len(),
+                bytes: stats.bytes,
+                compile,
+                commit,
+                conntrack: cleaned.took,
+                conntrack_deleted: cleaned.deleted,
+                conntrack_targets: cleaned.targets,
+                errors,
+            };
+            tracing::debug!(?report, "synced");
+            return Ok((report, read.drift && !ops.is_empty()));
+        }
+    }
+}

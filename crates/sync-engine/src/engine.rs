@@ -1,0 +1,303 @@
+//! The engine: events in (model changes), syncs out. Owns the cluster model, the last
+//! committed ruleset, the pending conntrack targets and the schedule. Single-threaded:
+//! one sync at a time by construction.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+use kube_model::{Cluster, ServiceKey};
+use nft_model::Table;
+
+use crate::kernel::{Clock, ConntrackKernel, NftKernel};
+use crate::schedule::{Periods, Schedule};
+use crate::targets::{EndpointSnapshot, Target};
+use crate::SyncReport;
+use crate::{status, EngineConfig, EngineError, Event, NodeHealth, Observer, StatusHandle};
+
+struct NoObserver;
+impl Observer for NoObserver {}
+
+/// The sync engine (see the crate docs and docs/sync.md).
+pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) nft: N,
+    pub(crate) ct: C,
+    pub(crate) clock: K,
+    pub(crate) status: StatusHandle,
+    pub(crate) observer: Box<dyn Observer>,
+
+    pub(crate) cluster: Cluster,
+    /// Latest problem per object (from conversion), for the reports.
+    pub(crate) model_errors: BTreeMap<String, Vec<String>>,
+    pub(crate) schedule: Schedule,
+
+    /// The ruleset as of our last successful commit (None: unknown).
+    pub(crate) committed: Option<Vec<Table>>,
+    /// The generation our last commit produced (None: unknown).
+    pub(crate) committed_gen: Option<u32>,
+    /// Serving endpoints of the UDP service ports as of the last successful sync.
+    pub(crate) applied_eps: Option<EndpointSnapshot>,
+    /// Conntrack targets not yet cleared (kept across failed commits).
+    pub(crate) pending: BTreeSet<Target>,
+    /// Generations produced by our commits, not yet handed to the watcher.
+    pub(crate) our_gens: Vec<u32>,
+}
+
+impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+    pub fn new(cfg: EngineConfig, nft: N, ct: C, clock: K) -> Engine<N, C, K> {
+        let status = StatusHandle::default();
+        status.update(|s| s.sync_period = cfg.sync_period);
+        let schedule = Schedule::new(Periods {
+            min_sync: cfg.min_sync_period,
+            sync: cfg.sync_period,
+            retry_initial: cfg.retry_initial,
+            retry_max: cfg.retry_max,
+        });
+        Engine {
+            cfg,
+            nft,
+            ct,
+            clock,
+            status,
+            observer: Box::new(NoObserver),
+            cluster: Cluster::new(),
+            model_errors: BTreeMap::new(),
+            schedule,
+            committed: None,
+            committed_gen: None,
+            applied_eps: None,
+            pending: BTreeSet::new(),
+            our_gens: Vec::new(),
+        }
+    }
+
+    pub fn set_observer(&mut self, o: Box<dyn Observer>) {
+        self.observer = o;
+    }
+
+    pub fn status(&self) -> StatusHandle {
+        self.status.clone()
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The cluster model as the engine sees it.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The ruleset as of the last successful commit.
+    pub fn committed(&self) -> Option<&[Table]> {
+        self.committed.as_deref()
+    }
+
+    /// Conntrack targets waiting for the next successful commit.
+    pub fn pending_targets(&self) -> Vec<Target> {
+        self.pending.iter().copied().collect()
+    }
+
+    /// Whether a change is queued and not yet applied.
+    pub fn is_dirty(&self) -> bool {
+        self.schedule.dirty()
+    }
+
+    /// The loop's schedule (state and due times).
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The clock the engine runs on.
+    pub fn clock(&self) -> &K {
+        &self.clock
+    }
+
+    /// Ask for a full sync at once (another program changed our tables).
+    pub fn request_repair(&mut self) {
+        self.schedule.repair_requested();
+    }
+
+    /// Generations produced by our own commits since the last call (for the watcher).
+    pub fn take_our_generations(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.our_gens)
+    }
+
+    fn queue(&mut self) {
+        let now = self.clock.now();
+        if self.schedule.changed(now) {
+            let wall = SystemTime::now();
+            self.status.update(|s| {
+                s.queued_since = Some(now);
+                s.queued_since_wall = Some(wall);
+            });
+        }
+    }
+
+    fn note_errors(&mut self, object: String, mut warnings: Vec<String>, err: Option<String>) {
+        warnings.extend(err);
+        if warnings.is_empty() {
+            self.model_errors.remove(&object);
+        } else {
+            for w in &warnings {
+                tracing::warn!(%object, error = %w, "invalid object");
+            }
+            self.model_errors.insert(object, warnings);
+        }
+    }
+
+    /// Take one input. Changes that leave the model as it was are dropped.
+    pub fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::ServiceApplied(svc) => {
+                let key = ns_key(&svc.metadata);
+                let before = self.cluster.services.get(&key).cloned();
+                let mut warnings = Vec::new();
+                let r = self.cluster.upsert_service(&svc, &mut warnings);
+                self.note_errors(
+                    format!("service {key}"),
+                    warnings.iter().map(ToString::to_string).collect(),
+                    r.err().map(|e| e.to_string()),
+                );
+                if self.cluster.services.get(&key) != before.as_ref() {
+                    self.queue();
+                }
+            }
+            Event::ServiceDeleted(svc) => {
+                let key = ns_key(&svc.metadata);
+                self.model_errors.remove(&format!("service {key}"));
+                if self.cluster.remove_service(&key).is_some() {
+                    self.queue();
+                }
+            }
+            Event::SliceApplied(slice) => {
+                let key = ns_key(&slice.metadata);
+                let before = self.cluster.slices.get(&key).cloned();
+                let mut warnings = Vec::new();
+                let r = self.cluster.upsert_slice(&slice, &mut warnings);
+                self.note_errors(
+                    format!("endpointslice {key}"),
+                    warnings.iter().map(ToString::to_string).collect(),
+                    r.err().map(|e| e.to_string()),
+                );
+                if self.cluster.slices.get(&key) != before.as_ref() {
+                    self.queue();
+                }
+            }
+            Event::SliceDeleted(slice) => {
+                let key = ns_key(&slice.metadata);
+                self.model_errors.remove(&format!("endpointslice {key}"));
+                if self.cluster.remove_slice(&key).is_some() {
+                    self.queue();
+                }
+            }
+            Event::NodeApplied(node) => self.node_applied(&node),
+            Event::ServicesListed => self.schedule.services_listed(),
+            Event::SlicesListed => self.schedule.slices_listed(),
+            Event::Resync => self.request_repair(),
+            Event::Shutdown => {}
+        }
+    }
+
+    fn node_applied(&mut self, node: &Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let ours = &self.cfg.ruleset.node_name;
+        if !ours.is_empty() && &name != ours {
+            tracing::debug!(node = %name, "ignoring another node");
+            return;
+        }
+        let health = NodeHealth {
+            name: name.clone(),
+            deleting: node.metadata.deletion_timestamp.is_some(),
+            to_be_deleted_taint: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler")),
+        };
+        self.status.update(|s| s.node = Some(health));
+        let before = self.cluster.node.clone();
+        let mut warnings = Vec::new();
+        let r = self.cluster.set_node(node, &mut warnings);
+        self.note_errors(
+            format!("node {name}"),
+            warnings.iter().map(ToString::to_string).collect(),
+            r.err().map(|e| e.to_string()),
+        );
+        if self.cluster.node != before {
+            self.queue();
+        }
+    }
+
+    /// Whether both sources delivered their initial list.
+    pub fn listed(&self) -> bool {
+        self.schedule.listed()
+    }
+
+    /// When the next sync is due (None: not before the initial lists). See
+    /// [`crate::schedule`].
+    pub fn next_sync_at(&self) -> Option<Instant> {
+        self.schedule.due(self.clock.now())
+    }
+
+    /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the
+    /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
+    /// makes the next sync a full one.
+    pub fn sync(&mut self) -> Result<SyncReport, EngineError> {
+        if !self.listed() {
+            return Err(EngineError::NotListed);
+        }
+        let now = self.clock.now();
+        self.schedule.attempt(now);
+        let full = self.committed.is_none() || self.schedule.full_due(now);
+        match self.try_sync(full) {
+            Ok((report, repaired)) => {
+                self.schedule.succeeded(now, report.full);
+                let node = &self.cfg.ruleset.node_name;
+                let checks = status::health_checks(&self.cluster, node);
+                let (no_local_internal, no_local_external) =
+                    status::no_local_endpoints(&self.cluster, node);
+                let wall = SystemTime::now();
+                let r = report.clone();
+                self.status.update(|s| {
+                    s.last_sync = Some(now);
+                    s.last_sync_wall = Some(wall);
+                    s.queued_since = None;
+                    s.queued_since_wall = None;
+                    s.consecutive_failures = 0;
+                    s.last_report = Some(r);
+                    s.health_checks = checks;
+                    s.no_local_internal = no_local_internal;
+                    s.no_local_external = no_local_external;
+                    if repaired {
+                        s.repairs += 1;
+                    }
+                });
+                if repaired {
+                    self.observer.repaired();
+                }
+                self.observer.synced(&report);
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sync failed; will retry with a full sync");
+                self.schedule.failed();
+                let n = self.schedule.consecutive_failures();
+                self.status.update(|s| {
+                    s.failures += 1;
+                    s.consecutive_failures = n;
+                });
+                self.observer.failed(&e);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
+    ServiceKey::new(
+        m.namespace.clone().unwrap_or_else(|| "default".into()),
+        m.name.clone().unwrap_or_default(),
+    )
+}

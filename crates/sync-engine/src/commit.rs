@@ -9,6 +9,25 @@ use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
 use crate::plan::{self, Base, Bases};
 use crate::{next_generation, our_tables, EngineError, SyncReport};
 
+/// What the schedule must do after a successful sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Followup {
+    #[default]
+    None,
+    /// Someone committed right after us: verify with a full sync at once.
+    Repair,
+    /// The generation could not be read after our commit: the next sync is a full one.
+    Verify,
+}
+
+/// What a successful sync did: the report, whether it repaired a change by another
+/// program, and what the schedule must do next.
+pub(crate) struct Synced {
+    pub report: SyncReport,
+    pub repaired: bool,
+    pub followup: Followup,
+}
+
 /// Our tables as read (or trusted), the generation they belong to, and whether another
 /// program changed them since our last commit.
 pub(crate) struct BaseRead {
@@ -55,9 +74,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     }
 
     /// Compile, diff, commit (full: against what the kernel holds), then clear the
-    /// conntrack targets. Returns the report and whether the commit repaired a change by
-    /// another program.
-    pub(crate) fn try_sync(&mut self, mut full: bool) -> Result<(SyncReport, bool), EngineError> {
+    /// conntrack targets.
+    pub(crate) fn try_sync(&mut self, mut full: bool) -> Result<Synced, EngineError> {
         let t0 = Instant::now();
         let parsed = self.cfg.ruleset.parse()?;
         let desired = plan::compile(&self.cluster, &parsed);
@@ -108,6 +126,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 }
             };
             let commit = t1.elapsed();
+            let mut followup = Followup::None;
             if !ops.is_empty() {
                 let expected = next_generation(read.genid);
                 self.our_gens.push(expected);
@@ -116,11 +135,11 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     Ok(g) if g == expected => {}
                     Ok(_) => {
                         // Someone committed right after us: verify on the next sync.
-                        self.schedule.repair_requested();
+                        followup = Followup::Repair;
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "reading the generation after a commit");
-                        self.schedule.verify_requested();
+                        followup = Followup::Verify;
                     }
                 }
             } else {
@@ -151,7 +170,11 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 errors,
             };
             tracing::debug!(?report, "synced");
-            return Ok((report, read.drift && !ops.is_empty()));
+            return Ok(Synced {
+                report,
+                repaired: read.drift && !ops.is_empty(),
+                followup,
+            });
         }
     }
 }

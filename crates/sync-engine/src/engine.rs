@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube_model::{Cluster, ServiceKey};
 use nft_model::Table;
 
+use crate::commit::{Followup, Synced};
 use crate::kernel::{Clock, ConntrackKernel, NftKernel};
 use crate::schedule::{Periods, Schedule};
 use crate::targets::{EndpointSnapshot, Target};
@@ -252,8 +253,17 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.schedule.attempt(now);
         let full = self.committed.is_none() || self.schedule.full_due(now);
         match self.try_sync(full) {
-            Ok((report, repaired)) => {
+            Ok(Synced {
+                report,
+                repaired,
+                followup,
+            }) => {
                 self.schedule.succeeded(now, report.full);
+                match followup {
+                    Followup::None => {}
+                    Followup::Repair => self.schedule.repair_requested(),
+                    Followup::Verify => self.schedule.verify_requested(),
+                }
                 let node = &self.cfg.ruleset.node_name;
                 let checks = status::health_checks(&self.cluster, node);
                 let (no_local_internal, no_local_external) =

@@ -1,252 +1,16 @@
-//! Deterministic engine tests with a recording fake kernel: every commit and every
-//! conntrack delete is recorded in order, so the ordering rule is checked exactly.
+//! Deterministic engine tests with a recording fake kernel (`common`): every commit and
+//! every conntrack delete is recorded in order, so the ordering rule is checked exactly.
 
-use std::net::IpAddr;
+mod common;
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ct_netlink::{Family as CtFamily, Filter};
-use k8s_openapi::api::core::v1::Service;
+use common::*;
+use ct_netlink::Filter;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use nft_model::{Op, Table, TableRef};
 use serde_json::json;
 use sync_engine::*;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Call {
-    Commit { ops: usize },
-    CommitFailed,
-    Delete(Filter),
-}
-
-type Log = Arc<Mutex<Vec<Call>>>;
-
-struct FakeNft {
-    log: Log,
-    tables: Arc<Mutex<Vec<Table>>>,
-    gen: Arc<Mutex<u32>>,
-    fail_commits: Arc<Mutex<u32>>,
-    dumps: Arc<Mutex<u32>>,
-}
-
-impl NftKernel for FakeNft {
-    fn generation(&mut self) -> Result<u32, EngineError> {
-        Ok(*self.gen.lock().unwrap())
-    }
-    fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
-        let mut g = self.gen.lock().unwrap();
-        if let Some(want) = genid {
-            if want != *g {
-                return Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged {
-                    expected: want,
-                }));
-            }
-        }
-        let mut fail = self.fail_commits.lock().unwrap();
-        if *fail > 0 {
-            *fail -= 1;
-            self.log.lock().unwrap().push(Call::CommitFailed);
-            return Err(EngineError::Other(
-                "injected: the kernel rejected the batch".into(),
-            ));
-        }
-        let mut t = self.tables.lock().unwrap();
-        let mut next = t.clone();
-        ruleset::apply(&mut next, ops).map_err(|e| EngineError::Other(e.to_string()))?;
-        *t = next;
-        *g = next_generation(*g);
-        self.log
-            .lock()
-            .unwrap()
-            .push(Call::Commit { ops: ops.len() });
-        Ok(CommitStats {
-            ops: ops.len(),
-            bytes: ops.len() * 100,
-        })
-    }
-    fn dump_table(&mut self, r: &TableRef) -> Result<Option<Table>, EngineError> {
-        *self.dumps.lock().unwrap() += 1;
-        Ok(self
-            .tables
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|t| t.family == r.family && t.name == r.name)
-            .cloned())
-    }
-}
-
-struct FakeCt {
-    log: Log,
-    fail: Arc<Mutex<bool>>,
-}
-
-impl ConntrackKernel for FakeCt {
-    fn delete(&mut self, filters: &[Filter]) -> Result<u64, EngineError> {
-        if *self.fail.lock().unwrap() {
-            return Err(EngineError::Other("injected conntrack failure".into()));
-        }
-        let mut l = self.log.lock().unwrap();
-        for f in filters {
-            l.push(Call::Delete(*f));
-        }
-        Ok(filters.len() as u64)
-    }
-}
-
-#[derive(Clone)]
-struct FakeClock(Arc<Mutex<Instant>>);
-
-impl Clock for FakeClock {
-    fn now(&self) -> Instant {
-        *self.0.lock().unwrap()
-    }
-}
-
-impl FakeClock {
-    fn advance(&self, d: Duration) {
-        *self.0.lock().unwrap() += d;
-    }
-}
-
-struct World {
-    log: Log,
-    tables: Arc<Mutex<Vec<Table>>>,
-    gen: Arc<Mutex<u32>>,
-    fail_commits: Arc<Mutex<u32>>,
-    dumps: Arc<Mutex<u32>>,
-    ct_fail: Arc<Mutex<bool>>,
-    clock: FakeClock,
-}
-
-impl World {
-    fn new() -> World {
-        World {
-            log: Arc::default(),
-            tables: Arc::default(),
-            gen: Arc::new(Mutex::new(7)),
-            fail_commits: Arc::default(),
-            dumps: Arc::default(),
-            ct_fail: Arc::default(),
-            clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
-        }
-    }
-    fn engine(&self, cleanup: bool) -> Engine<FakeNft, FakeCt, FakeClock> {
-        let cfg = EngineConfig {
-            ruleset: ruleset::Config {
-                node_name: "node-a".into(),
-                families: vec!["IPv4".into()],
-                cluster_cidrs: vec!["198.18.0.0/20".into()],
-                ..Default::default()
-            },
-            conntrack_cleanup: cleanup,
-            watch_tamper: false,
-            ..Default::default()
-        };
-        Engine::new(
-            cfg,
-            FakeNft {
-                log: self.log.clone(),
-                tables: self.tables.clone(),
-                gen: self.gen.clone(),
-                fail_commits: self.fail_commits.clone(),
-                dumps: self.dumps.clone(),
-            },
-            FakeCt {
-                log: self.log.clone(),
-                fail: self.ct_fail.clone(),
-            },
-            self.clock.clone(),
-        )
-    }
-    fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.log.lock().unwrap())
-    }
-}
-
-const CLUSTER_IP: &str = "198.18.100.10";
-const EXTERNAL_IP: &str = "198.18.101.1";
-const LB_IP: &str = "198.18.102.1";
-const NODE_PORT: u16 = 30053;
-
-/// TestProxierDeleteNodePortStaleUDP's service: UDP LoadBalancer with a ClusterIP, an
-/// ExternalIP, a LoadBalancer IP and a NodePort.
-fn udp_lb() -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "ns1"},
-        "spec": {
-            "type": "LoadBalancer",
-            "clusterIP": CLUSTER_IP,
-            "externalIPs": [EXTERNAL_IP],
-            "ports": [{"name": "p", "port": 53, "protocol": "UDP", "nodePort": NODE_PORT}]
-        },
-        "status": {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}
-    }))
-    .unwrap()
-}
-
-fn slice(name: &str, eps: &[(&str, bool, bool, bool)]) -> EndpointSlice {
-    let endpoints: Vec<_> = eps
-        .iter()
-        .map(|(ip, ready, serving, terminating)| {
-            json!({"addresses": [ip], "nodeName": "node-b",
-                   "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "ns1",
-                     "labels": {"kubernetes.io/service-name": "dns"}},
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-        "ports": [{"name": "p", "port": 5353, "protocol": "UDP"}]
-    }))
-    .unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn listed(e: &mut Engine<FakeNft, FakeCt, FakeClock>) {
-    e.handle(Event::ServicesListed);
-    e.handle(Event::SlicesListed);
-}
-
-fn four_deletes() -> Vec<Filter> {
-    let mut v = vec![
-        Filter::udp_orig_dst(ip(CLUSTER_IP), Some(53)),
-        Filter::udp_orig_dst(ip(EXTERNAL_IP), Some(53)),
-        Filter::udp_orig_dst(ip(LB_IP), Some(53)),
-        Filter::udp_nodeport(CtFamily::V4, NODE_PORT),
-    ];
-    v.sort_by_key(|f| format!("{f}"));
-    v
-}
-
-fn deletes(calls: &[Call]) -> Vec<Filter> {
-    let mut v: Vec<Filter> = calls
-        .iter()
-        .filter_map(|c| match c {
-            Call::Delete(f) => Some(*f),
-            _ => None,
-        })
-        .collect();
-    v.sort_by_key(|f| format!("{f}"));
-    v
-}
-
-/// Every delete is recorded after a successful commit (never before, never after a failure).
-fn assert_deletes_after_commit(calls: &[Call]) {
-    let first_delete = calls.iter().position(|c| matches!(c, Call::Delete(_)));
-    if let Some(i) = first_delete {
-        assert!(
-            matches!(calls[..i].last(), Some(Call::Commit { .. })),
-            "deletes must follow a successful commit: {calls:?}"
-        );
-    }
-}
 
 #[test]
 fn delete_nodeport_stale_udp() {
@@ -539,6 +303,36 @@ fn full_resync_trusts_memory_unless_generation_moved() {
     assert_eq!(*w.dumps.lock().unwrap(), 4);
     assert_eq!(e.status().snapshot().repairs, 1);
     assert_eq!(w.tables.lock().unwrap().as_slice(), e.committed().unwrap());
+}
+
+/// Another program committing right after our commit (the generation read back is not
+/// the one our commit produced) is verified by a full sync at once.
+#[test]
+fn a_commit_right_after_ours_is_verified_at_once() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+    *w.foreign_after_commit.lock().unwrap() = true;
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    w.clock.advance(Duration::from_secs(2));
+    assert!(!e.sync().unwrap().full);
+    assert_eq!(
+        e.next_sync_at(),
+        Some(w.clock.now()),
+        "due at once, not at the periodic resync"
+    );
+    let dumps = *w.dumps.lock().unwrap();
+    assert!(e.sync().unwrap().full);
+    assert_eq!(
+        *w.dumps.lock().unwrap(),
+        dumps + 2,
+        "our tables were read back"
+    );
 }
 
 #[test]

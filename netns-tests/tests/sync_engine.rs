@@ -813,3 +813,59 @@ fn kernel_rejection_changes_nothing_and_a_later_sync_converges() {
     let lost = missing(&server.seqs(), sent);
     assert!(lost.is_empty(), "{} of {sent} packets lost", lost.len());
 }
+
+/// The engine dies (SIGKILL) after committing the batch that makes a stale UDP flow a
+/// cleanup target and before cleaning it. The batch recorded the target in our table, so
+/// the restarted engine resumes it and the flow reaches its endpoint. (Negative control:
+/// without resuming the recorded targets, the restarted engine has nothing to clean and
+/// the flow stays broken.)
+#[test]
+fn sigkill_between_commit_and_cleanup_resumes_the_cleanup() {
+    require_root!();
+    let fam = V4;
+    let dst = Via::ClusterIp.dst(fam);
+    let l = node();
+    let server = UdpServer::start(&l.server, fam.server(), 5353);
+    let mut client = UdpClient::start(&l.client, dst, Duration::from_millis(5));
+    assert!(
+        wait_until(Duration::from_secs(3), || conntrack_entries(&l.router, fam)
+            .contains(&format!("dst={}", dst.ip()))),
+        "no conntrack entry for the client's flow"
+    );
+    let m = Manifest::new(&[
+        config_doc(fam),
+        node_doc(fam),
+        service_doc(fam, "svc", fam.cluster_ip(), NODE_PORT),
+        slice_doc(fam, "svc"),
+    ]);
+    let mut runner = Runner::start(&l.router, &m, &["--pause-before-cleanup-ms", "60000"]);
+    runner
+        .wait_line(Duration::from_secs(10), |l| l == "cleanup-pause")
+        .unwrap_or_else(|| panic!("no pause before the cleanup: {:?}", runner.lines()));
+    let table = listing(&l.router).expect("our table is committed");
+    assert!(
+        table.contains("cleanup-dst") && table.contains(CLUSTER_IP),
+        "the batch recorded the targets:\n{table}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.count(), 0, "the stale entry keeps the flow broken");
+    runner.kill();
+
+    let runner = Runner::start(&l.router, &m, &[]);
+    let line = runner
+        .wait_line(Duration::from_secs(10), |l| l.starts_with("synced"))
+        .expect("sync after the restart");
+    assert!(
+        wait_until(Duration::from_secs(2), || server.count() > 0),
+        "the flow still does not reach its endpoint ({line}); entries:\n{}",
+        conntrack_entries(&l.router, fam)
+    );
+    assert!(field(&line, "targets").unwrap_or(0) >= 1, "resumed: {line}");
+    assert!(
+        wait_until(Duration::from_secs(2), || listing(&l.router)
+            .is_some_and(|t| !t.contains("cleanup-"))),
+        "finished targets leave our table: {:?}",
+        listing(&l.router)
+    );
+    client.stop();
+}

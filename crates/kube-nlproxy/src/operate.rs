@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context as _};
 use ops_server::hcport::HealthCheckPorts;
 use ops_server::metrics::MetricsObserver;
 use ops_server::Metrics;
-use sync_engine::{Event, Observer, StatusHandle, SyncReport};
+use sync_engine::{CleanupReport, Event, Observer, StatusHandle, SyncReport};
 use tracing::{info, warn};
 
 /// Several observers behind one.
@@ -21,6 +21,9 @@ pub struct Observers(pub Vec<Box<dyn Observer>>);
 impl Observer for Observers {
     fn synced(&self, r: &SyncReport) {
         self.0.iter().for_each(|o| o.synced(r));
+    }
+    fn cleaned(&self, r: &CleanupReport) {
+        self.0.iter().for_each(|o| o.cleaned(r));
     }
     fn failed(&self, e: &(dyn std::error::Error + 'static)) {
         self.0.iter().for_each(|o| o.failed(e));

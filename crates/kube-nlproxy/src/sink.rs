@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use nft_model::{Op, Table, TableRef};
-use sync_engine::{CommitStats, ConntrackKernel, EngineError, NftKernel};
+use sync_engine::{CleanupOutcome, CommitStats, ConntrackKernel, EngineError, NftKernel};
 
 pub struct FileSink {
     path: PathBuf,
@@ -81,7 +81,13 @@ impl NftKernel for FileSink {
 pub struct NoConntrack;
 
 impl ConntrackKernel for NoConntrack {
-    fn delete(&mut self, _filters: &[ct_netlink::Filter]) -> Result<u64, EngineError> {
-        Ok(0)
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError> {
+        Ok(vec![
+            CleanupOutcome::Deleted { entries: Some(0) };
+            filters.len()
+        ])
     }
 }

@@ -21,14 +21,34 @@ pub struct SyncReport {
     pub commit: Duration,
     pub conntrack: Duration,
     pub conntrack_deleted: u64,
+    /// Cleanup targets this sync worked on (cleaned, or dropped with the cleanup off).
     pub conntrack_targets: usize,
+    /// Cleanup targets still pending after this sync (retried later).
+    pub conntrack_pending: usize,
     /// Invalid objects (skipped or partly skipped).
     pub errors: Vec<String>,
+}
+
+/// What one conntrack cleanup slice between syncs did (the slice run by a sync is in
+/// its [`SyncReport`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CleanupReport {
+    /// Targets worked on.
+    pub targets: usize,
+    /// Targets finished (deleted or already gone).
+    pub done: usize,
+    /// Conntrack entries deleted (as far as the kernel says).
+    pub deleted: u64,
+    pub took: Duration,
+    /// Targets still pending.
+    pub pending: usize,
 }
 
 /// Metrics hooks of the engine (default: no-op).
 pub trait Observer: Send {
     fn synced(&self, _r: &SyncReport) {}
+    /// A conntrack cleanup slice ran between syncs.
+    fn cleaned(&self, _r: &CleanupReport) {}
     /// A sync failed (it is retried with a backoff).
     fn failed(&self, _e: &(dyn std::error::Error + 'static)) {}
     fn repaired(&self) {}
@@ -74,8 +94,17 @@ pub struct Status {
     /// Failed syncs since start, and in a row.
     pub failures: u64,
     pub consecutive_failures: u32,
-    /// Conntrack delete calls that failed since start.
+    /// Conntrack delete calls that failed (or left a target failed) since start.
     pub conntrack_failures: u64,
+    /// Conntrack cleanup targets not finished yet (retried with a backoff; persisted in
+    /// our tables so that a restart resumes them).
+    pub cleanup_pending: usize,
+    /// When the oldest of them became a target (for a resumed one: when this process
+    /// found it).
+    pub cleanup_oldest_pending: Option<Instant>,
+    /// Why the conntrack cleanup is unavailable (None: available). Rules are programmed
+    /// regardless; targets wait, and ctnetlink is probed again periodically.
+    pub cleanup_unavailable: Option<String>,
     /// Repairs of our tables after another program changed them.
     pub repairs: u64,
     pub node: Option<NodeHealth>,

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use crate::cleanup::{self, Cleaned};
 use crate::engine::Engine;
 use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
 use crate::plan::{self, Base, Bases};
@@ -78,12 +79,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     pub(crate) fn try_sync(&mut self, mut full: bool) -> Result<Synced, EngineError> {
         let t0 = Instant::now();
         let parsed = self.cfg.ruleset.parse()?;
-        let desired = plan::compile(&self.cluster, &parsed);
+        let mut desired = plan::compile(&self.cluster, &parsed);
         let mut errors: Vec<String> = self.model_errors.values().flatten().cloned().collect();
         errors.extend(desired.errors.iter().map(ToString::to_string));
         let compile = t0.elapsed();
 
         let mut tries = 0;
+        let mut fresh = std::collections::BTreeSet::new();
         loop {
             tries += 1;
             let read = if full {
@@ -101,13 +103,35 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     }
                 }
             };
+            // Targets implied by going from the kernel's rules to the desired ones; on
+            // this process's first read, also those a previous run recorded and did not
+            // finish. They are recorded in our tables by the very batch that makes them
+            // targets.
+            let now = self.clock.now();
+            let found = plan::targets(&read.base, &desired, self.applied_eps.as_ref());
+            fresh.extend(found.iter().copied());
+            let mut dropped = 0;
+            if self.cfg.conntrack_cleanup {
+                if self.committed.is_none() {
+                    let resumed = cleanup::recorded_in(&plan::known_tables(&read.base));
+                    if !resumed.is_empty() {
+                        tracing::info!(
+                            targets = resumed.len(),
+                            "resuming conntrack cleanup targets recorded by a previous run"
+                        );
+                    }
+                    for t in resumed {
+                        self.pending.add(t, now);
+                    }
+                }
+                for t in &found {
+                    self.pending.add(*t, now);
+                }
+            } else {
+                dropped = found.len();
+            }
+            cleanup::record_in_tables(&mut desired.tables, self.pending.targets());
             let ops = plan::batch(&read.base, &desired.tables);
-            // Targets implied by going from the kernel's rules to the desired ones.
-            self.pending.extend(plan::targets(
-                &read.base,
-                &desired,
-                self.applied_eps.as_ref(),
-            ));
 
             let t1 = Instant::now();
             let stats = if ops.is_empty() {
@@ -149,7 +173,18 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             self.applied_eps = Some(desired.endpoints);
 
             // Only now, with the new rules in place: clear what contradicts them.
-            let cleaned = self.cleanup();
+            let cleaned = if self.cfg.conntrack_cleanup {
+                self.cleanup_slice(&fresh)
+            } else {
+                if dropped > 0 {
+                    tracing::debug!(targets = dropped, "conntrack cleanup disabled; skipped");
+                }
+                Cleaned {
+                    targets: dropped,
+                    ..Cleaned::default()
+                }
+            };
+            self.publish_pending();
             let endpoints = self
                 .cluster
                 .slices
@@ -167,6 +202,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 conntrack: cleaned.took,
                 conntrack_deleted: cleaned.deleted,
                 conntrack_targets: cleaned.targets,
+                conntrack_pending: self.pending.len(),
                 errors,
             };
             tracing::debug!(?report, "synced");

@@ -2,13 +2,14 @@
 //! committed ruleset, the pending conntrack targets and the schedule. Single-threaded:
 //! one sync at a time by construction.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use kube_model::{Cluster, ServiceKey};
 use nft_model::Table;
 
+use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
 use crate::commit::{Followup, Synced};
 use crate::kernel::{Clock, ConntrackKernel, NftKernel};
 use crate::schedule::{Periods, Schedule};
@@ -19,11 +20,22 @@ use crate::{status, EngineConfig, EngineError, Event, NodeHealth, Observer, Stat
 struct NoObserver;
 impl Observer for NoObserver {}
 
+/// A kind of work of the loop (see [`Engine::next_work`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// A rule sync.
+    Sync,
+    /// A conntrack cleanup slice between syncs.
+    Cleanup,
+    /// Opening ctnetlink again (it was unavailable).
+    Reprobe,
+}
+
 /// The sync engine (see the crate docs and docs/sync.md).
 pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) cfg: EngineConfig,
     pub(crate) nft: N,
-    pub(crate) ct: C,
+    pub(crate) ct: CtSlot<C>,
     pub(crate) clock: K,
     pub(crate) status: StatusHandle,
     pub(crate) observer: Box<dyn Observer>,
@@ -39,14 +51,39 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) committed_gen: Option<u32>,
     /// Serving endpoints of the UDP service ports as of the last successful sync.
     pub(crate) applied_eps: Option<EndpointSnapshot>,
-    /// Conntrack targets not yet cleared (kept across failed commits).
-    pub(crate) pending: BTreeSet<Target>,
+    /// Conntrack targets not yet cleared (kept across failed commits and failed
+    /// cleanups; recorded in our tables).
+    pub(crate) pending: Pending,
     /// Generations produced by our commits, not yet handed to the watcher.
     pub(crate) our_gens: Vec<u32>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     pub fn new(cfg: EngineConfig, nft: N, ct: C, clock: K) -> Engine<N, C, K> {
+        Engine::with_slot(cfg, nft, CtSlot::ready(ct), clock)
+    }
+
+    /// An engine whose conntrack socket is opened by `open`: if that fails (no
+    /// ctnetlink, or the probe fails), rules are still programmed, the cleanup is
+    /// reported unavailable, targets wait (recorded in our tables), and `open` is tried
+    /// again every `conntrack_reprobe`.
+    pub fn with_conntrack_opener(
+        cfg: EngineConfig,
+        nft: N,
+        open: ConntrackOpener<C>,
+        clock: K,
+    ) -> Engine<N, C, K> {
+        let slot = CtSlot {
+            kernel: None,
+            opener: Some(open),
+            unavailable: None,
+        };
+        let mut e = Engine::with_slot(cfg, nft, slot, clock);
+        e.reprobe_conntrack();
+        e
+    }
+
+    fn with_slot(cfg: EngineConfig, nft: N, ct: CtSlot<C>, clock: K) -> Engine<N, C, K> {
         let status = StatusHandle::default();
         status.update(|s| s.sync_period = cfg.sync_period);
         let schedule = Schedule::new(Periods {
@@ -68,7 +105,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             committed: None,
             committed_gen: None,
             applied_eps: None,
-            pending: BTreeSet::new(),
+            pending: Pending::default(),
             our_gens: Vec::new(),
         }
     }
@@ -95,9 +132,19 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.committed.as_deref()
     }
 
-    /// Conntrack targets waiting for the next successful commit.
+    /// Conntrack targets not finished yet.
     pub fn pending_targets(&self) -> Vec<Target> {
-        self.pending.iter().copied().collect()
+        self.pending.targets().copied().collect()
+    }
+
+    /// The pending conntrack targets with their attempts and backoff.
+    pub fn pending(&self) -> &Pending {
+        &self.pending
+    }
+
+    /// Whether the conntrack cleanup can run (ctnetlink open).
+    pub fn conntrack_available(&self) -> bool {
+        self.ct.kernel.is_some()
     }
 
     /// Whether a change is queued and not yet applied.
@@ -240,6 +287,40 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// [`crate::schedule`].
     pub fn next_sync_at(&self) -> Option<Instant> {
         self.schedule.due(self.clock.now())
+    }
+
+    /// The next work of the loop and when it is due. Of the work due now, a rule sync
+    /// goes first, then a cleanup slice, then re-opening ctnetlink; otherwise the
+    /// earliest. None: nothing is due until an event arrives.
+    pub fn next_work(&self) -> Option<(Instant, Work)> {
+        let now = self.clock.now();
+        [
+            self.next_sync_at().map(|t| (t, Work::Sync)),
+            self.cleanup_due().map(|t| (t, Work::Cleanup)),
+            self.reprobe_due().map(|t| (t, Work::Reprobe)),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(t, w)| ((*t).max(now), *w as u8))
+    }
+
+    /// Do the work due now, if any (one sync, one cleanup slice or one re-probe), and
+    /// say which. Sync failures are counted and retried with a backoff.
+    pub fn step(&mut self) -> Option<Work> {
+        let (at, work) = self.next_work()?;
+        if at > self.clock.now() {
+            return None;
+        }
+        match work {
+            Work::Sync => {
+                let _ = self.sync();
+            }
+            Work::Cleanup => {
+                self.cleanup_turn();
+            }
+            Work::Reprobe => self.reprobe_conntrack(),
+        }
+        Some(work)
     }
 
     /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the

@@ -37,15 +37,86 @@ impl NftKernel for nft_netlink::Nft {
     }
 }
 
-/// The conntrack side of the kernel (fakeable in tests). Returns the entries deleted.
+/// The outcome of cleaning one target (one filter of a [`ConntrackKernel::delete`] call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupOutcome {
+    /// Every matching entry was deleted (`entries`: how many, when the kernel says;
+    /// `Some(0)`: none matched). Done.
+    Deleted { entries: Option<u64> },
+    /// The entries found were gone by the time they were deleted (ENOENT). Done.
+    AlreadyGone,
+    /// The call's work cap was hit before this target was finished: entries may remain.
+    Capped,
+    /// A dump stayed interrupted: entries may remain.
+    Incomplete,
+    /// The kernel refused, or the call failed: nothing is known.
+    Failed,
+}
+
+impl CleanupOutcome {
+    /// Whether the target is finished (it leaves the pending set).
+    pub fn done(&self) -> bool {
+        matches!(
+            self,
+            CleanupOutcome::Deleted { .. } | CleanupOutcome::AlreadyGone
+        )
+    }
+}
+
+/// The conntrack side of the kernel (fakeable in tests).
 pub trait ConntrackKernel {
-    fn delete(&mut self, filters: &[ct_netlink::Filter]) -> Result<u64, EngineError>;
+    /// Delete the entries matching each filter. One outcome per filter, in order; an
+    /// `Err` means every filter failed. (Missing outcomes count as failed.)
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError>;
 }
 
 impl ConntrackKernel for ct_netlink::Conntrack {
-    fn delete(&mut self, filters: &[ct_netlink::Filter]) -> Result<u64, EngineError> {
-        Ok(ct_netlink::Conntrack::delete(self, filters)?.deleted)
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError> {
+        let report = ct_netlink::Conntrack::delete(self, filters)?;
+        Ok(outcomes(filters, &report))
     }
+}
+
+/// One outcome per filter from a [`ct_netlink::DeleteReport`]. The report says per filter
+/// what was deleted and what failed, but a work cap or an interrupted dump only for the
+/// call as a whole: then no filter has a proven complete result, and every filter that
+/// did not fail is `Capped` or `Incomplete`.
+pub fn outcomes(
+    filters: &[ct_netlink::Filter],
+    report: &ct_netlink::DeleteReport,
+) -> Vec<CleanupOutcome> {
+    filters
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            // Reports list the filters in order; look the filter up if they do not.
+            let line = report
+                .per_filter
+                .get(i)
+                .filter(|r| r.filter == *f)
+                .or_else(|| report.per_filter.iter().find(|r| r.filter == *f));
+            let Some(r) = line else {
+                return CleanupOutcome::Failed;
+            };
+            if r.failed > 0 {
+                CleanupOutcome::Failed
+            } else if report.incomplete {
+                CleanupOutcome::Incomplete
+            } else if report.capped {
+                CleanupOutcome::Capped
+            } else if r.deleted == Some(0) && r.already_gone > 0 {
+                CleanupOutcome::AlreadyGone
+            } else {
+                CleanupOutcome::Deleted { entries: r.deleted }
+            }
+        })
+        .collect()
 }
 
 /// A source of time (injectable for tests).
@@ -60,5 +131,72 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ct_netlink::{DeleteReport, Filter, FilterReport, Strategy};
+
+    fn report(lines: &[(Filter, Option<u64>, u64, u64)]) -> DeleteReport {
+        DeleteReport {
+            strategy: Strategy::FilteredDump,
+            per_filter: lines
+                .iter()
+                .map(|&(filter, deleted, already_gone, failed)| FilterReport {
+                    filter,
+                    deleted,
+                    already_gone,
+                    failed,
+                })
+                .collect(),
+            deleted: 0,
+            exact: true,
+            capped: false,
+            incomplete: false,
+            dump_retries: 0,
+            scanned: 0,
+        }
+    }
+
+    #[test]
+    fn outcomes_per_filter_from_a_delete_report() {
+        let a = Filter::udp_orig_dst("198.18.0.1".parse().unwrap(), Some(53));
+        let b = Filter::udp_reply_src("198.18.0.2".parse().unwrap(), 5353);
+        let c = Filter::udp_nodeport(ct_netlink::Family::V4, 30053);
+        let d = Filter::udp_orig_dst("198.18.0.4".parse().unwrap(), Some(53));
+        let mut r = report(&[
+            (a, Some(3), 0, 0),
+            (b, Some(0), 2, 0),
+            (c, None, 0, 0),
+            (d, Some(1), 0, 1),
+        ]);
+        use CleanupOutcome::*;
+        assert_eq!(
+            outcomes(&[a, b, c, d], &r),
+            vec![
+                Deleted { entries: Some(3) },
+                AlreadyGone,
+                Deleted { entries: None },
+                Failed
+            ]
+        );
+        r.capped = true;
+        assert_eq!(
+            outcomes(&[a, b, c, d], &r),
+            vec![Capped, Capped, Capped, Failed],
+            "a capped call proves no filter complete"
+        );
+        r.incomplete = true;
+        assert_eq!(
+            outcomes(&[a, b, c, d], &r),
+            vec![Incomplete, Incomplete, Incomplete, Failed]
+        );
+        // A filter the report does not mention failed.
+        assert_eq!(
+            outcomes(&[c, a], &report(&[(a, Some(1), 0, 0)])),
+            vec![Failed, Deleted { entries: Some(1) }]
+        );
     }
 }

@@ -30,9 +30,12 @@ pub mod watch;
 /// The k8s-openapi version the events carry.
 pub use k8s_openapi;
 
-pub use engine::Engine;
-pub use kernel::{Clock, CommitStats, ConntrackKernel, NftKernel, SystemClock};
-pub use proxy_status::{HealthCheck, NodeHealth, Observer, Status, StatusHandle, SyncReport};
+pub use cleanup::ConntrackOpener;
+pub use engine::{Engine, Work};
+pub use kernel::{CleanupOutcome, Clock, CommitStats, ConntrackKernel, NftKernel, SystemClock};
+pub use proxy_status::{
+    CleanupReport, HealthCheck, NodeHealth, Observer, Status, StatusHandle, SyncReport,
+};
 pub use run::{real_engine, run};
 
 use std::time::Duration;
@@ -76,6 +79,11 @@ pub struct EngineConfig {
     pub retry_max: Duration,
     /// Watch nftables events and repair our tables when another program changes them.
     pub watch_tamper: bool,
+    /// At most this many conntrack cleanup targets per kernel call (one call per loop
+    /// turn, so a backlog never holds rule syncs back for more than one call).
+    pub cleanup_slice_targets: usize,
+    /// How often to try opening ctnetlink again while it is unavailable.
+    pub conntrack_reprobe: Duration,
 }
 
 impl Default for EngineConfig {
@@ -88,6 +96,8 @@ impl Default for EngineConfig {
             retry_initial: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
             watch_tamper: true,
+            cleanup_slice_targets: 256,
+            conntrack_reprobe: Duration::from_secs(30),
         }
     }
 }

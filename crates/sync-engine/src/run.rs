@@ -12,10 +12,12 @@ const WATCH_POLL: Duration = Duration::from_millis(50);
 /// How long the loop sleeps when nothing is due.
 const IDLE: Duration = Duration::from_secs(3600);
 
-/// The bounded-frequency loop, on the calling thread: handles events, syncs when due
-/// ([`Engine::next_sync_at`]), watches nftables for changes by other programs (when
-/// `watch_tamper` is on) and repairs them at once. Returns on [`Event::Shutdown`] or
-/// when the sender is dropped. Sync failures are retried, never returned.
+/// The loop, on the calling thread: handles events, does the work that is due
+/// ([`Engine::next_work`]: a sync, a conntrack cleanup slice, re-opening ctnetlink),
+/// watches nftables for changes by other programs (when `watch_tamper` is on) and
+/// repairs them. Events are taken between any two pieces of work, so a cleanup backlog
+/// never delays a sync by more than one slice. Returns on [`Event::Shutdown`] or when
+/// the sender is dropped. Sync failures are retried, never returned.
 pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
     mut engine: Engine<N, C, K>,
     events: Receiver<Event>,
@@ -32,42 +34,51 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
         None
     };
     loop {
-        if let Some(at) = engine.next_sync_at() {
-            // Read the clock after next_sync_at, which may answer with its own "now".
-            if at <= engine.clock().now() {
-                // Failures are counted and retried by next_sync_at's backoff.
-                let _ = engine.sync();
-                if let Some(w) = watcher.as_mut() {
-                    for g in engine.take_our_generations() {
-                        w.ours(g);
-                    }
-                }
-                continue;
+        let worked = engine.step().is_some();
+        if let Some(w) = watcher.as_mut() {
+            for g in engine.take_our_generations() {
+                w.ours(g);
             }
         }
         let now = engine.clock().now();
-        let mut wait = engine
-            .next_sync_at()
-            .map_or(IDLE, |at| at.saturating_duration_since(now));
+        let mut wait = if worked {
+            // More may be due at once: only take what already arrived.
+            Duration::ZERO
+        } else {
+            engine
+                .next_work()
+                .map_or(IDLE, |(at, _)| at.saturating_duration_since(now))
+        };
         if watcher.is_some() {
             wait = wait.min(WATCH_POLL);
         }
-        match events.recv_timeout(wait) {
-            Ok(Event::Shutdown) => return Ok(()),
-            Ok(ev) => {
-                engine.handle(ev);
-                // Take everything already queued before deciding to sync.
-                for _ in 0..100_000 {
-                    match events.try_recv() {
-                        Ok(Event::Shutdown) => return Ok(()),
-                        Ok(ev) => engine.handle(ev),
-                        Err(TryRecvError::Empty) => break,
-                        Err(TryRecvError::Disconnected) => return Ok(()),
-                    }
+        let first = if wait.is_zero() {
+            match events.try_recv() {
+                Ok(ev) => Some(ev),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => return Ok(()),
+            }
+        } else {
+            match events.recv_timeout(wait) {
+                Ok(ev) => Some(ev),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+        };
+        if let Some(ev) = first {
+            if matches!(ev, Event::Shutdown) {
+                return Ok(());
+            }
+            engine.handle(ev);
+            // Take everything already queued before deciding what to do next.
+            for _ in 0..100_000 {
+                match events.try_recv() {
+                    Ok(Event::Shutdown) => return Ok(()),
+                    Ok(ev) => engine.handle(ev),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return Ok(()),
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }
         if let Some(w) = watcher.as_mut() {
             for g in engine.take_our_generations() {
@@ -80,11 +91,17 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
     }
 }
 
-/// An engine on real netlink sockets, in the calling thread's network namespace.
+/// An engine on real netlink sockets, in the calling thread's network namespace. The
+/// nftables socket must open; ctnetlink may be missing (see
+/// [`Engine::with_conntrack_opener`]).
 pub fn real_engine(
     cfg: EngineConfig,
 ) -> Result<Engine<nft_netlink::Nft, ct_netlink::Conntrack, SystemClock>, EngineError> {
     let nft = nft_netlink::Nft::open()?;
-    let ct = ct_netlink::Conntrack::open(ct_netlink::Config::default())?;
-    Ok(Engine::new(cfg, nft, ct, SystemClock))
+    Ok(Engine::with_conntrack_opener(
+        cfg,
+        nft,
+        Box::new(|| Ok(ct_netlink::Conntrack::open(ct_netlink::Config::default())?)),
+        SystemClock,
+    ))
 }

@@ -45,12 +45,21 @@ fn delete_nodeport_stale_udp() {
         &[("198.18.2.2", true, true, false)],
     )));
     w.clock.advance(Duration::from_secs(2));
+    w.take_batches();
     let r = e.sync().unwrap();
     let calls = w.take();
     assert_eq!(deletes(&calls), four_deletes(), "{calls:?}");
     assert!(matches!(calls[0], Call::Commit { .. }), "{calls:?}");
-    assert_eq!(calls.len(), 5);
+    assert_eq!(calls.len(), 6, "{calls:?}");
     assert_deletes_after_commit(&calls);
+    // The rules' batch records the four targets in our table; once they are done, an
+    // element-only batch removes them again.
+    let batches = w.take_batches();
+    assert_eq!(batches.len(), 2);
+    assert_eq!(recorded_by(&batches[0]), 4);
+    assert!(only_cleanup_sets(&batches[1]), "{:?}", batches[1]);
+    assert!(matches!(calls[5], Call::Commit { .. }), "{calls:?}");
+    assert_eq!(w.recorded(), vec![]);
     assert_eq!(r.conntrack_targets, 4);
     assert_eq!(r.conntrack_deleted, 4);
     assert!(!r.full);
@@ -176,6 +185,8 @@ fn cleanup_switch_off_deletes_nothing() {
     assert!(deletes(&w.take()).is_empty());
 }
 
+/// A failing conntrack delete neither blocks later syncs nor loses its targets: they
+/// stay pending (and recorded in our table) and are retried with a backoff.
 #[test]
 fn conntrack_failure_does_not_block_the_next_sync() {
     let w = World::new();
@@ -189,7 +200,8 @@ fn conntrack_failure_does_not_block_the_next_sync() {
     *w.ct_fail.lock().unwrap() = true;
     e.sync().unwrap();
     assert_eq!(e.status().snapshot().conntrack_failures, 1);
-    assert!(e.pending_targets().is_empty());
+    assert_eq!(e.pending_targets().len(), 4, "kept for a retry");
+    assert_eq!(w.recorded().len(), 4, "recorded in our table");
     *w.ct_fail.lock().unwrap() = false;
     e.handle(Event::SliceApplied(slice(
         "dns-1",
@@ -199,10 +211,12 @@ fn conntrack_failure_does_not_block_the_next_sync() {
     e.sync().unwrap();
     let calls = w.take();
     assert!(matches!(calls[0], Call::Commit { .. }));
-    assert_eq!(
-        deletes(&calls),
-        vec![Filter::udp_reply_src(ip("198.18.2.2"), 5353)]
-    );
+    let mut want = four_deletes();
+    want.push(Filter::udp_reply_src(ip("198.18.2.2"), 5353));
+    want.sort_by_key(|f| format!("{f}"));
+    assert_eq!(deletes(&calls), want, "the failed targets are retried");
+    assert!(e.pending_targets().is_empty());
+    assert_eq!(w.recorded(), vec![]);
 }
 
 #[test]
@@ -371,15 +385,15 @@ fn restart_replaces_the_old_table_in_one_batch_without_flushing_conntrack() {
         &[("198.18.2.9", true, true, false)],
     )));
     listed(&mut third);
+    w.take_batches();
     third.sync().unwrap();
     let calls = w.take();
     assert!(matches!(calls[0], Call::Commit { .. }));
+    let batches = w.take_batches();
     assert_eq!(
-        calls
-            .iter()
-            .filter(|c| matches!(c, Call::Commit { .. }))
-            .count(),
-        1
+        batches.iter().filter(|b| !only_cleanup_sets(b)).count(),
+        1,
+        "one batch for the rules (then the bookkeeping of finished targets)"
     );
     assert_eq!(
         deletes(&calls),

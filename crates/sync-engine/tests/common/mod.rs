@@ -2,6 +2,7 @@
 //! conntrack delete is recorded in order, so the ordering rule is checked exactly.
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,6 +31,8 @@ pub struct FakeNft {
     pub dumps: Arc<Mutex<u32>>,
     /// Another program commits right after our next commit.
     pub foreign_after_commit: Arc<Mutex<bool>>,
+    /// Every committed batch, in order.
+    pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
 }
 
 impl NftKernel for FakeNft {
@@ -57,6 +60,7 @@ impl NftKernel for FakeNft {
         let mut next = t.clone();
         ruleset::apply(&mut next, ops).map_err(|e| EngineError::Other(e.to_string()))?;
         *t = next;
+        self.batches.lock().unwrap().push(ops.to_vec());
         *g = next_generation(*g);
         if std::mem::take(&mut *self.foreign_after_commit.lock().unwrap()) {
             *g = next_generation(*g);
@@ -82,21 +86,66 @@ impl NftKernel for FakeNft {
     }
 }
 
+/// What the fake conntrack answers to one delete call (scripted, in order; when the
+/// script is empty every filter is done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CtReply {
+    /// An error for the whole call: ENOBUFS while receiving (messages lost).
+    Enobufs,
+    /// This outcome for every filter.
+    Each(CleanupOutcome),
+    /// The first `n` filters deleted, the others this outcome.
+    FirstDone(usize, CleanupOutcome),
+}
+
 pub struct FakeCt {
     pub log: Log,
+    /// Every call fails (until reset).
     pub fail: Arc<Mutex<bool>>,
+    pub script: Arc<Mutex<VecDeque<CtReply>>>,
+    /// Cost of a call (fixed, per filter): advances the fake clock.
+    pub cost: Arc<Mutex<(Duration, Duration)>>,
+    /// When each call started and how many filters it had, in order.
+    pub calls: Arc<Mutex<Vec<(Instant, usize)>>>,
+    pub clock: FakeClock,
+}
+
+pub fn enobufs() -> EngineError {
+    EngineError::Conntrack(ct_netlink::Error::Recv {
+        op: "filtered dump",
+        filter: "udp".into(),
+        source: std::io::Error::from_raw_os_error(libc::ENOBUFS),
+    })
 }
 
 impl ConntrackKernel for FakeCt {
-    fn delete(&mut self, filters: &[Filter]) -> Result<u64, EngineError> {
+    fn delete(&mut self, filters: &[Filter]) -> Result<Vec<CleanupOutcome>, EngineError> {
+        let (per_call, per_filter) = *self.cost.lock().unwrap();
+        self.calls
+            .lock()
+            .unwrap()
+            .push((self.clock.now(), filters.len()));
+        self.clock
+            .advance(per_call + per_filter * filters.len() as u32);
         if *self.fail.lock().unwrap() {
             return Err(EngineError::Other("injected conntrack failure".into()));
         }
+        let done = CleanupOutcome::Deleted { entries: Some(1) };
+        let outcomes: Vec<CleanupOutcome> = match self.script.lock().unwrap().pop_front() {
+            None => vec![done; filters.len()],
+            Some(CtReply::Enobufs) => return Err(enobufs()),
+            Some(CtReply::Each(o)) => vec![o; filters.len()],
+            Some(CtReply::FirstDone(n, o)) => (0..filters.len())
+                .map(|i| if i < n { done } else { o })
+                .collect(),
+        };
         let mut l = self.log.lock().unwrap();
-        for f in filters {
-            l.push(Call::Delete(*f));
+        for (f, o) in filters.iter().zip(&outcomes) {
+            if o.done() {
+                l.push(Call::Delete(*f));
+            }
         }
-        Ok(filters.len() as u64)
+        Ok(outcomes)
     }
 }
 
@@ -122,7 +171,11 @@ pub struct World {
     pub fail_commits: Arc<Mutex<u32>>,
     pub dumps: Arc<Mutex<u32>>,
     pub ct_fail: Arc<Mutex<bool>>,
+    pub ct_script: Arc<Mutex<VecDeque<CtReply>>>,
+    pub ct_cost: Arc<Mutex<(Duration, Duration)>>,
+    pub ct_calls: Arc<Mutex<Vec<(Instant, usize)>>>,
     pub foreign_after_commit: Arc<Mutex<bool>>,
+    pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
     pub clock: FakeClock,
 }
 
@@ -135,12 +188,16 @@ impl World {
             fail_commits: Arc::default(),
             dumps: Arc::default(),
             ct_fail: Arc::default(),
+            ct_script: Arc::default(),
+            ct_cost: Arc::default(),
+            ct_calls: Arc::default(),
             foreign_after_commit: Arc::default(),
+            batches: Arc::default(),
             clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
         }
     }
-    pub fn engine(&self, cleanup: bool) -> Engine<FakeNft, FakeCt, FakeClock> {
-        let cfg = EngineConfig {
+    pub fn config(&self, cleanup: bool) -> EngineConfig {
+        EngineConfig {
             ruleset: ruleset::Config {
                 node_name: "node-a".into(),
                 families: vec!["IPv4".into()],
@@ -150,23 +207,48 @@ impl World {
             conntrack_cleanup: cleanup,
             watch_tamper: false,
             ..Default::default()
-        };
-        Engine::new(
-            cfg,
-            FakeNft {
-                log: self.log.clone(),
-                tables: self.tables.clone(),
-                gen: self.gen.clone(),
-                fail_commits: self.fail_commits.clone(),
-                dumps: self.dumps.clone(),
-                foreign_after_commit: self.foreign_after_commit.clone(),
-            },
-            FakeCt {
-                log: self.log.clone(),
-                fail: self.ct_fail.clone(),
-            },
-            self.clock.clone(),
-        )
+        }
+    }
+    pub fn nft(&self) -> FakeNft {
+        FakeNft {
+            log: self.log.clone(),
+            tables: self.tables.clone(),
+            gen: self.gen.clone(),
+            fail_commits: self.fail_commits.clone(),
+            dumps: self.dumps.clone(),
+            foreign_after_commit: self.foreign_after_commit.clone(),
+            batches: self.batches.clone(),
+        }
+    }
+    pub fn ct(&self) -> FakeCt {
+        FakeCt {
+            log: self.log.clone(),
+            fail: self.ct_fail.clone(),
+            script: self.ct_script.clone(),
+            cost: self.ct_cost.clone(),
+            calls: self.ct_calls.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+    pub fn engine(&self, cleanup: bool) -> Engine<FakeNft, FakeCt, FakeClock> {
+        self.engine_with(self.config(cleanup))
+    }
+    pub fn engine_with(&self, cfg: EngineConfig) -> Engine<FakeNft, FakeCt, FakeClock> {
+        Engine::new(cfg, self.nft(), self.ct(), self.clock.clone())
+    }
+    /// The cleanup targets recorded in the (fake) kernel's tables.
+    pub fn recorded(&self) -> Vec<sync_engine::targets::Target> {
+        let mut v = sync_engine::cleanup::recorded_in(&self.tables.lock().unwrap());
+        v.sort();
+        v
+    }
+    /// The batches committed since the last call.
+    pub fn take_batches(&self) -> Vec<Vec<Op>> {
+        std::mem::take(&mut *self.batches.lock().unwrap())
+    }
+    /// Script the next conntrack replies.
+    pub fn ct_replies(&self, r: &[CtReply]) {
+        self.ct_script.lock().unwrap().extend(r.iter().copied());
     }
     pub fn take(&self) -> Vec<Call> {
         std::mem::take(&mut *self.log.lock().unwrap())
@@ -255,4 +337,64 @@ pub fn assert_deletes_after_commit(calls: &[Call]) {
             "deletes must follow a successful commit: {calls:?}"
         );
     }
+}
+
+/// Whether a batch touches only the cleanup sets (element-only bookkeeping).
+pub fn only_cleanup_sets(ops: &[Op]) -> bool {
+    ops.iter().all(|op| match op {
+        Op::AddElements { set, .. }
+        | Op::DeleteElements { set, .. }
+        | Op::DeleteSet { set, .. } => set.starts_with("cleanup-"),
+        Op::AddSet { set, .. } => set.name.starts_with("cleanup-"),
+        _ => false,
+    })
+}
+
+/// The cleanup-set elements a batch adds.
+pub fn recorded_by(ops: &[Op]) -> usize {
+    ops.iter()
+        .map(|op| match op {
+            Op::AddElements { set, elements, .. } if set.starts_with("cleanup-") => elements.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Run the loop the way `sync_engine::run` does, on the fake clock: deliver each event
+/// at its time, do the work that is due, otherwise advance the clock to whatever comes
+/// first. Returns the (time, work) of every step.
+pub fn drive(
+    e: &mut Engine<FakeNft, FakeCt, FakeClock>,
+    w: &World,
+    end: Instant,
+    events: Vec<(Instant, Event)>,
+) -> Vec<(Instant, Work)> {
+    let mut events: VecDeque<(Instant, Event)> = events.into();
+    let mut steps = Vec::new();
+    for _ in 0..1_000_000 {
+        let now = w.clock.now();
+        while events.front().is_some_and(|(t, _)| *t <= now) {
+            let (_, ev) = events.pop_front().unwrap();
+            e.handle(ev);
+        }
+        if now >= end {
+            return steps;
+        }
+        if let Some(work) = e.step() {
+            steps.push((now, work));
+            continue;
+        }
+        let next = [
+            e.next_work().map(|(t, _)| t),
+            events.front().map(|(t, _)| *t),
+            Some(end),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap();
+        assert!(next > now, "step did nothing although work was due");
+        w.clock.advance(next - now);
+    }
+    panic!("the loop did not reach its end");
 }

@@ -85,6 +85,7 @@ pub struct Metrics {
     ct_pending: Gauge,
     ct_oldest_pending: FGauge,
     ct_available: Gauge,
+    skipped_ports: Gauge,
     /// When the oldest change not yet synced arrived (for network programming latency).
     first_pending: Mutex<Option<Instant>>,
 }
@@ -126,6 +127,7 @@ impl Metrics {
             ct_pending: Default::default(),
             ct_oldest_pending: Default::default(),
             ct_available: Default::default(),
+            skipped_ports: Default::default(),
             first_pending: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -269,6 +271,11 @@ impl Metrics {
             "Whether the conntrack cleanup can run (1) or ctnetlink is unavailable (0)",
             m.ct_available.clone(),
         );
+        r.register(
+            "kubeproxy_sync_proxy_rules_skipped_service_ports",
+            "Service ports left out of the rules because the kernel refused them",
+            m.skipped_ports.clone(),
+        );
         let mut m = m;
         m.registry = r;
         // series that exist from the start, as in kube-proxy
@@ -367,9 +374,11 @@ impl Metrics {
     }
 
     /// Gauges derived from the engine's status: services with a Local traffic policy,
-    /// ready endpoints, and none on this node; pending conntrack cleanup targets.
+    /// ready endpoints, and none on this node; pending conntrack cleanup targets;
+    /// service ports the kernel refused.
     pub fn update_from_status(&self, s: &Status) {
         self.update_cleanup(s, Instant::now());
+        self.skipped_ports.set(s.skipped_service_ports.len() as i64);
         self.each(|l| {
             for (policy, n) in [
                 ("internal", s.no_local_internal),

@@ -266,6 +266,13 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         cleanup_pending: 5,
         cleanup_oldest_pending: Some(now - Duration::from_secs(90)),
         cleanup_unavailable: Some("no ctnetlink".into()),
+        skipped_service_ports: vec![proxy_status::SkippedPort {
+            service: "ns1/svc-b".into(),
+            port: "dns".into(),
+            error: "EINVAL".into(),
+            since: now,
+            retry_at: now,
+        }],
         ..Default::default()
     };
     metrics.update_from_status(&status);
@@ -282,6 +289,7 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         "kubeproxy_conntrack_cleanup_pending_targets 5",
         "kubeproxy_conntrack_cleanup_oldest_pending_seconds 90.0",
         "kubeproxy_conntrack_cleanup_available 0",
+        "kubeproxy_sync_proxy_rules_skipped_service_ports 1",
         "kubenlproxy_sync_ops_sum{ip_family=\"IPv4\"} 12.0",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
         "kubenlproxy_tamper_repairs_total 1",

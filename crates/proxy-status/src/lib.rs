@@ -78,6 +78,19 @@ pub struct HealthCheck {
     pub local_endpoints: usize,
 }
 
+/// A service port left out of the rules because the kernel refused them (retried with a
+/// backoff, and at once when its Service changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedPort {
+    /// `namespace/name`.
+    pub service: String,
+    pub port: String,
+    /// The kernel's answer, with the refused operation.
+    pub error: String,
+    pub since: Instant,
+    pub retry_at: Instant,
+}
+
 /// A snapshot of the engine's status.
 #[derive(Debug, Clone, Default)]
 pub struct Status {
@@ -105,6 +118,8 @@ pub struct Status {
     /// Why the conntrack cleanup is unavailable (None: available). Rules are programmed
     /// regardless; targets wait, and ctnetlink is probed again periodically.
     pub cleanup_unavailable: Option<String>,
+    /// Service ports skipped because the kernel refused their rules.
+    pub skipped_service_ports: Vec<SkippedPort>,
     /// Repairs of our tables after another program changed them.
     pub repairs: u64,
     pub node: Option<NodeHealth>,

@@ -2,13 +2,28 @@
 //! the batch guarded by the generation it was computed against, then hand over to the
 //! conntrack cleanup.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
+
+use ruleset::names::PortId;
 
 use crate::cleanup::{self, Cleaned};
 use crate::engine::Engine;
+use crate::isolate;
 use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
 use crate::plan::{self, Base, Bases};
+use crate::targets::Target;
 use crate::{next_generation, our_tables, EngineError, SyncReport};
+
+/// How a sync's batch is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The minimal diff from what the kernel holds.
+    Diff,
+    /// Delete our tables and create them from the desired state, in the same batch (no
+    /// moment without rules): after the kernel refused a diff.
+    Replace,
+}
 
 /// What the schedule must do after a successful sync.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,18 +89,28 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         Ok(BaseRead { base, genid, drift })
     }
 
-    /// Compile, diff, commit (full: against what the kernel holds), then clear the
-    /// conntrack targets.
-    pub(crate) fn try_sync(&mut self, mut full: bool) -> Result<Synced, EngineError> {
+    /// Compile (without the `exclude`d service ports), build the batch (`mode`), commit
+    /// it (full: against what the kernel holds), then clear the conntrack targets.
+    pub(crate) fn attempt(
+        &mut self,
+        parsed: &ruleset::ParsedConfig,
+        exclude: &BTreeSet<PortId>,
+        mode: Mode,
+        mut full: bool,
+    ) -> Result<Synced, EngineError> {
         let t0 = Instant::now();
-        let parsed = self.cfg.ruleset.parse()?;
-        let mut desired = plan::compile(&self.cluster, &parsed);
+        let mut desired = if exclude.is_empty() {
+            plan::compile(&self.cluster, parsed)
+        } else {
+            plan::compile(&isolate::without(&self.cluster, exclude), parsed)
+        };
         let mut errors: Vec<String> = self.model_errors.values().flatten().cloned().collect();
         errors.extend(desired.errors.iter().map(ToString::to_string));
+        errors.extend(self.skip_messages());
         let compile = t0.elapsed();
 
         let mut tries = 0;
-        let mut fresh = std::collections::BTreeSet::new();
+        let mut fresh = BTreeSet::new();
         loop {
             tries += 1;
             let read = if full {
@@ -107,9 +132,11 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             // this process's first read, also those a previous run recorded and did not
             // finish. They are recorded in our tables by the very batch that makes them
             // targets.
-            let now = self.clock.now();
+            // They become pending (eligible for the cleanup) only once that batch is
+            // committed; a failed attempt recomputes them from the kernel next time.
             let found = plan::targets(&read.base, &desired, self.applied_eps.as_ref());
             fresh.extend(found.iter().copied());
+            let mut staged: BTreeSet<Target> = BTreeSet::new();
             let mut dropped = 0;
             if self.cfg.conntrack_cleanup {
                 if self.committed.is_none() {
@@ -120,18 +147,20 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                             "resuming conntrack cleanup targets recorded by a previous run"
                         );
                     }
-                    for t in resumed {
-                        self.pending.add(t, now);
-                    }
+                    staged.extend(resumed);
                 }
-                for t in &found {
-                    self.pending.add(*t, now);
-                }
+                staged.extend(found);
             } else {
                 dropped = found.len();
             }
-            cleanup::record_in_tables(&mut desired.tables, self.pending.targets());
-            let ops = plan::batch(&read.base, &desired.tables);
+            cleanup::record_in_tables(
+                &mut desired.tables,
+                self.pending.targets().chain(staged.iter()),
+            );
+            let ops = match mode {
+                Mode::Diff => plan::batch(&read.base, &desired.tables),
+                Mode::Replace => plan::replace(&read.base, &desired.tables),
+            };
 
             let t1 = Instant::now();
             let stats = if ops.is_empty() {
@@ -171,6 +200,10 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             }
             self.committed = Some(desired.tables);
             self.applied_eps = Some(desired.endpoints);
+            let now = self.clock.now();
+            for t in staged {
+                self.pending.add(t, now);
+            }
 
             // Only now, with the new rules in place: clear what contradicts them.
             let cleaned = if self.cfg.conntrack_cleanup {

@@ -11,11 +11,13 @@ use nft_model::Table;
 
 use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
 use crate::commit::{Followup, Synced};
+use crate::isolate::Skip;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel};
 use crate::schedule::{Periods, Schedule};
 use crate::targets::{EndpointSnapshot, Target};
 use crate::SyncReport;
 use crate::{status, EngineConfig, EngineError, Event, NodeHealth, Observer, StatusHandle};
+use ruleset::names::PortId;
 
 struct NoObserver;
 impl Observer for NoObserver {}
@@ -56,6 +58,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) pending: Pending,
     /// Generations produced by our commits, not yet handed to the watcher.
     pub(crate) our_gens: Vec<u32>,
+    /// Service ports left out because the kernel refused their rules.
+    pub(crate) skipped: BTreeMap<PortId, Skip>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -107,6 +111,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             applied_eps: None,
             pending: Pending::default(),
             our_gens: Vec::new(),
+            skipped: BTreeMap::new(),
         }
     }
 
@@ -209,6 +214,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     r.err().map(|e| e.to_string()),
                 );
                 if self.cluster.services.get(&key) != before.as_ref() {
+                    self.service_changed(&key, false);
                     self.queue();
                 }
             }
@@ -216,6 +222,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 let key = ns_key(&svc.metadata);
                 self.model_errors.remove(&format!("service {key}"));
                 if self.cluster.remove_service(&key).is_some() {
+                    self.service_changed(&key, true);
                     self.queue();
                 }
             }

@@ -19,6 +19,14 @@ pub trait NftKernel {
     fn generation(&mut self) -> Result<u32, EngineError>;
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError>;
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError>;
+    /// Have the kernel check `ops` as a commit would, and change nothing (used to find
+    /// the service ports whose rules the kernel refuses). Without it a refused batch
+    /// cannot be narrowed down and the sync is retried as a whole.
+    fn check(&mut self, _ops: &[Op], _genid: Option<u32>) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported(
+            "checking a batch without committing it",
+        ))
+    }
 }
 
 impl NftKernel for nft_netlink::Nft {
@@ -34,6 +42,10 @@ impl NftKernel for nft_netlink::Nft {
     }
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
         Ok(nft_netlink::Nft::dump_table(self, t)?)
+    }
+    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
+        nft_netlink::Nft::check(self, ops, genid)?;
+        Ok(())
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod cleanup;
 pub mod commit;
 pub mod engine;
+pub mod isolate;
 pub mod kernel;
 pub mod plan;
 pub mod run;
@@ -34,7 +35,7 @@ pub use cleanup::ConntrackOpener;
 pub use engine::{Engine, Work};
 pub use kernel::{CleanupOutcome, Clock, CommitStats, ConntrackKernel, NftKernel, SystemClock};
 pub use proxy_status::{
-    CleanupReport, HealthCheck, NodeHealth, Observer, Status, StatusHandle, SyncReport,
+    CleanupReport, HealthCheck, NodeHealth, Observer, SkippedPort, Status, StatusHandle, SyncReport,
 };
 pub use run::{real_engine, run};
 
@@ -115,8 +116,23 @@ pub enum EngineError {
     Watch(std::io::Error),
     #[error("the sources have not listed yet; no sync before the initial lists")]
     NotListed,
+    #[error("not supported by this kernel interface: {0}")]
+    Unsupported(&'static str),
     #[error("{0}")]
     Other(String),
+}
+
+impl EngineError {
+    /// Whether the kernel refused a batch (as opposed to a generation race, a socket
+    /// or a decoding problem): then retrying the same batch cannot help.
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Nft(
+                nft_netlink::NftError::Rejected(_) | nft_netlink::NftError::BatchFailed(_)
+            )
+        )
+    }
 }
 
 /// Our tables, in both families (the daemon only ever writes these).

@@ -115,6 +115,21 @@ pub fn batch(base: &Bases, desired: &[Table]) -> Vec<Op> {
     ops
 }
 
+/// The one batch replacing our tables by `desired`: delete each of our tables the
+/// kernel holds, then create the desired ones (one transaction: no moment without
+/// rules).
+pub fn replace(base: &Bases, desired: &[Table]) -> Vec<Op> {
+    let mut ops: Vec<Op> = base
+        .iter()
+        .filter(|(_, b)| !matches!(b, Base::Known(None)))
+        .map(|(t, _)| Op::DeleteTable { table: t.clone() })
+        .collect();
+    for d in desired {
+        ops.extend(ruleset::diff_tables(None, d));
+    }
+    ops
+}
+
 /// The conntrack targets of going from the kernel's rules (`base`) to `desired`:
 /// destinations that start being served, and endpoints that stop serving (against the
 /// endpoints applied by this process's last sync, or on its first sync against the

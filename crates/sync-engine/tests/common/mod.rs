@@ -27,12 +27,52 @@ pub struct FakeNft {
     pub log: Log,
     pub tables: Arc<Mutex<Vec<Table>>>,
     pub gen: Arc<Mutex<u32>>,
+    /// The next commits fail (a transport failure, not a refusal of their content).
     pub fail_commits: Arc<Mutex<u32>>,
     pub dumps: Arc<Mutex<u32>>,
     /// Another program commits right after our next commit.
     pub foreign_after_commit: Arc<Mutex<bool>>,
     /// Every committed batch, in order.
     pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
+    /// The kernel refuses (EINVAL) any batch adding a rule to a chain whose name
+    /// contains this (e.g. a service's `ns/name/`).
+    pub refuse_rules_in: Arc<Mutex<Option<String>>>,
+    /// Batches checked without committing.
+    pub checks: Arc<Mutex<u32>>,
+    /// The kernel refuses the next batches (commits only), whatever they hold.
+    pub refuse_next: Arc<Mutex<u32>>,
+}
+
+impl FakeNft {
+    /// The kernel's answer to `ops` on top of the tables: the new tables, or the refusal.
+    fn process(&self, ops: &[Op], genid: Option<u32>) -> Result<Vec<Table>, EngineError> {
+        let g = *self.gen.lock().unwrap();
+        if let Some(want) = genid {
+            if want != g {
+                return Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged {
+                    expected: want,
+                }));
+            }
+        }
+        if let Some(bad) = self.refuse_rules_in.lock().unwrap().as_deref() {
+            let refused: Vec<nft_netlink::OpError> = ops
+                .iter()
+                .enumerate()
+                .filter(|(_, op)| matches!(op, Op::AddRule { chain, .. } if chain.contains(bad)))
+                .map(|(i, op)| nft_netlink::OpError {
+                    errno: libc::EINVAL,
+                    op_index: i,
+                    op_text: nft_model::render::op_with(op, |_| false),
+                })
+                .collect();
+            if !refused.is_empty() {
+                return Err(EngineError::Nft(nft_netlink::NftError::Rejected(refused)));
+            }
+        }
+        let mut next = self.tables.lock().unwrap().clone();
+        ruleset::apply(&mut next, ops).map_err(|e| EngineError::Other(e.to_string()))?;
+        Ok(next)
+    }
 }
 
 impl NftKernel for FakeNft {
@@ -40,27 +80,34 @@ impl NftKernel for FakeNft {
         Ok(*self.gen.lock().unwrap())
     }
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
-        let mut g = self.gen.lock().unwrap();
-        if let Some(want) = genid {
-            if want != *g {
-                return Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged {
-                    expected: want,
-                }));
+        let next = match self.process(ops, genid) {
+            Err(e @ EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. })) => {
+                return Err(e)
             }
+            Err(e) => {
+                self.log.lock().unwrap().push(Call::CommitFailed);
+                return Err(e);
+            }
+            Ok(next) => next,
+        };
+        let mut refuse = self.refuse_next.lock().unwrap();
+        if *refuse > 0 {
+            *refuse -= 1;
+            self.log.lock().unwrap().push(Call::CommitFailed);
+            return Err(EngineError::Nft(nft_netlink::NftError::BatchFailed(
+                libc::EINVAL,
+            )));
         }
         let mut fail = self.fail_commits.lock().unwrap();
         if *fail > 0 {
             *fail -= 1;
             self.log.lock().unwrap().push(Call::CommitFailed);
-            return Err(EngineError::Other(
-                "injected: the kernel rejected the batch".into(),
-            ));
+            // (not a refusal of its content: e.g. the socket failed)
+            return Err(EngineError::Other("injected: the commit failed".into()));
         }
-        let mut t = self.tables.lock().unwrap();
-        let mut next = t.clone();
-        ruleset::apply(&mut next, ops).map_err(|e| EngineError::Other(e.to_string()))?;
-        *t = next;
+        *self.tables.lock().unwrap() = next;
         self.batches.lock().unwrap().push(ops.to_vec());
+        let mut g = self.gen.lock().unwrap();
         *g = next_generation(*g);
         if std::mem::take(&mut *self.foreign_after_commit.lock().unwrap()) {
             *g = next_generation(*g);
@@ -73,6 +120,10 @@ impl NftKernel for FakeNft {
             ops: ops.len(),
             bytes: ops.len() * 100,
         })
+    }
+    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
+        *self.checks.lock().unwrap() += 1;
+        self.process(ops, genid).map(|_| ())
     }
     fn dump_table(&mut self, r: &TableRef) -> Result<Option<Table>, EngineError> {
         *self.dumps.lock().unwrap() += 1;
@@ -176,6 +227,9 @@ pub struct World {
     pub ct_calls: Arc<Mutex<Vec<(Instant, usize)>>>,
     pub foreign_after_commit: Arc<Mutex<bool>>,
     pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
+    pub refuse_rules_in: Arc<Mutex<Option<String>>>,
+    pub checks: Arc<Mutex<u32>>,
+    pub refuse_next: Arc<Mutex<u32>>,
     pub clock: FakeClock,
 }
 
@@ -193,6 +247,9 @@ impl World {
             ct_calls: Arc::default(),
             foreign_after_commit: Arc::default(),
             batches: Arc::default(),
+            refuse_rules_in: Arc::default(),
+            checks: Arc::default(),
+            refuse_next: Arc::default(),
             clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
         }
     }
@@ -218,6 +275,9 @@ impl World {
             dumps: self.dumps.clone(),
             foreign_after_commit: self.foreign_after_commit.clone(),
             batches: self.batches.clone(),
+            refuse_rules_in: self.refuse_rules_in.clone(),
+            checks: self.checks.clone(),
+            refuse_next: self.refuse_next.clone(),
         }
     }
     pub fn ct(&self) -> FakeCt {

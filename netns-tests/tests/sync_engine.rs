@@ -987,3 +987,71 @@ fn a_service_port_the_kernel_refuses_is_skipped_and_the_rest_stays_in_sync() {
         "no traffic through svc-b"
     );
 }
+
+/// Another program fights over our table: `nft flush chain ip kube-nlproxy services`
+/// every 50 ms for 4 s. Our repairs back off (at once, then 250 ms after the previous
+/// one, doubled per repair): at most 1 + log2(4000/250 + 1) = 5 repairs during the
+/// fight, one more for the last change and one of slack for a repair in flight; the
+/// writer is reported by name; after it stops our table is the desired one again.
+/// (Negative control: without the backoff, one repair per flush, ~50.)
+#[test]
+fn repairs_back_off_while_another_writer_fights_and_the_rules_end_correct() {
+    require_root!();
+    let l = node();
+    let m = Manifest::new(&[
+        config_doc(V4),
+        node_doc(V4),
+        service_doc(V4, "svc", CLUSTER_IP, NODE_PORT),
+        slice_doc(V4, "svc"),
+    ]);
+    let runner = Runner::start(&l.router, &m, &["--sync-ms", "600000"]);
+    runner
+        .wait_line(Duration::from_secs(10), |l| l.starts_with("synced"))
+        .expect("first sync");
+    let model = listing(&l.router).expect("our table");
+
+    let fight = Duration::from_secs(4);
+    let t = Instant::now();
+    let mut flushes = 0;
+    for _ in 0..1000 {
+        if t.elapsed() >= fight {
+            break;
+        }
+        let out = l
+            .router
+            .exec("nft", &["flush", "chain", "ip", "kube-nlproxy", "services"]);
+        flushes += usize::from(out.status.success());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let repairs_during = runner.lines().iter().filter(|l| *l == "repaired").count();
+    assert!(
+        wait_until(Duration::from_secs(15), || listing(&l.router).as_ref()
+            == Some(&model)),
+        "our table is not the desired one after the writer stopped: {:?}",
+        listing(&l.router)
+    );
+    let repairs = runner.lines().iter().filter(|l| *l == "repaired").count();
+    eprintln!("{flushes} foreign flushes in {fight:?}: {repairs_during} repairs during the fight, {repairs} in all");
+    assert!(flushes >= 20, "the writer did fight: {flushes}");
+    assert!(repairs >= 2, "{repairs}");
+    assert!(
+        repairs <= 7,
+        "{repairs} repairs for {flushes} flushes: no backoff"
+    );
+    assert!(
+        runner
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("foreign pid=") && l.ends_with("process=nft")),
+        "the writer is named: {:?}",
+        runner
+            .lines()
+            .iter()
+            .filter(|l| l.starts_with("foreign"))
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    // Quiet again: nothing more to repair.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(listing(&l.router).as_ref(), Some(&model));
+}

@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context as _};
 use ops_server::hcport::HealthCheckPorts;
 use ops_server::metrics::MetricsObserver;
 use ops_server::Metrics;
-use sync_engine::{CleanupReport, Event, Observer, StatusHandle, SyncReport};
+use sync_engine::{CleanupReport, Event, ForeignWriter, Observer, StatusHandle, SyncReport};
 use tracing::{info, warn};
 
 /// Several observers behind one.
@@ -30,6 +30,9 @@ impl Observer for Observers {
     }
     fn repaired(&self) {
         self.0.iter().for_each(|o| o.repaired());
+    }
+    fn foreign_write(&self, w: &ForeignWriter) {
+        self.0.iter().for_each(|o| o.foreign_write(w));
     }
 }
 

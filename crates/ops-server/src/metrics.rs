@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use proxy_status::{CleanupReport, Observer, Status, SyncReport};
+use proxy_status::{CleanupReport, ForeignWriter, Observer, Status, SyncReport};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -33,6 +33,11 @@ pub struct CodeLabel {
 pub struct PolicyLabel {
     pub ip_family: String,
     pub traffic_policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessLabel {
+    pub process: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -86,6 +91,7 @@ pub struct Metrics {
     ct_oldest_pending: FGauge,
     ct_available: Gauge,
     skipped_ports: Gauge,
+    foreign_writes: Family<ProcessLabel, Counter>,
     /// When the oldest change not yet synced arrived (for network programming latency).
     first_pending: Mutex<Option<Instant>>,
 }
@@ -128,6 +134,7 @@ impl Metrics {
             ct_oldest_pending: Default::default(),
             ct_available: Default::default(),
             skipped_ports: Default::default(),
+            foreign_writes: Default::default(),
             first_pending: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -275,6 +282,11 @@ impl Metrics {
             "kubeproxy_sync_proxy_rules_skipped_service_ports",
             "Service ports left out of the rules because the kernel refused them",
             m.skipped_ports.clone(),
+        );
+        r.register(
+            "kubeproxy_nftables_foreign_writes",
+            "Transactions of other programs that changed our nftables tables, by process name",
+            m.foreign_writes.clone(),
         );
         let mut m = m;
         m.registry = r;
@@ -498,6 +510,15 @@ impl Observer for MetricsObserver {
 
     fn repaired(&self) {
         self.0.repairs.inc();
+    }
+
+    fn foreign_write(&self, w: &ForeignWriter) {
+        self.0
+            .foreign_writes
+            .get_or_create(&ProcessLabel {
+                process: w.process.clone().unwrap_or_else(|| "unknown".into()),
+            })
+            .inc();
     }
 }
 

@@ -259,6 +259,10 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
     });
     obs.failed(&std::io::Error::other("test"));
     obs.repaired();
+    obs.foreign_write(&proxy_status::ForeignWriter {
+        pid: Some(7),
+        process: Some("nft".into()),
+    });
     let now = Instant::now();
     let status = Status {
         no_local_internal: 2,
@@ -290,6 +294,7 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         "kubeproxy_conntrack_cleanup_oldest_pending_seconds 90.0",
         "kubeproxy_conntrack_cleanup_available 0",
         "kubeproxy_sync_proxy_rules_skipped_service_ports 1",
+        "kubeproxy_nftables_foreign_writes_total{process=\"nft\"} 1",
         "kubenlproxy_sync_ops_sum{ip_family=\"IPv4\"} 12.0",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
         "kubenlproxy_tamper_repairs_total 1",

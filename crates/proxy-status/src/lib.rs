@@ -52,6 +52,16 @@ pub trait Observer: Send {
     /// A sync failed (it is retried with a backoff).
     fn failed(&self, _e: &(dyn std::error::Error + 'static)) {}
     fn repaired(&self) {}
+    /// Another program changed our tables (one transaction).
+    fn foreign_write(&self, _w: &ForeignWriter) {}
+}
+
+/// A program that changed our tables, as the kernel names it (`NFT_MSG_NEWGEN`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ForeignWriter {
+    pub pid: Option<u32>,
+    /// The process name (`comm`, at most 15 characters).
+    pub process: Option<String>,
 }
 
 /// What the /healthz endpoint needs of this node.
@@ -122,6 +132,11 @@ pub struct Status {
     pub skipped_service_ports: Vec<SkippedPort>,
     /// Repairs of our tables after another program changed them.
     pub repairs: u64,
+    /// Transactions of other programs that changed our tables, and the last writer.
+    pub foreign_writes: u64,
+    pub last_foreign_writer: Option<ForeignWriter>,
+    /// How long the pending repair waits (backoff while our tables are fought over).
+    pub repair_delay: Duration,
     pub node: Option<NodeHealth>,
     /// Services with a healthCheckNodePort, and their endpoints on this node.
     pub health_checks: BTreeMap<ServiceKey, HealthCheck>,

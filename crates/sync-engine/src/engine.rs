@@ -16,7 +16,9 @@ use crate::kernel::{Clock, ConntrackKernel, NftKernel};
 use crate::schedule::{Periods, Schedule};
 use crate::targets::{EndpointSnapshot, Target};
 use crate::SyncReport;
-use crate::{status, EngineConfig, EngineError, Event, NodeHealth, Observer, StatusHandle};
+use crate::{
+    status, EngineConfig, EngineError, Event, ForeignWriter, NodeHealth, Observer, StatusHandle,
+};
 use ruleset::names::PortId;
 
 struct NoObserver;
@@ -95,6 +97,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             sync: cfg.sync_period,
             retry_initial: cfg.retry_initial,
             retry_max: cfg.retry_max,
+            repair_initial: cfg.repair_initial,
+            repair_max: cfg.repair_max,
+            repair_quiet: cfg.repair_quiet,
         });
         Engine {
             cfg,
@@ -167,9 +172,57 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         &self.clock
     }
 
-    /// Ask for a full sync at once (another program changed our tables).
+    /// Ask for a full sync at once (an explicit resync).
     pub fn request_repair(&mut self) {
         self.schedule.repair_requested();
+    }
+
+    /// Other programs changed our tables (`touches`, from the nftables watcher), or
+    /// notifications were lost (`overflow`): repair with a full sync, at once after a
+    /// quiet time, with a growing delay while the tables are fought over. Each writer is
+    /// counted (status, observer) and logged (WARN when a repair is scheduled).
+    pub fn foreign_change(&mut self, touches: &[crate::watch::Touch], overflow: bool) {
+        if touches.is_empty() && !overflow {
+            return;
+        }
+        let now = self.clock.now();
+        let was_repairing = self.schedule.state() == crate::schedule::State::Repair;
+        let delay = self.schedule.foreign_change(now);
+        let writers: Vec<ForeignWriter> = touches
+            .iter()
+            .map(|t| ForeignWriter {
+                pid: t.pid,
+                process: t.proc_name.clone(),
+            })
+            .collect();
+        for w in &writers {
+            self.observer.foreign_write(w);
+        }
+        let last = writers.last().cloned();
+        self.status.update(|s| {
+            s.foreign_writes += writers.len() as u64;
+            if last.is_some() {
+                s.last_foreign_writer = last.clone();
+            }
+            s.repair_delay = delay;
+        });
+        let (pid, process) = last.map_or((0, String::new()), |w| {
+            (w.pid.unwrap_or(0), w.process.unwrap_or_default())
+        });
+        if !was_repairing {
+            tracing::warn!(
+                pid,
+                process = %process,
+                transactions = touches.len(),
+                notifications_lost = overflow,
+                repair_in_ms = delay.as_millis() as u64,
+                streak = self.schedule.repair_streak(),
+                "another program changed our nftables tables; repairing"
+            );
+        } else {
+            tracing::debug!(pid, process = %process, transactions = touches.len(),
+                "another program changed our nftables tables again; repair already scheduled");
+        }
     }
 
     /// Generations produced by our own commits since the last call (for the watcher).
@@ -349,7 +402,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 self.schedule.succeeded(now, report.full);
                 match followup {
                     Followup::None => {}
-                    Followup::Repair => self.schedule.repair_requested(),
+                    Followup::Repair => {
+                        self.schedule.foreign_change(now);
+                    }
                     Followup::Verify => self.schedule.verify_requested(),
                 }
                 let node = &self.cfg.ruleset.node_name;

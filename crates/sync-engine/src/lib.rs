@@ -35,7 +35,8 @@ pub use cleanup::ConntrackOpener;
 pub use engine::{Engine, Work};
 pub use kernel::{CleanupOutcome, Clock, CommitStats, ConntrackKernel, NftKernel, SystemClock};
 pub use proxy_status::{
-    CleanupReport, HealthCheck, NodeHealth, Observer, SkippedPort, Status, StatusHandle, SyncReport,
+    CleanupReport, ForeignWriter, HealthCheck, NodeHealth, Observer, SkippedPort, Status,
+    StatusHandle, SyncReport,
 };
 pub use run::{real_engine, run};
 
@@ -85,6 +86,12 @@ pub struct EngineConfig {
     pub cleanup_slice_targets: usize,
     /// How often to try opening ctnetlink again while it is unavailable.
     pub conntrack_reprobe: Duration,
+    /// Tamper repair backoff while another program fights over our tables: the second
+    /// repair waits `repair_initial` after the first, doubled per repair, at most
+    /// `repair_max`; back to immediate repairs after `repair_quiet` without changes.
+    pub repair_initial: Duration,
+    pub repair_max: Duration,
+    pub repair_quiet: Duration,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +106,9 @@ impl Default for EngineConfig {
             watch_tamper: true,
             cleanup_slice_targets: 256,
             conntrack_reprobe: Duration::from_secs(30),
+            repair_initial: Duration::from_millis(250),
+            repair_max: Duration::from_secs(30),
+            repair_quiet: Duration::from_secs(60),
         }
     }
 }

@@ -84,9 +84,8 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
             for g in engine.take_our_generations() {
                 w.ours(g);
             }
-            if w.poll() {
-                engine.request_repair();
-            }
+            let seen = w.poll();
+            engine.foreign_change(&seen.touches, seen.overflow);
         }
     }
 }

@@ -5,7 +5,7 @@
 //! ```text
 //!  AwaitingLists --both lists in--> Starting --sync ok--> Idle
 //!  Idle   --change-->  Queued   --sync ok--> Idle
-//!  Idle | Queued --repair/resync--> Repair --sync ok--> Idle
+//!  Idle | Queued --foreign change/resync--> Repair --sync ok--> Idle
 //!  any listed state --sync failed--> Backoff --sync ok--> Idle
 //! ```
 //!
@@ -14,7 +14,11 @@
 //! - `Starting`: now (the first sync);
 //! - `Idle`: the periodic full resync, last full sync + syncPeriod;
 //! - `Queued`: last attempt + minSyncPeriod (changes arriving meanwhile join that sync);
-//! - `Repair`: now, bypassing minSyncPeriod;
+//! - `Repair`: bypassing minSyncPeriod: at once for an explicit resync and for the first
+//!   change by another program after a quiet time; while our tables are fought over,
+//!   each repair waits longer after the previous one (`repair_initial` doubled per
+//!   repair, at most `repair_max`), until no foreign change was seen for
+//!   `repair_quiet`;
 //! - `Backoff`: last attempt + retry delay (retry_initial doubled per consecutive failure,
 //!   capped at retry_max, never below minSyncPeriod); the retry is a full sync.
 //!
@@ -45,6 +49,12 @@ pub struct Periods {
     pub sync: Duration,
     pub retry_initial: Duration,
     pub retry_max: Duration,
+    /// Tamper repair backoff: the second repair of a fight waits this long after the
+    /// first, doubled per repair, at most `repair_max`; reset after `repair_quiet` without
+    /// a foreign change.
+    pub repair_initial: Duration,
+    pub repair_max: Duration,
+    pub repair_quiet: Duration,
 }
 
 /// The schedule: state, the times it depends on, and what the next sync must do.
@@ -65,6 +75,12 @@ pub struct Schedule {
     consecutive_failures: u32,
     /// When the earliest skipped service port is to be retried.
     retry_skipped: Option<Instant>,
+    /// When the repair is due (state `Repair`).
+    repair_at: Option<Instant>,
+    /// Repairs scheduled since our tables were last left alone for `repair_quiet`.
+    repair_streak: u32,
+    last_foreign: Option<Instant>,
+    last_repair: Option<Instant>,
 }
 
 impl Schedule {
@@ -82,6 +98,10 @@ impl Schedule {
             last_full: None,
             consecutive_failures: 0,
             retry_skipped: None,
+            repair_at: None,
+            repair_streak: 0,
+            last_foreign: None,
+            last_repair: None,
         }
     }
 
@@ -141,13 +161,61 @@ impl Schedule {
         false
     }
 
-    /// Another program changed our tables, or a resync was asked for: a full sync at
-    /// once.
+    /// A resync was asked for: a full sync at once.
     pub fn repair_requested(&mut self) {
         self.force_full = true;
-        if matches!(self.state, State::Idle | State::Queued) {
+        if matches!(self.state, State::Idle | State::Queued | State::Repair) {
             self.state = State::Repair;
+            self.repair_at = None;
         }
+    }
+
+    /// Another program changed our tables (or changes may have been missed): a full
+    /// sync that repairs them, at once after a quiet time, later and later while the
+    /// tables are fought over. Returns the delay the repair waits for.
+    pub fn foreign_change(&mut self, now: Instant) -> Duration {
+        let p = self.periods;
+        if self
+            .last_foreign
+            .is_some_and(|t| now.saturating_duration_since(t) > p.repair_quiet)
+        {
+            self.repair_streak = 0;
+        }
+        self.last_foreign = Some(now);
+        self.force_full = true;
+        match self.state {
+            State::Idle | State::Queued => {
+                self.repair_streak = self.repair_streak.saturating_add(1);
+                let delay = self.repair_delay();
+                let at = self.last_repair.map_or(now, |t| (t + delay).max(now));
+                self.repair_at = Some(at);
+                self.state = State::Repair;
+                at - now
+            }
+            State::Repair => self
+                .repair_at
+                .map_or(Duration::ZERO, |t| t.saturating_duration_since(now)),
+            // The sync ending these states reads the kernel anyway.
+            State::AwaitingLists | State::Starting | State::Backoff => Duration::ZERO,
+        }
+    }
+
+    /// The wait between the previous repair and the next one in the current streak:
+    /// none for the first, then `repair_initial` doubled per repair, at most `repair_max`.
+    fn repair_delay(&self) -> Duration {
+        match self.repair_streak {
+            0 | 1 => Duration::ZERO,
+            n => self
+                .periods
+                .repair_initial
+                .saturating_mul(1u32 << (n - 2).min(16))
+                .min(self.periods.repair_max),
+        }
+    }
+
+    /// The current repair streak (repairs scheduled since the last quiet time).
+    pub fn repair_streak(&self) -> u32 {
+        self.repair_streak
     }
 
     /// The next sync must be a full one, at the normal pace (minSyncPeriod).
@@ -181,7 +249,12 @@ impl Schedule {
         let retry = self.retry_skipped.map(|r| r.max(soon));
         let due = match self.state {
             State::AwaitingLists => None,
-            State::Starting | State::Repair => Some(now),
+            State::Starting => Some(now),
+            // (a change queued meanwhile is not held back by the repair's backoff)
+            State::Repair => {
+                let at = self.repair_at.unwrap_or(now);
+                Some(if self.dirty { at.min(soon) } else { at })
+            }
             State::Backoff => Some(self.last_attempt.map_or(now, |t| t + self.retry_delay())),
             State::Idle => Some(periodic.unwrap_or(now)),
             State::Queued => Some(periodic.map_or(soon, |at| at.min(soon))),
@@ -209,6 +282,10 @@ impl Schedule {
 
     /// The sync that started at `at` succeeded.
     pub fn succeeded(&mut self, at: Instant, full: bool) {
+        if self.state == State::Repair {
+            self.last_repair = Some(at);
+        }
+        self.repair_at = None;
         self.state = State::Idle;
         self.consecutive_failures = 0;
         self.force_full = false;
@@ -222,6 +299,7 @@ impl Schedule {
 
     /// The sync failed: back off, and make the retry a full sync.
     pub fn failed(&mut self) {
+        self.repair_at = None;
         self.state = State::Backoff;
         self.consecutive_failures = self.consecutive_failures.saturating_add(1);
         self.force_full = true;
@@ -238,6 +316,9 @@ mod tests {
             sync: Duration::from_secs(30),
             retry_initial: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
+            repair_initial: Duration::from_millis(250),
+            repair_max: Duration::from_secs(8),
+            repair_quiet: Duration::from_secs(10),
         }
     }
 
@@ -327,6 +408,47 @@ mod tests {
         s.attempt(t0);
         s.failed();
         assert_eq!(s.due(t0), Some(t0 + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn repairs_of_a_fought_over_table_slow_down_and_reset_after_quiet() {
+        let t0 = Instant::now();
+        let mut s = listed(t0);
+        s.attempt(t0);
+        s.succeeded(t0, true);
+        // Another writer changes our table every 50 ms for 20 s; we repair whenever due.
+        let mut now = t0;
+        let mut repairs = Vec::new();
+        let end = t0 + Duration::from_secs(20);
+        while now < end {
+            now += Duration::from_millis(50);
+            s.foreign_change(now);
+            if s.due(now).is_some_and(|at| at <= now) {
+                s.attempt(now);
+                s.succeeded(now, true);
+                repairs.push((now - t0).as_millis());
+            }
+        }
+        // Gaps: 0 (the first at once), then 250 ms doubled per repair, at most 8 s.
+        assert_eq!(repairs, [50, 300, 800, 1800, 3800, 7800, 15800]);
+        // The writer stops: the change it made last is repaired at the next due time.
+        let at = s.due(now).unwrap();
+        assert_eq!((at - t0).as_millis(), 23800);
+        s.attempt(at);
+        s.succeeded(at, true);
+        assert_eq!(s.due(at), Some(at + Duration::from_secs(30)), "idle again");
+        // After a quiet time the next foreign change is repaired at once.
+        let later = at + Duration::from_secs(11);
+        assert_eq!(s.foreign_change(later), Duration::ZERO);
+        assert_eq!((s.state(), s.due(later)), (State::Repair, Some(later)));
+        assert_eq!(s.repair_streak(), 1);
+        // An explicit resync never waits.
+        s.attempt(later);
+        s.succeeded(later, true);
+        s.foreign_change(later + Duration::from_millis(10));
+        assert!(s.due(later).unwrap() > later + Duration::from_millis(10));
+        s.repair_requested();
+        assert_eq!(s.due(later), Some(later));
     }
 
     #[test]

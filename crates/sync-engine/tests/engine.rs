@@ -532,3 +532,73 @@ fn health_check_counts_a_dual_stack_pod_once() {
     e.sync().unwrap();
     assert_eq!(count(&e), vec![2]);
 }
+
+/// Another program fights over our table (it flushes our chains every 100 ms for 10 s):
+/// repairs slow down (250 ms after the first, doubled per repair), every foreign
+/// transaction is counted with its writer, and once the writer stops the next repair
+/// restores the desired table.
+#[test]
+fn repairs_back_off_while_another_program_fights_over_our_table() {
+    use sync_engine::watch::Touch;
+    #[derive(Default)]
+    struct Writers(Arc<Mutex<Vec<ForeignWriter>>>);
+    impl Observer for Writers {
+        fn foreign_write(&self, w: &ForeignWriter) {
+            self.0.lock().unwrap().push(w.clone());
+        }
+    }
+    let w = World::new();
+    let mut e = w.engine(true);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    e.set_observer(Box::new(Writers(seen.clone())));
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+    let desired = e.committed().unwrap().to_vec();
+    let t0 = w.clock.now();
+    let tamper = |w: &World| -> u32 {
+        let mut t = w.tables.lock().unwrap();
+        for c in &mut t[0].chains {
+            c.rules.clear();
+        }
+        let mut g = w.gen.lock().unwrap();
+        *g = next_generation(*g);
+        *g
+    };
+    let mut writes = 0;
+    while w.clock.now() < t0 + Duration::from_secs(10) {
+        w.clock.advance(Duration::from_millis(100));
+        let genid = tamper(&w);
+        writes += 1;
+        e.foreign_change(
+            &[Touch {
+                genid,
+                pid: Some(4242),
+                proc_name: Some("nft".into()),
+            }],
+            false,
+        );
+        while e.step().is_some() {}
+    }
+    let repairs = e.status().snapshot().repairs;
+    // Repairs at 0.1, 0.35, 0.85, 1.85, 3.85, 7.85 s.
+    assert_eq!(
+        repairs, 6,
+        "without the backoff: one repair per write ({writes})"
+    );
+    let st = e.status().snapshot();
+    assert_eq!(st.foreign_writes, writes);
+    assert_eq!(
+        st.last_foreign_writer,
+        Some(ForeignWriter {
+            pid: Some(4242),
+            process: Some("nft".into())
+        })
+    );
+    assert_eq!(seen.lock().unwrap().len() as u64, writes);
+    // The writer stopped: the table is repaired at the next due time.
+    assert_ne!(*w.tables.lock().unwrap(), desired);
+    drive(&mut e, &w, t0 + Duration::from_secs(30), vec![]);
+    assert_eq!(*w.tables.lock().unwrap(), desired);
+    assert_eq!(e.status().snapshot().repairs, 7);
+}

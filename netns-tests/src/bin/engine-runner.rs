@@ -11,7 +11,8 @@
 //! Runs in the calling process's network namespace (start it with `ip netns exec`).
 //! Prints one line per sync on stdout: `synced full=.. ops=.. targets=.. deleted=..
 //! pending=..` (then `error: ..` for each error of the report), `failed: ..`, `repaired`,
-//! and one per cleanup slice between syncs:
+//! `foreign pid=.. process=..` (another program's transaction on our tables), and one
+//! per cleanup slice between syncs:
 //! `cleaned targets=.. done=.. deleted=.. pending=..`.
 //!
 //! `--reject-commits N`: after the first successful commit, the next N rule batches get one
@@ -69,6 +70,16 @@ impl Observer for Print {
     fn repaired(&self) {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "repaired");
+        let _ = o.flush();
+    }
+    fn foreign_write(&self, w: &ForeignWriter) {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(
+            o,
+            "foreign pid={} process={}",
+            w.pid.unwrap_or(0),
+            w.process.as_deref().unwrap_or("")
+        );
         let _ = o.flush();
     }
     fn cleaned(&self, r: &CleanupReport) {

@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context as _};
 use ops_server::hcport::HealthCheckPorts;
 use ops_server::metrics::MetricsObserver;
 use ops_server::Metrics;
-use sync_engine::{EngineError, Event, Observer, StatusHandle, SyncReport};
+use sync_engine::{CleanupReport, Event, ForeignWriter, Observer, StatusHandle, SyncReport};
 use tracing::{info, warn};
 
 /// Several observers behind one.
@@ -22,11 +22,17 @@ impl Observer for Observers {
     fn synced(&self, r: &SyncReport) {
         self.0.iter().for_each(|o| o.synced(r));
     }
-    fn failed(&self, e: &EngineError) {
+    fn cleaned(&self, r: &CleanupReport) {
+        self.0.iter().for_each(|o| o.cleaned(r));
+    }
+    fn failed(&self, e: &(dyn std::error::Error + 'static)) {
         self.0.iter().for_each(|o| o.failed(e));
     }
     fn repaired(&self) {
         self.0.iter().for_each(|o| o.repaired());
+    }
+    fn foreign_write(&self, w: &ForeignWriter) {
+        self.0.iter().for_each(|o| o.foreign_write(w));
     }
 }
 

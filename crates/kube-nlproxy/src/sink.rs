@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use nft_model::{Op, Table, TableRef};
-use sync_engine::{CommitStats, ConntrackKernel, EngineError, NftKernel};
+use sync_engine::{CleanupOutcome, CommitStats, ConntrackKernel, EngineError, NftKernel};
 
 pub struct FileSink {
     path: PathBuf,
@@ -68,6 +68,17 @@ impl NftKernel for FileSink {
         })
     }
 
+    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
+        if genid.is_some_and(|g| g != self.generation) {
+            return Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged {
+                expected: genid.unwrap_or_default(),
+            }));
+        }
+        let mut tables = self.tables.clone();
+        ruleset::apply(&mut tables, ops)
+            .map_err(|e| EngineError::Other(format!("render-to: the batch would be rejected: {e}")))
+    }
+
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
         Ok(self
             .tables
@@ -81,7 +92,13 @@ impl NftKernel for FileSink {
 pub struct NoConntrack;
 
 impl ConntrackKernel for NoConntrack {
-    fn delete(&mut self, _filters: &[ct_netlink::Filter]) -> Result<u64, EngineError> {
-        Ok(0)
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError> {
+        Ok(vec![
+            CleanupOutcome::Deleted { entries: Some(0) };
+            filters.len()
+        ])
     }
 }

@@ -17,7 +17,10 @@ use nft_model::{Op, Set, Table, TableRef};
 use nft_wire::consts::*;
 use nft_wire::encode::{dump_elements_request, dump_request, get_table_request, getgen_request};
 use nft_wire::msg::NlMsgIter;
-use nft_wire::{decode_elements, decode_genid, decode_object, encode_batch, Object, WireError};
+use nft_wire::{
+    decode_elements, decode_genid, decode_object, encode_batch, encode_check_batch, Object,
+    WireError,
+};
 
 /// One kernel error, tied to the operation that caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,11 +249,31 @@ impl Nft {
     /// ([`NftError::GenerationChanged`]) if anyone changed the ruleset since then.
     /// An empty `ops` sends nothing.
     pub fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitReport, NftError> {
+        self.transact(ops, genid, true)
+    }
+
+    /// Have the kernel check `ops` as [`Nft::commit`] would (every message, then the
+    /// validation of the result) and abort: nothing changes. The same errors as a
+    /// commit, or Ok when a commit of `ops` would be accepted now.
+    pub fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitReport, NftError> {
+        self.transact(ops, genid, false)
+    }
+
+    fn transact(
+        &mut self,
+        ops: &[Op],
+        genid: Option<u32>,
+        apply: bool,
+    ) -> Result<CommitReport, NftError> {
         if ops.is_empty() {
             return Ok(CommitReport::default());
         }
         let first = self.seq;
-        let batch = encode_batch(ops, first, genid)?;
+        let batch = if apply {
+            encode_batch(ops, first, genid)?
+        } else {
+            encode_check_batch(ops, first, genid)?
+        };
         let messages = batch.seqs.len();
         self.next_seq(messages as u32 + 2);
         let end_seq = first.wrapping_add(messages as u32 + 1);

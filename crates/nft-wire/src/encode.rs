@@ -38,6 +38,26 @@ pub fn encode_batch(
     first_seq: u32,
     genid: Option<u32>,
 ) -> Result<EncodedBatch, WireError> {
+    encode(ops, first_seq, genid, true)
+}
+
+/// [`encode_batch`] without BATCH_END: the kernel checks every message (and validates
+/// the result) as for a commit, reports the errors, then aborts the transaction and
+/// changes nothing (what `nft --check` sends).
+pub fn encode_check_batch(
+    ops: &[Op],
+    first_seq: u32,
+    genid: Option<u32>,
+) -> Result<EncodedBatch, WireError> {
+    encode(ops, first_seq, genid, false)
+}
+
+fn encode(
+    ops: &[Op],
+    first_seq: u32,
+    genid: Option<u32>,
+    end: bool,
+) -> Result<EncodedBatch, WireError> {
     let mut bytes = Vec::with_capacity(ops.len() * 128 + 64);
     let mut seq = first_seq;
     let mut begin = NlaWriter::new();
@@ -82,15 +102,17 @@ pub fn encode_batch(
         bytes[flags_at..flags_at + 2].copy_from_slice(&flags.to_ne_bytes());
         ack_seq = seqs.last().map(|&(s, _)| s);
     }
-    push_message(
-        &mut bytes,
-        NFNL_MSG_BATCH_END,
-        NLM_F_REQUEST,
-        seq,
-        0,
-        NFNL_SUBSYS_NFTABLES,
-        &[],
-    );
+    if end {
+        push_message(
+            &mut bytes,
+            NFNL_MSG_BATCH_END,
+            NLM_F_REQUEST,
+            seq,
+            0,
+            NFNL_SUBSYS_NFTABLES,
+            &[],
+        );
+    }
     Ok(EncodedBatch {
         bytes,
         seqs,

@@ -12,7 +12,7 @@ pub mod msg;
 pub mod nla;
 
 pub use decode::{decode_elements, decode_genid, decode_object, scan_rule, ForeignRule, Object};
-pub use encode::{encode_batch, EncodedBatch};
+pub use encode::{encode_batch, encode_check_batch, EncodedBatch};
 
 /// Errors of the wire layer; each names the object or attribute involved.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -685,3 +685,28 @@ fn truncated_messages_never_panic() {
         }
     }
 }
+
+/// A check batch is the commit batch without its BATCH_END message (what `nft --check`
+/// sends): same messages, sequence numbers and acknowledgement request.
+#[test]
+fn check_batch_is_the_batch_without_its_end() {
+    let ops = vec![
+        Op::AddTable {
+            table: tref(),
+            comment: None,
+        },
+        Op::AddSet {
+            table: tref(),
+            set: sample_set(),
+        },
+    ];
+    let full = encode_batch(&ops, 100, Some(7)).unwrap();
+    let check = nft_wire::encode_check_batch(&ops, 100, Some(7)).unwrap();
+    let kinds = |b: &[u8]| NlMsgIter::new(b).map(|m| m.kind).collect::<Vec<_>>();
+    let (fk, ck) = (kinds(&full.bytes), kinds(&check.bytes));
+    assert_eq!(fk.last(), Some(&NFNL_MSG_BATCH_END));
+    assert_eq!(&fk[..fk.len() - 1], ck.as_slice());
+    assert!(full.bytes.starts_with(&check.bytes));
+    assert_eq!(full.bytes.len() - check.bytes.len(), 20);
+    assert_eq!((full.seqs, full.ack_seq), (check.seqs, check.ack_seq));
+}

@@ -15,8 +15,8 @@ pub mod metrics;
 pub use health::health_router;
 pub use metrics::{metrics_router, Metrics};
 
+use proxy_status::{Status, StatusHandle};
 use std::time::Instant;
-use sync_engine::{Status, StatusHandle};
 
 /// Where the servers read the proxy's status from (the engine's [`StatusHandle`], or a
 /// fixed status in tests).

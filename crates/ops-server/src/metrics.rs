@@ -1,6 +1,6 @@
 //! Prometheus metrics with kube-proxy's names and labels, plus kube-nlproxy's own
 //! (`kubenlproxy_*`): ops and bytes per batch, conntrack deletions and time per strategy,
-//! tamper repairs. Fed by the engine through [`sync_engine::Observer`] and by the
+//! tamper repairs. Fed by the engine through [`proxy_status::Observer`] and by the
 //! daemon's sources ([`Metrics::service_change`], [`Metrics::endpoint_change`]).
 
 use axum::extract::State;
@@ -14,10 +14,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use proxy_status::{CleanupReport, ForeignWriter, Observer, Status, SyncReport};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use sync_engine::{EngineError, Observer, Status, SyncReport};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FamilyLabel {
@@ -33,6 +33,11 @@ pub struct CodeLabel {
 pub struct PolicyLabel {
     pub ip_family: String,
     pub traffic_policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcessLabel {
+    pub process: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -82,6 +87,11 @@ pub struct Metrics {
     services: Gauge,
     endpoints: Gauge,
     invalid: Gauge,
+    ct_pending: Gauge,
+    ct_oldest_pending: FGauge,
+    ct_available: Gauge,
+    skipped_ports: Gauge,
+    foreign_writes: Family<ProcessLabel, Counter>,
     /// When the oldest change not yet synced arrived (for network programming latency).
     first_pending: Mutex<Option<Instant>>,
 }
@@ -120,6 +130,11 @@ impl Metrics {
             services: Default::default(),
             endpoints: Default::default(),
             invalid: Default::default(),
+            ct_pending: Default::default(),
+            ct_oldest_pending: Default::default(),
+            ct_available: Default::default(),
+            skipped_ports: Default::default(),
+            foreign_writes: Default::default(),
             first_pending: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -248,6 +263,31 @@ impl Metrics {
             "Invalid objects skipped by the last sync",
             m.invalid.clone(),
         );
+        r.register(
+            "kubeproxy_conntrack_cleanup_pending_targets",
+            "Conntrack cleanup targets not finished yet (retried with a backoff)",
+            m.ct_pending.clone(),
+        );
+        r.register(
+            "kubeproxy_conntrack_cleanup_oldest_pending_seconds",
+            "Age of the oldest conntrack cleanup target not finished yet",
+            m.ct_oldest_pending.clone(),
+        );
+        r.register(
+            "kubeproxy_conntrack_cleanup_available",
+            "Whether the conntrack cleanup can run (1) or ctnetlink is unavailable (0)",
+            m.ct_available.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_skipped_service_ports",
+            "Service ports left out of the rules because the kernel refused them",
+            m.skipped_ports.clone(),
+        );
+        r.register(
+            "kubeproxy_nftables_foreign_writes",
+            "Transactions of other programs that changed our nftables tables, by process name",
+            m.foreign_writes.clone(),
+        );
         let mut m = m;
         m.registry = r;
         // series that exist from the start, as in kube-proxy
@@ -346,8 +386,11 @@ impl Metrics {
     }
 
     /// Gauges derived from the engine's status: services with a Local traffic policy,
-    /// ready endpoints, and none on this node.
+    /// ready endpoints, and none on this node; pending conntrack cleanup targets;
+    /// service ports the kernel refused.
     pub fn update_from_status(&self, s: &Status) {
+        self.update_cleanup(s, Instant::now());
+        self.skipped_ports.set(s.skipped_service_ports.len() as i64);
         self.each(|l| {
             for (policy, n) in [
                 ("internal", s.no_local_internal),
@@ -361,6 +404,40 @@ impl Metrics {
                     .set(n as i64);
             }
         });
+    }
+
+    /// The conntrack cleanup gauges (`now`: the monotonic time the age is taken at).
+    pub fn update_cleanup(&self, s: &Status, now: Instant) {
+        self.ct_pending.set(s.cleanup_pending as i64);
+        self.ct_oldest_pending.set(
+            s.cleanup_oldest_pending
+                .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64()),
+        );
+        self.ct_available
+            .set(i64::from(s.cleanup_unavailable.is_none()));
+    }
+
+    /// Conntrack deletions and their time (a sync's cleanup, or a slice between syncs).
+    fn conntrack_work(&self, deleted: u64, took: std::time::Duration) {
+        let took = took.as_secs_f64();
+        self.each(|l| {
+            self.ct_duration.get_or_create(l).observe(took);
+        });
+        // deletions are counted once, under the first family (one cleanup serves both)
+        if let Some(f) = self.families.first() {
+            self.ct_deleted
+                .get_or_create(&FamilyLabel {
+                    ip_family: f.clone(),
+                })
+                .inc_by(deleted);
+        }
+        let s = StrategyLabel {
+            strategy: self.strategy.clone(),
+        };
+        self.ct_deleted_by_strategy
+            .get_or_create(&s)
+            .inc_by(deleted);
+        self.ct_seconds_by_strategy.get_or_create(&s).observe(took);
     }
 
     /// The text exposition format.
@@ -412,37 +489,20 @@ impl Observer for MetricsObserver {
             m.service_pending.get_or_create(l).set(0);
             m.ops.get_or_create(l).observe(r.ops as f64);
             m.bytes.get_or_create(l).observe(r.bytes as f64);
-            if r.conntrack_targets > 0 {
-                m.ct_duration
-                    .get_or_create(l)
-                    .observe(r.conntrack.as_secs_f64());
-            }
         });
-        // deletions are counted once, under the first family (one cleanup serves both)
-        if let Some(f) = m.families.first() {
-            m.ct_deleted
-                .get_or_create(&FamilyLabel {
-                    ip_family: f.clone(),
-                })
-                .inc_by(r.conntrack_deleted);
-        }
-        let s = StrategyLabel {
-            strategy: m.strategy.clone(),
-        };
-        m.ct_deleted_by_strategy
-            .get_or_create(&s)
-            .inc_by(r.conntrack_deleted);
         if r.conntrack_targets > 0 {
-            m.ct_seconds_by_strategy
-                .get_or_create(&s)
-                .observe(r.conntrack.as_secs_f64());
+            m.conntrack_work(r.conntrack_deleted, r.conntrack);
         }
         m.services.set(r.services as i64);
         m.endpoints.set(r.endpoints as i64);
         m.invalid.set(r.errors.len() as i64);
     }
 
-    fn failed(&self, _e: &EngineError) {
+    fn cleaned(&self, r: &CleanupReport) {
+        self.0.conntrack_work(r.deleted, r.took);
+    }
+
+    fn failed(&self, _e: &(dyn std::error::Error + 'static)) {
         self.0.each(|l| {
             self.0.sync_failures.get_or_create(l).inc();
         });
@@ -450,6 +510,15 @@ impl Observer for MetricsObserver {
 
     fn repaired(&self) {
         self.0.repairs.inc();
+    }
+
+    fn foreign_write(&self, w: &ForeignWriter) {
+        self.0
+            .foreign_writes
+            .get_or_create(&ProcessLabel {
+                process: w.process.clone().unwrap_or_else(|| "unknown".into()),
+            })
+            .inc();
     }
 }
 

@@ -5,9 +5,9 @@ use kube_model::ServiceKey;
 use ops_server::hcport::HealthCheckPorts;
 use ops_server::metrics::MetricsObserver;
 use ops_server::{health_router, metrics_router, Metrics, StatusSource};
+use proxy_status::{HealthCheck, NodeHealth, Observer, Status, SyncReport};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
-use sync_engine::{HealthCheck, NodeHealth, Observer, Status, SyncReport};
 
 #[derive(Clone, Default)]
 struct Fake(Arc<Mutex<Status>>);
@@ -250,22 +250,51 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         commit: Duration::from_millis(3),
         ..Default::default()
     });
-    obs.failed(&sync_engine::EngineError::Other("test".into()));
+    obs.cleaned(&proxy_status::CleanupReport {
+        targets: 2,
+        done: 1,
+        deleted: 3,
+        took: Duration::from_millis(2),
+        pending: 5,
+    });
+    obs.failed(&std::io::Error::other("test"));
     obs.repaired();
+    obs.foreign_write(&proxy_status::ForeignWriter {
+        pid: Some(7),
+        process: Some("nft".into()),
+    });
+    let now = Instant::now();
     let status = Status {
         no_local_internal: 2,
         no_local_external: 1,
+        cleanup_pending: 5,
+        cleanup_oldest_pending: Some(now - Duration::from_secs(90)),
+        cleanup_unavailable: Some("no ctnetlink".into()),
+        skipped_service_ports: vec![proxy_status::SkippedPort {
+            service: "ns1/svc-b".into(),
+            port: "dns".into(),
+            error: "EINVAL".into(),
+            since: now,
+            retry_at: now,
+        }],
         ..Default::default()
     };
     metrics.update_from_status(&status);
+    metrics.update_cleanup(&status, now);
     let after = get(&format!("{base}/metrics"), "x").2;
     for line in [
         "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
         "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 0",
         "kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 0",
         "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 1",
-        "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 7",
-        "kubenlproxy_conntrack_deleted_entries_total{strategy=\"filtered-flush\"} 7",
+        "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 10",
+        "kubenlproxy_conntrack_deleted_entries_total{strategy=\"filtered-flush\"} 10",
+        "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"} 2",
+        "kubeproxy_conntrack_cleanup_pending_targets 5",
+        "kubeproxy_conntrack_cleanup_oldest_pending_seconds 90.0",
+        "kubeproxy_conntrack_cleanup_available 0",
+        "kubeproxy_sync_proxy_rules_skipped_service_ports 1",
+        "kubeproxy_nftables_foreign_writes_total{process=\"nft\"} 1",
         "kubenlproxy_sync_ops_sum{ip_family=\"IPv4\"} 12.0",
         "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
         "kubenlproxy_tamper_repairs_total 1",

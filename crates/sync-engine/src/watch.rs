@@ -33,7 +33,7 @@ pub struct Touch {
 /// What a poll found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Poll {
-    /// Transactions that touched our tables.
+    /// Transactions that touched our tables (from [`Watcher::poll`]: by other programs).
     pub touches: Vec<Touch>,
     /// Notifications were lost (socket overflow): anything may have happened.
     pub overflow: bool,
@@ -139,9 +139,10 @@ impl Watcher {
         self.ours.push_back(genid);
     }
 
-    /// Read every pending notification (never blocks, bounded per call). Returns true
-    /// when another program touched our tables (or notifications were lost).
-    pub fn poll(&mut self) -> bool {
+    /// Read every pending notification (never blocks, bounded per call). Returns the
+    /// transactions of other programs that touched our tables, and whether
+    /// notifications were lost (then anything may have happened).
+    pub fn poll(&mut self) -> Poll {
         let mut out = Poll::default();
         for _ in 0..1024 {
             self.buf.clear();
@@ -164,15 +165,7 @@ impl Watcher {
                 }
             }
         }
-        let foreign = out
-            .touches
-            .iter()
-            .filter(|t| !self.ours.contains(&t.genid))
-            .inspect(|t| {
-                tracing::info!(genid = t.genid, pid = ?t.pid, proc = ?t.proc_name,
-                    "another program changed our nftables table");
-            })
-            .count();
-        foreign > 0 || out.overflow
+        out.touches.retain(|t| !self.ours.contains(&t.genid));
+        out
     }
 }

@@ -1,252 +1,16 @@
-//! Deterministic engine tests with a recording fake kernel: every commit and every
-//! conntrack delete is recorded in order, so the ordering rule is checked exactly.
+//! Deterministic engine tests with a recording fake kernel (`common`): every commit and
+//! every conntrack delete is recorded in order, so the ordering rule is checked exactly.
 
-use std::net::IpAddr;
+mod common;
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ct_netlink::{Family as CtFamily, Filter};
-use k8s_openapi::api::core::v1::Service;
+use common::*;
+use ct_netlink::Filter;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use nft_model::{Op, Table, TableRef};
 use serde_json::json;
 use sync_engine::*;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Call {
-    Commit { ops: usize },
-    CommitFailed,
-    Delete(Filter),
-}
-
-type Log = Arc<Mutex<Vec<Call>>>;
-
-struct FakeNft {
-    log: Log,
-    tables: Arc<Mutex<Vec<Table>>>,
-    gen: Arc<Mutex<u32>>,
-    fail_commits: Arc<Mutex<u32>>,
-    dumps: Arc<Mutex<u32>>,
-}
-
-impl NftKernel for FakeNft {
-    fn generation(&mut self) -> Result<u32, EngineError> {
-        Ok(*self.gen.lock().unwrap())
-    }
-    fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
-        let mut g = self.gen.lock().unwrap();
-        if let Some(want) = genid {
-            if want != *g {
-                return Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged {
-                    expected: want,
-                }));
-            }
-        }
-        let mut fail = self.fail_commits.lock().unwrap();
-        if *fail > 0 {
-            *fail -= 1;
-            self.log.lock().unwrap().push(Call::CommitFailed);
-            return Err(EngineError::Other(
-                "injected: the kernel rejected the batch".into(),
-            ));
-        }
-        let mut t = self.tables.lock().unwrap();
-        let mut next = t.clone();
-        ruleset::apply(&mut next, ops).map_err(|e| EngineError::Other(e.to_string()))?;
-        *t = next;
-        *g = next_generation(*g);
-        self.log
-            .lock()
-            .unwrap()
-            .push(Call::Commit { ops: ops.len() });
-        Ok(CommitStats {
-            ops: ops.len(),
-            bytes: ops.len() * 100,
-        })
-    }
-    fn dump_table(&mut self, r: &TableRef) -> Result<Option<Table>, EngineError> {
-        *self.dumps.lock().unwrap() += 1;
-        Ok(self
-            .tables
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|t| t.family == r.family && t.name == r.name)
-            .cloned())
-    }
-}
-
-struct FakeCt {
-    log: Log,
-    fail: Arc<Mutex<bool>>,
-}
-
-impl ConntrackKernel for FakeCt {
-    fn delete(&mut self, filters: &[Filter]) -> Result<u64, EngineError> {
-        if *self.fail.lock().unwrap() {
-            return Err(EngineError::Other("injected conntrack failure".into()));
-        }
-        let mut l = self.log.lock().unwrap();
-        for f in filters {
-            l.push(Call::Delete(*f));
-        }
-        Ok(filters.len() as u64)
-    }
-}
-
-#[derive(Clone)]
-struct FakeClock(Arc<Mutex<Instant>>);
-
-impl Clock for FakeClock {
-    fn now(&self) -> Instant {
-        *self.0.lock().unwrap()
-    }
-}
-
-impl FakeClock {
-    fn advance(&self, d: Duration) {
-        *self.0.lock().unwrap() += d;
-    }
-}
-
-struct World {
-    log: Log,
-    tables: Arc<Mutex<Vec<Table>>>,
-    gen: Arc<Mutex<u32>>,
-    fail_commits: Arc<Mutex<u32>>,
-    dumps: Arc<Mutex<u32>>,
-    ct_fail: Arc<Mutex<bool>>,
-    clock: FakeClock,
-}
-
-impl World {
-    fn new() -> World {
-        World {
-            log: Arc::default(),
-            tables: Arc::default(),
-            gen: Arc::new(Mutex::new(7)),
-            fail_commits: Arc::default(),
-            dumps: Arc::default(),
-            ct_fail: Arc::default(),
-            clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
-        }
-    }
-    fn engine(&self, cleanup: bool) -> Engine<FakeNft, FakeCt, FakeClock> {
-        let cfg = EngineConfig {
-            ruleset: ruleset::Config {
-                node_name: "node-a".into(),
-                families: vec!["IPv4".into()],
-                cluster_cidrs: vec!["198.18.0.0/20".into()],
-                ..Default::default()
-            },
-            conntrack_cleanup: cleanup,
-            watch_tamper: false,
-            ..Default::default()
-        };
-        Engine::new(
-            cfg,
-            FakeNft {
-                log: self.log.clone(),
-                tables: self.tables.clone(),
-                gen: self.gen.clone(),
-                fail_commits: self.fail_commits.clone(),
-                dumps: self.dumps.clone(),
-            },
-            FakeCt {
-                log: self.log.clone(),
-                fail: self.ct_fail.clone(),
-            },
-            self.clock.clone(),
-        )
-    }
-    fn take(&self) -> Vec<Call> {
-        std::mem::take(&mut *self.log.lock().unwrap())
-    }
-}
-
-const CLUSTER_IP: &str = "198.18.100.10";
-const EXTERNAL_IP: &str = "198.18.101.1";
-const LB_IP: &str = "198.18.102.1";
-const NODE_PORT: u16 = 30053;
-
-/// TestProxierDeleteNodePortStaleUDP's service: UDP LoadBalancer with a ClusterIP, an
-/// ExternalIP, a LoadBalancer IP and a NodePort.
-fn udp_lb() -> Service {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "ns1"},
-        "spec": {
-            "type": "LoadBalancer",
-            "clusterIP": CLUSTER_IP,
-            "externalIPs": [EXTERNAL_IP],
-            "ports": [{"name": "p", "port": 53, "protocol": "UDP", "nodePort": NODE_PORT}]
-        },
-        "status": {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}
-    }))
-    .unwrap()
-}
-
-fn slice(name: &str, eps: &[(&str, bool, bool, bool)]) -> EndpointSlice {
-    let endpoints: Vec<_> = eps
-        .iter()
-        .map(|(ip, ready, serving, terminating)| {
-            json!({"addresses": [ip], "nodeName": "node-b",
-                   "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": "ns1",
-                     "labels": {"kubernetes.io/service-name": "dns"}},
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-        "ports": [{"name": "p", "port": 5353, "protocol": "UDP"}]
-    }))
-    .unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn listed(e: &mut Engine<FakeNft, FakeCt, FakeClock>) {
-    e.handle(Event::ServicesListed);
-    e.handle(Event::SlicesListed);
-}
-
-fn four_deletes() -> Vec<Filter> {
-    let mut v = vec![
-        Filter::udp_orig_dst(ip(CLUSTER_IP), Some(53)),
-        Filter::udp_orig_dst(ip(EXTERNAL_IP), Some(53)),
-        Filter::udp_orig_dst(ip(LB_IP), Some(53)),
-        Filter::udp_nodeport(CtFamily::V4, NODE_PORT),
-    ];
-    v.sort_by_key(|f| format!("{f}"));
-    v
-}
-
-fn deletes(calls: &[Call]) -> Vec<Filter> {
-    let mut v: Vec<Filter> = calls
-        .iter()
-        .filter_map(|c| match c {
-            Call::Delete(f) => Some(*f),
-            _ => None,
-        })
-        .collect();
-    v.sort_by_key(|f| format!("{f}"));
-    v
-}
-
-/// Every delete is recorded after a successful commit (never before, never after a failure).
-fn assert_deletes_after_commit(calls: &[Call]) {
-    let first_delete = calls.iter().position(|c| matches!(c, Call::Delete(_)));
-    if let Some(i) = first_delete {
-        assert!(
-            matches!(calls[..i].last(), Some(Call::Commit { .. })),
-            "deletes must follow a successful commit: {calls:?}"
-        );
-    }
-}
 
 #[test]
 fn delete_nodeport_stale_udp() {
@@ -281,12 +45,21 @@ fn delete_nodeport_stale_udp() {
         &[("198.18.2.2", true, true, false)],
     )));
     w.clock.advance(Duration::from_secs(2));
+    w.take_batches();
     let r = e.sync().unwrap();
     let calls = w.take();
     assert_eq!(deletes(&calls), four_deletes(), "{calls:?}");
     assert!(matches!(calls[0], Call::Commit { .. }), "{calls:?}");
-    assert_eq!(calls.len(), 5);
+    assert_eq!(calls.len(), 6, "{calls:?}");
     assert_deletes_after_commit(&calls);
+    // The rules' batch records the four targets in our table; once they are done, an
+    // element-only batch removes them again.
+    let batches = w.take_batches();
+    assert_eq!(batches.len(), 2);
+    assert_eq!(recorded_by(&batches[0]), 4);
+    assert!(only_cleanup_sets(&batches[1]), "{:?}", batches[1]);
+    assert!(matches!(calls[5], Call::Commit { .. }), "{calls:?}");
+    assert_eq!(w.recorded(), vec![]);
     assert_eq!(r.conntrack_targets, 4);
     assert_eq!(r.conntrack_deleted, 4);
     assert!(!r.full);
@@ -297,6 +70,9 @@ fn delete_nodeport_stale_udp() {
     assert_eq!(w.take(), vec![]);
 }
 
+/// A failed commit deletes nothing, and nothing is deleted before a later commit puts
+/// the rules in (the loop keeps running meanwhile); that commit's cleanup deletes the
+/// targets, which are computed again from what the kernel holds.
 #[test]
 fn failed_commit_keeps_targets_for_the_next_commit() {
     let w = World::new();
@@ -319,22 +95,26 @@ fn failed_commit_keeps_targets_for_the_next_commit() {
         vec![Call::CommitFailed],
         "no delete after a failed commit"
     );
-    assert_eq!(e.pending_targets().len(), 4);
     assert_eq!(e.status().snapshot().failures, 1);
     assert!(e.is_dirty());
 
-    // Backoff: the retry is not due at once, but is due later.
+    // Backoff: the retry is not due at once, but is due later; the loop runs until
+    // then and deletes nothing before the retry's commit.
     let now = w.clock.now();
     let at = e.next_sync_at().unwrap();
     assert!(at > now);
-    w.clock.advance(at - now);
-    let r = e.sync().unwrap();
-    assert!(r.full, "a sync after a failure is a full one");
+    let steps = drive(&mut e, &w, at + Duration::from_millis(1), vec![]);
+    assert_eq!(steps.last().map(|s| s.1), Some(Work::Sync), "{steps:?}");
     let calls = w.take();
     assert_eq!(deletes(&calls), four_deletes(), "{calls:?}");
     assert_deletes_after_commit(&calls);
     assert!(e.pending_targets().is_empty());
-    assert_eq!(e.status().snapshot().consecutive_failures, 0);
+    let st = e.status().snapshot();
+    assert_eq!(st.consecutive_failures, 0);
+    assert!(
+        st.last_report.unwrap().full,
+        "a sync after a failure is a full one"
+    );
 }
 
 #[test]
@@ -412,6 +192,8 @@ fn cleanup_switch_off_deletes_nothing() {
     assert!(deletes(&w.take()).is_empty());
 }
 
+/// A failing conntrack delete neither blocks later syncs nor loses its targets: they
+/// stay pending (and recorded in our table) and are retried with a backoff.
 #[test]
 fn conntrack_failure_does_not_block_the_next_sync() {
     let w = World::new();
@@ -425,7 +207,8 @@ fn conntrack_failure_does_not_block_the_next_sync() {
     *w.ct_fail.lock().unwrap() = true;
     e.sync().unwrap();
     assert_eq!(e.status().snapshot().conntrack_failures, 1);
-    assert!(e.pending_targets().is_empty());
+    assert_eq!(e.pending_targets().len(), 4, "kept for a retry");
+    assert_eq!(w.recorded().len(), 4, "recorded in our table");
     *w.ct_fail.lock().unwrap() = false;
     e.handle(Event::SliceApplied(slice(
         "dns-1",
@@ -435,10 +218,12 @@ fn conntrack_failure_does_not_block_the_next_sync() {
     e.sync().unwrap();
     let calls = w.take();
     assert!(matches!(calls[0], Call::Commit { .. }));
-    assert_eq!(
-        deletes(&calls),
-        vec![Filter::udp_reply_src(ip("198.18.2.2"), 5353)]
-    );
+    let mut want = four_deletes();
+    want.push(Filter::udp_reply_src(ip("198.18.2.2"), 5353));
+    want.sort_by_key(|f| format!("{f}"));
+    assert_eq!(deletes(&calls), want, "the failed targets are retried");
+    assert!(e.pending_targets().is_empty());
+    assert_eq!(w.recorded(), vec![]);
 }
 
 #[test]
@@ -541,6 +326,36 @@ fn full_resync_trusts_memory_unless_generation_moved() {
     assert_eq!(w.tables.lock().unwrap().as_slice(), e.committed().unwrap());
 }
 
+/// Another program committing right after our commit (the generation read back is not
+/// the one our commit produced) is verified by a full sync at once.
+#[test]
+fn a_commit_right_after_ours_is_verified_at_once() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+    *w.foreign_after_commit.lock().unwrap() = true;
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    w.clock.advance(Duration::from_secs(2));
+    assert!(!e.sync().unwrap().full);
+    assert_eq!(
+        e.next_sync_at(),
+        Some(w.clock.now()),
+        "due at once, not at the periodic resync"
+    );
+    let dumps = *w.dumps.lock().unwrap();
+    assert!(e.sync().unwrap().full);
+    assert_eq!(
+        *w.dumps.lock().unwrap(),
+        dumps + 2,
+        "our tables were read back"
+    );
+}
+
 #[test]
 fn restart_replaces_the_old_table_in_one_batch_without_flushing_conntrack() {
     let w = World::new();
@@ -577,15 +392,15 @@ fn restart_replaces_the_old_table_in_one_batch_without_flushing_conntrack() {
         &[("198.18.2.9", true, true, false)],
     )));
     listed(&mut third);
+    w.take_batches();
     third.sync().unwrap();
     let calls = w.take();
     assert!(matches!(calls[0], Call::Commit { .. }));
+    let batches = w.take_batches();
     assert_eq!(
-        calls
-            .iter()
-            .filter(|c| matches!(c, Call::Commit { .. }))
-            .count(),
-        1
+        batches.iter().filter(|b| !only_cleanup_sets(b)).count(),
+        1,
+        "one batch for the rules (then the bookkeeping of finished targets)"
     );
     assert_eq!(
         deletes(&calls),
@@ -608,7 +423,7 @@ fn observer_sees_syncs_and_failures() {
             g.0 += 1;
             g.2 += r.ops;
         }
-        fn failed(&self, _e: &EngineError) {
+        fn failed(&self, _e: &(dyn std::error::Error + 'static)) {
             self.0.lock().unwrap().1 += 1;
         }
     }
@@ -716,4 +531,74 @@ fn health_check_counts_a_dual_stack_pod_once() {
     )));
     e.sync().unwrap();
     assert_eq!(count(&e), vec![2]);
+}
+
+/// Another program fights over our table (it flushes our chains every 100 ms for 10 s):
+/// repairs slow down (250 ms after the first, doubled per repair), every foreign
+/// transaction is counted with its writer, and once the writer stops the next repair
+/// restores the desired table.
+#[test]
+fn repairs_back_off_while_another_program_fights_over_our_table() {
+    use sync_engine::watch::Touch;
+    #[derive(Default)]
+    struct Writers(Arc<Mutex<Vec<ForeignWriter>>>);
+    impl Observer for Writers {
+        fn foreign_write(&self, w: &ForeignWriter) {
+            self.0.lock().unwrap().push(w.clone());
+        }
+    }
+    let w = World::new();
+    let mut e = w.engine(true);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    e.set_observer(Box::new(Writers(seen.clone())));
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+    let desired = e.committed().unwrap().to_vec();
+    let t0 = w.clock.now();
+    let tamper = |w: &World| -> u32 {
+        let mut t = w.tables.lock().unwrap();
+        for c in &mut t[0].chains {
+            c.rules.clear();
+        }
+        let mut g = w.gen.lock().unwrap();
+        *g = next_generation(*g);
+        *g
+    };
+    let mut writes = 0;
+    while w.clock.now() < t0 + Duration::from_secs(10) {
+        w.clock.advance(Duration::from_millis(100));
+        let genid = tamper(&w);
+        writes += 1;
+        e.foreign_change(
+            &[Touch {
+                genid,
+                pid: Some(4242),
+                proc_name: Some("nft".into()),
+            }],
+            false,
+        );
+        while e.step().is_some() {}
+    }
+    let repairs = e.status().snapshot().repairs;
+    // Repairs at 0.1, 0.35, 0.85, 1.85, 3.85, 7.85 s.
+    assert_eq!(
+        repairs, 6,
+        "without the backoff: one repair per write ({writes})"
+    );
+    let st = e.status().snapshot();
+    assert_eq!(st.foreign_writes, writes);
+    assert_eq!(
+        st.last_foreign_writer,
+        Some(ForeignWriter {
+            pid: Some(4242),
+            process: Some("nft".into())
+        })
+    );
+    assert_eq!(seen.lock().unwrap().len() as u64, writes);
+    // The writer stopped: the table is repaired at the next due time.
+    assert_ne!(*w.tables.lock().unwrap(), desired);
+    drive(&mut e, &w, t0 + Duration::from_secs(30), vec![]);
+    assert_eq!(*w.tables.lock().unwrap(), desired);
+    assert_eq!(e.status().snapshot().repairs, 7);
 }

@@ -2,25 +2,38 @@
 //! the netns tests (the real daemon is `kube-nlproxy`; this is a test tool).
 //!
 //! Usage: engine-runner MANIFEST [--no-cleanup] [--min-sync-ms N] [--sync-ms N]
-//!                      [--reject-commits N]
+//!                      [--reject-commits N] [--pause-before-cleanup-ms N]
+//!                      [--corrupt-service NAME --corrupt-while PATH]
 //!
 //! MANIFEST is a fixture (multi-document YAML: one `kind: NlproxyConfig` document, a Node,
 //! Services, EndpointSlices). It is re-read when its mtime or size changes (polled every
 //! 100 ms); objects that appeared or changed are sent as applied, vanished ones as deleted.
 //! Runs in the calling process's network namespace (start it with `ip netns exec`).
-//! Prints one line per sync on stdout: `synced full=.. ops=.. targets=.. deleted=..`,
-//! `failed: ..`, `repaired`.
+//! Prints one line per sync on stdout: `synced full=.. ops=.. targets=.. deleted=..
+//! pending=..` (then `error: ..` for each error of the report), `failed: ..`, `repaired`,
+//! `foreign pid=.. process=..` (another program's transaction on our tables), and one
+//! per cleanup slice between syncs:
+//! `cleaned targets=.. done=.. deleted=.. pending=..`.
 //!
-//! `--reject-commits N`: after the first successful commit, the next N batches get one
+//! `--reject-commits N`: after the first successful commit, the next N rule batches get one
 //! extra operation the kernel refuses (deleting a chain that does not exist), so the
 //! kernel rejects each of them as a whole (a test-only fault injection).
+//!
+//! `--corrupt-service NAME --corrupt-while PATH`: while the file PATH exists, every rule
+//! added to a chain of service NAME (chain names contain `/NAME/`) gets a comparison
+//! with no data in front, which the kernel refuses (EINVAL); in commits and in checks
+//! alike (a test-only fault injection: one service port's rules are refused).
+//!
+//! `--pause-before-cleanup-ms N`: the first conntrack cleanup call prints
+//! `cleanup-pause` and waits N ms first (after the batch that made the targets was
+//! committed), so a test can kill the engine between the commit and the cleanup.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::mpsc::{channel, Sender};
 use std::time::{Duration, SystemTime};
 
-use nft_model::{Family, Op, Table, TableRef};
+use nft_model::{CmpOp, Expr, Family, Op, Reg, Table, TableRef};
 use sync_engine::k8s_openapi::api::core::v1::{Node, Service};
 use sync_engine::k8s_openapi::api::discovery::v1::EndpointSlice;
 use sync_engine::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,19 +46,23 @@ impl Observer for Print {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(
             o,
-            "synced full={} ops={} targets={} deleted={} errors={} compile_ms={} commit_ms={} conntrack_ms={}",
+            "synced full={} ops={} targets={} deleted={} pending={} errors={} compile_ms={} commit_ms={} conntrack_ms={}",
             r.full,
             r.ops,
             r.conntrack_targets,
             r.conntrack_deleted,
+            r.conntrack_pending,
             r.errors.len(),
             r.compile.as_millis(),
             r.commit.as_millis(),
             r.conntrack.as_millis()
         );
+        for e in &r.errors {
+            let _ = writeln!(o, "error: {e}");
+        }
         let _ = o.flush();
     }
-    fn failed(&self, e: &EngineError) {
+    fn failed(&self, e: &(dyn std::error::Error + 'static)) {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(o, "failed: {e}");
         let _ = o.flush();
@@ -55,6 +72,59 @@ impl Observer for Print {
         let _ = writeln!(o, "repaired");
         let _ = o.flush();
     }
+    fn foreign_write(&self, w: &ForeignWriter) {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(
+            o,
+            "foreign pid={} process={}",
+            w.pid.unwrap_or(0),
+            w.process.as_deref().unwrap_or("")
+        );
+        let _ = o.flush();
+    }
+    fn cleaned(&self, r: &CleanupReport) {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(
+            o,
+            "cleaned targets={} done={} deleted={} pending={}",
+            r.targets, r.done, r.deleted, r.pending
+        );
+        let _ = o.flush();
+    }
+}
+
+/// Pauses before the first cleanup call: see the module docs.
+struct Pausing {
+    inner: ct_netlink::Conntrack,
+    pause: Option<Duration>,
+}
+
+impl ConntrackKernel for Pausing {
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError> {
+        if let Some(d) = self.pause.take() {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "cleanup-pause");
+            let _ = o.flush();
+            drop(o);
+            std::thread::sleep(d);
+        }
+        ConntrackKernel::delete(&mut self.inner, filters)
+    }
+}
+
+/// Whether a batch only records or forgets conntrack cleanup targets (the engine's own
+/// bookkeeping sets, `cleanup-*`): rejections are injected into rule batches only.
+fn bookkeeping(ops: &[Op]) -> bool {
+    ops.iter().all(|op| match op {
+        Op::AddElements { set, .. }
+        | Op::DeleteElements { set, .. }
+        | Op::DeleteSet { set, .. } => set.starts_with("cleanup-"),
+        Op::AddSet { set, .. } => set.name.starts_with("cleanup-"),
+        _ => false,
+    })
 }
 
 /// Injects kernel rejections: see the module docs.
@@ -62,14 +132,51 @@ struct Rejecting {
     inner: nft_netlink::Nft,
     remaining: u32,
     committed_once: bool,
+    /// (service name, marker file): see `--corrupt-service`.
+    corrupt: Option<(String, String)>,
+}
+
+impl Rejecting {
+    fn corrupted(&self, ops: &[Op]) -> Option<Vec<Op>> {
+        let (name, marker) = self.corrupt.as_ref()?;
+        if !std::path::Path::new(marker).exists() {
+            return None;
+        }
+        let needle = format!("/{name}/");
+        let mut out = ops.to_vec();
+        for op in &mut out {
+            if let Op::AddRule { chain, rule, .. } = op {
+                if chain.contains(&needle) {
+                    rule.exprs.insert(
+                        0,
+                        Expr::Cmp {
+                            sreg: Reg::R1,
+                            op: CmpOp::Eq,
+                            data: Vec::new(),
+                        },
+                    );
+                }
+            }
+        }
+        Some(out)
+    }
 }
 
 impl NftKernel for Rejecting {
     fn generation(&mut self) -> Result<u32, EngineError> {
         NftKernel::generation(&mut self.inner)
     }
+    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
+        match self.corrupted(ops) {
+            Some(bad) => NftKernel::check(&mut self.inner, &bad, genid),
+            None => NftKernel::check(&mut self.inner, ops, genid),
+        }
+    }
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
-        if self.committed_once && self.remaining > 0 && !ops.is_empty() {
+        if let Some(bad) = self.corrupted(ops) {
+            return NftKernel::commit(&mut self.inner, &bad, genid);
+        }
+        if self.committed_once && self.remaining > 0 && !ops.is_empty() && !bookkeeping(ops) {
             self.remaining -= 1;
             let mut bad = ops.to_vec();
             bad.push(Op::DeleteChain {
@@ -177,6 +284,8 @@ fn main() {
     let mut path = None;
     let mut cfg = EngineConfig::default();
     let mut reject = 0u32;
+    let mut pause = None;
+    let (mut corrupt_service, mut corrupt_while) = (None, None);
     let mut it = args.iter();
     let num = |v: Option<&String>| -> u64 {
         v.and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -190,6 +299,9 @@ fn main() {
             "--min-sync-ms" => cfg.min_sync_period = Duration::from_millis(num(it.next())),
             "--sync-ms" => cfg.sync_period = Duration::from_millis(num(it.next())),
             "--reject-commits" => reject = num(it.next()) as u32,
+            "--pause-before-cleanup-ms" => pause = Some(Duration::from_millis(num(it.next()))),
+            "--corrupt-service" => corrupt_service = it.next().cloned(),
+            "--corrupt-while" => corrupt_while = it.next().cloned(),
             p if path.is_none() && !p.starts_with('-') => path = Some(p.to_string()),
             other => {
                 eprintln!("engine-runner: unknown argument {other}");
@@ -198,7 +310,7 @@ fn main() {
         }
     }
     let Some(path) = path else {
-        eprintln!("usage: engine-runner MANIFEST [--no-cleanup] [--min-sync-ms N] [--sync-ms N] [--reject-commits N]");
+        eprintln!("usage: engine-runner MANIFEST [--no-cleanup] [--min-sync-ms N] [--sync-ms N] [--reject-commits N] [--pause-before-cleanup-ms N] [--corrupt-service NAME --corrupt-while PATH]");
         std::process::exit(2);
     };
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
@@ -214,15 +326,20 @@ fn main() {
     cfg.retry_initial = Duration::from_millis(200);
     cfg.retry_max = Duration::from_secs(2);
     let nft = nft_netlink::Nft::open().expect("open nftables socket");
-    let ct = ct_netlink::Conntrack::open(ct_netlink::Config::default()).expect("open ctnetlink");
-    let mut engine = Engine::new(
+    let mut engine = Engine::with_conntrack_opener(
         cfg,
         Rejecting {
             inner: nft,
             remaining: reject,
             committed_once: false,
+            corrupt: corrupt_service.zip(corrupt_while),
         },
-        ct,
+        Box::new(move || {
+            Ok(Pausing {
+                inner: ct_netlink::Conntrack::open(ct_netlink::Config::default())?,
+                pause,
+            })
+        }),
         SystemClock,
     );
     engine.set_observer(Box::new(Print));

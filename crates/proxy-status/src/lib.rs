@@ -1,0 +1,175 @@
+//! The proxy's status, as the sync engine writes it and the operator servers (`/healthz`,
+//! `/livez`, metrics, health-check node ports) read it, and the engine's metrics hooks
+//! ([`Observer`]). A small crate of plain data so that the servers depend neither on the
+//! engine nor on the netlink stack.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use kube_model::ServiceKey;
+
+/// What one successful sync did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncReport {
+    pub full: bool,
+    pub services: usize,
+    pub endpoints: usize,
+    pub ops: usize,
+    pub bytes: usize,
+    pub compile: Duration,
+    pub commit: Duration,
+    pub conntrack: Duration,
+    pub conntrack_deleted: u64,
+    /// Cleanup targets this sync worked on (cleaned, or dropped with the cleanup off).
+    pub conntrack_targets: usize,
+    /// Cleanup targets still pending after this sync (retried later).
+    pub conntrack_pending: usize,
+    /// Invalid objects (skipped or partly skipped).
+    pub errors: Vec<String>,
+}
+
+/// What one conntrack cleanup slice between syncs did (the slice run by a sync is in
+/// its [`SyncReport`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CleanupReport {
+    /// Targets worked on.
+    pub targets: usize,
+    /// Targets finished (deleted or already gone).
+    pub done: usize,
+    /// Conntrack entries deleted (as far as the kernel says).
+    pub deleted: u64,
+    pub took: Duration,
+    /// Targets still pending.
+    pub pending: usize,
+}
+
+/// Metrics hooks of the engine (default: no-op).
+pub trait Observer: Send {
+    fn synced(&self, _r: &SyncReport) {}
+    /// A conntrack cleanup slice ran between syncs.
+    fn cleaned(&self, _r: &CleanupReport) {}
+    /// A sync failed (it is retried with a backoff).
+    fn failed(&self, _e: &(dyn std::error::Error + 'static)) {}
+    fn repaired(&self) {}
+    /// Another program changed our tables (one transaction).
+    fn foreign_write(&self, _w: &ForeignWriter) {}
+}
+
+/// A program that changed our tables, as the kernel names it (`NFT_MSG_NEWGEN`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ForeignWriter {
+    pub pid: Option<u32>,
+    /// The process name (`comm`, at most 15 characters).
+    pub process: Option<String>,
+}
+
+/// What the /healthz endpoint needs of this node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeHealth {
+    pub name: String,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The node carries the `ToBeDeletedByClusterAutoscaler` taint.
+    pub to_be_deleted_taint: bool,
+}
+
+impl NodeHealth {
+    /// Whether the node may receive load-balancer traffic (`nodeEligible`).
+    pub fn eligible(&self) -> bool {
+        !self.deleting && !self.to_be_deleted_taint
+    }
+}
+
+/// Local endpoints of one service with a healthCheckNodePort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheck {
+    pub node_port: u16,
+    pub local_endpoints: usize,
+}
+
+/// A service port left out of the rules because the kernel refused them (retried with a
+/// backoff, and at once when its Service changes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedPort {
+    /// `namespace/name`.
+    pub service: String,
+    pub port: String,
+    /// The kernel's answer, with the refused operation.
+    pub error: String,
+    pub since: Instant,
+    pub retry_at: Instant,
+}
+
+/// A snapshot of the engine's status.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    /// Monotonic time of the last successful sync.
+    pub last_sync: Option<Instant>,
+    /// Wall-clock time of the last successful sync.
+    pub last_sync_wall: Option<SystemTime>,
+    /// The oldest change queued but not yet applied (None: nothing pending).
+    pub queued_since: Option<Instant>,
+    /// Wall-clock time of `queued_since`.
+    pub queued_since_wall: Option<SystemTime>,
+    pub sync_period: Duration,
+    pub last_report: Option<SyncReport>,
+    /// Failed syncs since start, and in a row.
+    pub failures: u64,
+    pub consecutive_failures: u32,
+    /// Conntrack delete calls that failed (or left a target failed) since start.
+    pub conntrack_failures: u64,
+    /// Conntrack cleanup targets not finished yet (retried with a backoff; persisted in
+    /// our tables so that a restart resumes them).
+    pub cleanup_pending: usize,
+    /// When the oldest of them became a target (for a resumed one: when this process
+    /// found it).
+    pub cleanup_oldest_pending: Option<Instant>,
+    /// Why the conntrack cleanup is unavailable (None: available). Rules are programmed
+    /// regardless; targets wait, and ctnetlink is probed again periodically.
+    pub cleanup_unavailable: Option<String>,
+    /// Service ports skipped because the kernel refused their rules.
+    pub skipped_service_ports: Vec<SkippedPort>,
+    /// Repairs of our tables after another program changed them.
+    pub repairs: u64,
+    /// Transactions of other programs that changed our tables, and the last writer.
+    pub foreign_writes: u64,
+    pub last_foreign_writer: Option<ForeignWriter>,
+    /// How long the pending repair waits (backoff while our tables are fought over).
+    pub repair_delay: Duration,
+    pub node: Option<NodeHealth>,
+    /// Services with a healthCheckNodePort, and their endpoints on this node.
+    pub health_checks: BTreeMap<ServiceKey, HealthCheck>,
+    /// Services with a Local internal / external traffic policy that have ready
+    /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
+    pub no_local_internal: usize,
+    pub no_local_external: usize,
+}
+
+impl Status {
+    /// Upstream's rule: unhealthy when a change has been queued for more than
+    /// 2 x syncPeriod without being applied.
+    pub fn healthy(&self, now: Instant) -> bool {
+        match self.queued_since {
+            None => true,
+            Some(q) => now.saturating_duration_since(q) <= self.sync_period * 2,
+        }
+    }
+}
+
+/// A clonable handle on the engine's status, for the health and metrics servers.
+#[derive(Debug, Clone, Default)]
+pub struct StatusHandle(Arc<Mutex<Status>>);
+
+impl StatusHandle {
+    pub fn snapshot(&self) -> Status {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn healthy(&self, now: Instant) -> bool {
+        self.snapshot().healthy(now)
+    }
+    /// Change the status in place (the engine is the only writer).
+    pub fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}

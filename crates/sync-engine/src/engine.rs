@@ -1,0 +1,456 @@
+//! The engine: events in (model changes), syncs out. Owns the cluster model, the last
+//! committed ruleset, the pending conntrack targets and the schedule. Single-threaded:
+//! one sync at a time by construction.
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+use kube_model::{Cluster, ServiceKey};
+use nft_model::Table;
+
+use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
+use crate::commit::{Followup, Synced};
+use crate::isolate::Skip;
+use crate::kernel::{Clock, ConntrackKernel, NftKernel};
+use crate::schedule::{Periods, Schedule};
+use crate::targets::{EndpointSnapshot, Target};
+use crate::SyncReport;
+use crate::{
+    status, EngineConfig, EngineError, Event, ForeignWriter, NodeHealth, Observer, StatusHandle,
+};
+use ruleset::names::PortId;
+
+struct NoObserver;
+impl Observer for NoObserver {}
+
+/// A kind of work of the loop (see [`Engine::next_work`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// A rule sync.
+    Sync,
+    /// A conntrack cleanup slice between syncs.
+    Cleanup,
+    /// Opening ctnetlink again (it was unavailable).
+    Reprobe,
+}
+
+/// The sync engine (see the crate docs and docs/sync.md).
+pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
+    pub(crate) cfg: EngineConfig,
+    pub(crate) nft: N,
+    pub(crate) ct: CtSlot<C>,
+    pub(crate) clock: K,
+    pub(crate) status: StatusHandle,
+    pub(crate) observer: Box<dyn Observer>,
+
+    pub(crate) cluster: Cluster,
+    /// Latest problem per object (from conversion), for the reports.
+    pub(crate) model_errors: BTreeMap<String, Vec<String>>,
+    pub(crate) schedule: Schedule,
+
+    /// The ruleset as of our last successful commit (None: unknown).
+    pub(crate) committed: Option<Vec<Table>>,
+    /// The generation our last commit produced (None: unknown).
+    pub(crate) committed_gen: Option<u32>,
+    /// Serving endpoints of the UDP service ports as of the last successful sync.
+    pub(crate) applied_eps: Option<EndpointSnapshot>,
+    /// Conntrack targets not yet cleared (kept across failed commits and failed
+    /// cleanups; recorded in our tables).
+    pub(crate) pending: Pending,
+    /// Generations produced by our commits, not yet handed to the watcher.
+    pub(crate) our_gens: Vec<u32>,
+    /// Service ports left out because the kernel refused their rules.
+    pub(crate) skipped: BTreeMap<PortId, Skip>,
+}
+
+impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+    pub fn new(cfg: EngineConfig, nft: N, ct: C, clock: K) -> Engine<N, C, K> {
+        Engine::with_slot(cfg, nft, CtSlot::ready(ct), clock)
+    }
+
+    /// An engine whose conntrack socket is opened by `open`: if that fails (no
+    /// ctnetlink, or the probe fails), rules are still programmed, the cleanup is
+    /// reported unavailable, targets wait (recorded in our tables), and `open` is tried
+    /// again every `conntrack_reprobe`.
+    pub fn with_conntrack_opener(
+        cfg: EngineConfig,
+        nft: N,
+        open: ConntrackOpener<C>,
+        clock: K,
+    ) -> Engine<N, C, K> {
+        let slot = CtSlot {
+            kernel: None,
+            opener: Some(open),
+            unavailable: None,
+        };
+        let mut e = Engine::with_slot(cfg, nft, slot, clock);
+        e.reprobe_conntrack();
+        e
+    }
+
+    fn with_slot(cfg: EngineConfig, nft: N, ct: CtSlot<C>, clock: K) -> Engine<N, C, K> {
+        let status = StatusHandle::default();
+        status.update(|s| s.sync_period = cfg.sync_period);
+        let schedule = Schedule::new(Periods {
+            min_sync: cfg.min_sync_period,
+            sync: cfg.sync_period,
+            retry_initial: cfg.retry_initial,
+            retry_max: cfg.retry_max,
+            repair_initial: cfg.repair_initial,
+            repair_max: cfg.repair_max,
+            repair_quiet: cfg.repair_quiet,
+        });
+        Engine {
+            cfg,
+            nft,
+            ct,
+            clock,
+            status,
+            observer: Box::new(NoObserver),
+            cluster: Cluster::new(),
+            model_errors: BTreeMap::new(),
+            schedule,
+            committed: None,
+            committed_gen: None,
+            applied_eps: None,
+            pending: Pending::default(),
+            our_gens: Vec::new(),
+            skipped: BTreeMap::new(),
+        }
+    }
+
+    pub fn set_observer(&mut self, o: Box<dyn Observer>) {
+        self.observer = o;
+    }
+
+    pub fn status(&self) -> StatusHandle {
+        self.status.clone()
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The cluster model as the engine sees it.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The ruleset as of the last successful commit.
+    pub fn committed(&self) -> Option<&[Table]> {
+        self.committed.as_deref()
+    }
+
+    /// Conntrack targets not finished yet.
+    pub fn pending_targets(&self) -> Vec<Target> {
+        self.pending.targets().copied().collect()
+    }
+
+    /// The pending conntrack targets with their attempts and backoff.
+    pub fn pending(&self) -> &Pending {
+        &self.pending
+    }
+
+    /// Whether the conntrack cleanup can run (ctnetlink open).
+    pub fn conntrack_available(&self) -> bool {
+        self.ct.kernel.is_some()
+    }
+
+    /// Whether a change is queued and not yet applied.
+    pub fn is_dirty(&self) -> bool {
+        self.schedule.dirty()
+    }
+
+    /// The loop's schedule (state and due times).
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The clock the engine runs on.
+    pub fn clock(&self) -> &K {
+        &self.clock
+    }
+
+    /// Ask for a full sync at once (an explicit resync).
+    pub fn request_repair(&mut self) {
+        self.schedule.repair_requested();
+    }
+
+    /// Other programs changed our tables (`touches`, from the nftables watcher), or
+    /// notifications were lost (`overflow`): repair with a full sync, at once after a
+    /// quiet time, with a growing delay while the tables are fought over. Each writer is
+    /// counted (status, observer) and logged (WARN when a repair is scheduled).
+    pub fn foreign_change(&mut self, touches: &[crate::watch::Touch], overflow: bool) {
+        if touches.is_empty() && !overflow {
+            return;
+        }
+        let now = self.clock.now();
+        let was_repairing = self.schedule.state() == crate::schedule::State::Repair;
+        let delay = self.schedule.foreign_change(now);
+        let writers: Vec<ForeignWriter> = touches
+            .iter()
+            .map(|t| ForeignWriter {
+                pid: t.pid,
+                process: t.proc_name.clone(),
+            })
+            .collect();
+        for w in &writers {
+            self.observer.foreign_write(w);
+        }
+        let last = writers.last().cloned();
+        self.status.update(|s| {
+            s.foreign_writes += writers.len() as u64;
+            if last.is_some() {
+                s.last_foreign_writer = last.clone();
+            }
+            s.repair_delay = delay;
+        });
+        let (pid, process) = last.map_or((0, String::new()), |w| {
+            (w.pid.unwrap_or(0), w.process.unwrap_or_default())
+        });
+        if !was_repairing {
+            tracing::warn!(
+                pid,
+                process = %process,
+                transactions = touches.len(),
+                notifications_lost = overflow,
+                repair_in_ms = delay.as_millis() as u64,
+                streak = self.schedule.repair_streak(),
+                "another program changed our nftables tables; repairing"
+            );
+        } else {
+            tracing::debug!(pid, process = %process, transactions = touches.len(),
+                "another program changed our nftables tables again; repair already scheduled");
+        }
+    }
+
+    /// Generations produced by our own commits since the last call (for the watcher).
+    pub fn take_our_generations(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.our_gens)
+    }
+
+    fn queue(&mut self) {
+        let now = self.clock.now();
+        if self.schedule.changed(now) {
+            let wall = SystemTime::now();
+            self.status.update(|s| {
+                s.queued_since = Some(now);
+                s.queued_since_wall = Some(wall);
+            });
+        }
+    }
+
+    fn note_errors(&mut self, object: String, mut warnings: Vec<String>, err: Option<String>) {
+        warnings.extend(err);
+        if warnings.is_empty() {
+            self.model_errors.remove(&object);
+        } else {
+            for w in &warnings {
+                tracing::warn!(%object, error = %w, "invalid object");
+            }
+            self.model_errors.insert(object, warnings);
+        }
+    }
+
+    /// Take one input. Changes that leave the model as it was are dropped.
+    pub fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::ServiceApplied(svc) => {
+                let key = ns_key(&svc.metadata);
+                let before = self.cluster.services.get(&key).cloned();
+                let mut warnings = Vec::new();
+                let r = self.cluster.upsert_service(&svc, &mut warnings);
+                self.note_errors(
+                    format!("service {key}"),
+                    warnings.iter().map(ToString::to_string).collect(),
+                    r.err().map(|e| e.to_string()),
+                );
+                if self.cluster.services.get(&key) != before.as_ref() {
+                    self.service_changed(&key, false);
+                    self.queue();
+                }
+            }
+            Event::ServiceDeleted(svc) => {
+                let key = ns_key(&svc.metadata);
+                self.model_errors.remove(&format!("service {key}"));
+                if self.cluster.remove_service(&key).is_some() {
+                    self.service_changed(&key, true);
+                    self.queue();
+                }
+            }
+            Event::SliceApplied(slice) => {
+                let key = ns_key(&slice.metadata);
+                let before = self.cluster.slices.get(&key).cloned();
+                let mut warnings = Vec::new();
+                let r = self.cluster.upsert_slice(&slice, &mut warnings);
+                self.note_errors(
+                    format!("endpointslice {key}"),
+                    warnings.iter().map(ToString::to_string).collect(),
+                    r.err().map(|e| e.to_string()),
+                );
+                if self.cluster.slices.get(&key) != before.as_ref() {
+                    self.queue();
+                }
+            }
+            Event::SliceDeleted(slice) => {
+                let key = ns_key(&slice.metadata);
+                self.model_errors.remove(&format!("endpointslice {key}"));
+                if self.cluster.remove_slice(&key).is_some() {
+                    self.queue();
+                }
+            }
+            Event::NodeApplied(node) => self.node_applied(&node),
+            Event::ServicesListed => self.schedule.services_listed(),
+            Event::SlicesListed => self.schedule.slices_listed(),
+            Event::Resync => self.request_repair(),
+            Event::Shutdown => {}
+        }
+    }
+
+    fn node_applied(&mut self, node: &Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let ours = &self.cfg.ruleset.node_name;
+        if !ours.is_empty() && &name != ours {
+            tracing::debug!(node = %name, "ignoring another node");
+            return;
+        }
+        let health = NodeHealth {
+            name: name.clone(),
+            deleting: node.metadata.deletion_timestamp.is_some(),
+            to_be_deleted_taint: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler")),
+        };
+        self.status.update(|s| s.node = Some(health));
+        let before = self.cluster.node.clone();
+        let mut warnings = Vec::new();
+        let r = self.cluster.set_node(node, &mut warnings);
+        self.note_errors(
+            format!("node {name}"),
+            warnings.iter().map(ToString::to_string).collect(),
+            r.err().map(|e| e.to_string()),
+        );
+        if self.cluster.node != before {
+            self.queue();
+        }
+    }
+
+    /// Whether both sources delivered their initial list.
+    pub fn listed(&self) -> bool {
+        self.schedule.listed()
+    }
+
+    /// When the next sync is due (None: not before the initial lists). See
+    /// [`crate::schedule`].
+    pub fn next_sync_at(&self) -> Option<Instant> {
+        self.schedule.due(self.clock.now())
+    }
+
+    /// The next work of the loop and when it is due. Of the work due now, a rule sync
+    /// goes first, then a cleanup slice, then re-opening ctnetlink; otherwise the
+    /// earliest. None: nothing is due until an event arrives.
+    pub fn next_work(&self) -> Option<(Instant, Work)> {
+        let now = self.clock.now();
+        [
+            self.next_sync_at().map(|t| (t, Work::Sync)),
+            self.cleanup_due().map(|t| (t, Work::Cleanup)),
+            self.reprobe_due().map(|t| (t, Work::Reprobe)),
+        ]
+        .into_iter()
+        .flatten()
+        .min_by_key(|(t, w)| ((*t).max(now), *w as u8))
+    }
+
+    /// Do the work due now, if any (one sync, one cleanup slice or one re-probe), and
+    /// say which. Sync failures are counted and retried with a backoff.
+    pub fn step(&mut self) -> Option<Work> {
+        let (at, work) = self.next_work()?;
+        if at > self.clock.now() {
+            return None;
+        }
+        match work {
+            Work::Sync => {
+                let _ = self.sync();
+            }
+            Work::Cleanup => {
+                self.cleanup_turn();
+            }
+            Work::Reprobe => self.reprobe_conntrack(),
+        }
+        Some(work)
+    }
+
+    /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the
+    /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
+    /// makes the next sync a full one.
+    pub fn sync(&mut self) -> Result<SyncReport, EngineError> {
+        if !self.listed() {
+            return Err(EngineError::NotListed);
+        }
+        let now = self.clock.now();
+        self.schedule.attempt(now);
+        let full = self.committed.is_none() || self.schedule.full_due(now);
+        match self.try_sync(full) {
+            Ok(Synced {
+                report,
+                repaired,
+                followup,
+            }) => {
+                self.schedule.succeeded(now, report.full);
+                match followup {
+                    Followup::None => {}
+                    Followup::Repair => {
+                        self.schedule.foreign_change(now);
+                    }
+                    Followup::Verify => self.schedule.verify_requested(),
+                }
+                let node = &self.cfg.ruleset.node_name;
+                let checks = status::health_checks(&self.cluster, node);
+                let (no_local_internal, no_local_external) =
+                    status::no_local_endpoints(&self.cluster, node);
+                let wall = SystemTime::now();
+                let r = report.clone();
+                self.status.update(|s| {
+                    s.last_sync = Some(now);
+                    s.last_sync_wall = Some(wall);
+                    s.queued_since = None;
+                    s.queued_since_wall = None;
+                    s.consecutive_failures = 0;
+                    s.last_report = Some(r);
+                    s.health_checks = checks;
+                    s.no_local_internal = no_local_internal;
+                    s.no_local_external = no_local_external;
+                    if repaired {
+                        s.repairs += 1;
+                    }
+                });
+                if repaired {
+                    self.observer.repaired();
+                }
+                self.observer.synced(&report);
+                Ok(report)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "sync failed; will retry with a full sync");
+                self.schedule.failed();
+                let n = self.schedule.consecutive_failures();
+                self.status.update(|s| {
+                    s.failures += 1;
+                    s.consecutive_failures = n;
+                });
+                self.observer.failed(&e);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
+    ServiceKey::new(
+        m.namespace.clone().unwrap_or_else(|| "default".into()),
+        m.name.clone().unwrap_or_default(),
+    )
+}

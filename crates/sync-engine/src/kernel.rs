@@ -1,0 +1,214 @@
+//! The engine's view of the kernel (nftables and conntrack) and of time: traits, so that
+//! the deterministic tests drive a fake kernel and a fake clock.
+
+use std::time::Instant;
+
+use nft_model::{Op, Table, TableRef};
+
+use crate::EngineError;
+
+/// What a successful commit did (the kernel-facing part of a sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommitStats {
+    pub ops: usize,
+    pub bytes: usize,
+}
+
+/// The nftables side of the kernel (fakeable in tests).
+pub trait NftKernel {
+    fn generation(&mut self) -> Result<u32, EngineError>;
+    fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError>;
+    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError>;
+    /// Have the kernel check `ops` as a commit would, and change nothing (used to find
+    /// the service ports whose rules the kernel refuses). Without it a refused batch
+    /// cannot be narrowed down and the sync is retried as a whole.
+    fn check(&mut self, _ops: &[Op], _genid: Option<u32>) -> Result<(), EngineError> {
+        Err(EngineError::Unsupported(
+            "checking a batch without committing it",
+        ))
+    }
+}
+
+impl NftKernel for nft_netlink::Nft {
+    fn generation(&mut self) -> Result<u32, EngineError> {
+        Ok(nft_netlink::Nft::generation(self)?)
+    }
+    fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
+        let r = nft_netlink::Nft::commit(self, ops, genid)?;
+        Ok(CommitStats {
+            ops: r.ops,
+            bytes: r.bytes,
+        })
+    }
+    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
+        Ok(nft_netlink::Nft::dump_table(self, t)?)
+    }
+    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
+        nft_netlink::Nft::check(self, ops, genid)?;
+        Ok(())
+    }
+}
+
+/// The outcome of cleaning one target (one filter of a [`ConntrackKernel::delete`] call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupOutcome {
+    /// Every matching entry was deleted (`entries`: how many, when the kernel says;
+    /// `Some(0)`: none matched). Done.
+    Deleted { entries: Option<u64> },
+    /// The entries found were gone by the time they were deleted (ENOENT). Done.
+    AlreadyGone,
+    /// The call's work cap was hit before this target was finished: entries may remain.
+    Capped,
+    /// A dump stayed interrupted: entries may remain.
+    Incomplete,
+    /// The kernel refused, or the call failed: nothing is known.
+    Failed,
+}
+
+impl CleanupOutcome {
+    /// Whether the target is finished (it leaves the pending set).
+    pub fn done(&self) -> bool {
+        matches!(
+            self,
+            CleanupOutcome::Deleted { .. } | CleanupOutcome::AlreadyGone
+        )
+    }
+}
+
+/// The conntrack side of the kernel (fakeable in tests).
+pub trait ConntrackKernel {
+    /// Delete the entries matching each filter. One outcome per filter, in order; an
+    /// `Err` means every filter failed. (Missing outcomes count as failed.)
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError>;
+}
+
+impl ConntrackKernel for ct_netlink::Conntrack {
+    fn delete(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<CleanupOutcome>, EngineError> {
+        let report = ct_netlink::Conntrack::delete(self, filters)?;
+        Ok(outcomes(filters, &report))
+    }
+}
+
+/// One outcome per filter from a [`ct_netlink::DeleteReport`]. The report says per filter
+/// what was deleted and what failed, but a work cap or an interrupted dump only for the
+/// call as a whole: then no filter has a proven complete result, and every filter that
+/// did not fail is `Capped` or `Incomplete`.
+pub fn outcomes(
+    filters: &[ct_netlink::Filter],
+    report: &ct_netlink::DeleteReport,
+) -> Vec<CleanupOutcome> {
+    filters
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            // Reports list the filters in order; look the filter up if they do not.
+            let line = report
+                .per_filter
+                .get(i)
+                .filter(|r| r.filter == *f)
+                .or_else(|| report.per_filter.iter().find(|r| r.filter == *f));
+            let Some(r) = line else {
+                return CleanupOutcome::Failed;
+            };
+            if r.failed > 0 {
+                CleanupOutcome::Failed
+            } else if report.incomplete {
+                CleanupOutcome::Incomplete
+            } else if report.capped {
+                CleanupOutcome::Capped
+            } else if r.deleted == Some(0) && r.already_gone > 0 {
+                CleanupOutcome::AlreadyGone
+            } else {
+                CleanupOutcome::Deleted { entries: r.deleted }
+            }
+        })
+        .collect()
+}
+
+/// A source of time (injectable for tests).
+pub trait Clock {
+    fn now(&self) -> Instant;
+}
+
+/// The system's monotonic clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ct_netlink::{DeleteReport, Filter, FilterReport, Strategy};
+
+    fn report(lines: &[(Filter, Option<u64>, u64, u64)]) -> DeleteReport {
+        DeleteReport {
+            strategy: Strategy::FilteredDump,
+            per_filter: lines
+                .iter()
+                .map(|&(filter, deleted, already_gone, failed)| FilterReport {
+                    filter,
+                    deleted,
+                    already_gone,
+                    failed,
+                })
+                .collect(),
+            deleted: 0,
+            exact: true,
+            capped: false,
+            incomplete: false,
+            dump_retries: 0,
+            scanned: 0,
+        }
+    }
+
+    #[test]
+    fn outcomes_per_filter_from_a_delete_report() {
+        let a = Filter::udp_orig_dst("198.18.0.1".parse().unwrap(), Some(53));
+        let b = Filter::udp_reply_src("198.18.0.2".parse().unwrap(), 5353);
+        let c = Filter::udp_nodeport(ct_netlink::Family::V4, 30053);
+        let d = Filter::udp_orig_dst("198.18.0.4".parse().unwrap(), Some(53));
+        let mut r = report(&[
+            (a, Some(3), 0, 0),
+            (b, Some(0), 2, 0),
+            (c, None, 0, 0),
+            (d, Some(1), 0, 1),
+        ]);
+        use CleanupOutcome::*;
+        assert_eq!(
+            outcomes(&[a, b, c, d], &r),
+            vec![
+                Deleted { entries: Some(3) },
+                AlreadyGone,
+                Deleted { entries: None },
+                Failed
+            ]
+        );
+        r.capped = true;
+        assert_eq!(
+            outcomes(&[a, b, c, d], &r),
+            vec![Capped, Capped, Capped, Failed],
+            "a capped call proves no filter complete"
+        );
+        r.incomplete = true;
+        assert_eq!(
+            outcomes(&[a, b, c, d], &r),
+            vec![Incomplete, Incomplete, Incomplete, Failed]
+        );
+        // A filter the report does not mention failed.
+        assert_eq!(
+            outcomes(&[c, a], &report(&[(a, Some(1), 0, 0)])),
+            vec![Failed, Deleted { entries: Some(1) }]
+        );
+    }
+}

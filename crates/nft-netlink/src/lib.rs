@@ -7,6 +7,7 @@
 //! reads one table back into the model, retrying when the ruleset changed meanwhile.
 
 pub mod migrate;
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

@@ -89,8 +89,8 @@ fn sample_batch() -> Vec<u8> {
 
 /// Run every decoder on one message's attributes.
 fn decode_all(kind: u16, family: u8, attrs: &[u8]) {
-    match decode_object(kind, family, attrs) {
-        Ok(Object::Elements { raw, .. }) => {
+    if let Ok(Object::Elements { raw, .. }) = decode_object(kind, family, attrs) {
+        {
             let set = Set::map(
                 "eps",
                 vec![DataType::HostInt32],
@@ -100,7 +100,6 @@ fn decode_all(kind: u16, family: u8, attrs: &[u8]) {
             let verdicts = Set::map("v", vec![DataType::Ipv4Addr], SetData::Verdict);
             let _ = decode_elements(&verdicts, &raw);
         }
-        Ok(_) | Err(_) => {}
     }
     let _ = scan_rule(family, attrs);
     let _ = decode_genid(attrs);

@@ -2,11 +2,13 @@
 //! interrupted or lossy), and deletes by tuple in batches with the ACK sentinel. All
 //! socket work goes through `nl-core`.
 
+use crate::delete::record_error;
 use crate::filter::Filter;
 use crate::wire::*;
 use crate::{read_error, Conntrack, DeleteReport, Error, FilterReport};
 use nl_core::{AckWait, Control, NlaWriter, OnLoss, ReadError, ReadOpts};
 use nl_core::{NLM_F_DUMP, NLM_F_DUMP_FILTERED, NLM_F_REQUEST};
+use std::collections::HashSet;
 
 /// How one dump went.
 #[derive(Debug, Default)]
@@ -113,7 +115,8 @@ impl Conntrack {
         Ok(st)
     }
 
-    /// [`Conntrack::dump`] with the configured retries, accounted in `rep`.
+    /// [`Conntrack::dump`] with the configured retries, counted in `rep` (callers mark
+    /// the filters of an incomplete dump).
     pub(crate) fn dump_retrying(
         &mut self,
         af: u8,
@@ -124,18 +127,19 @@ impl Conntrack {
     ) -> Result<DumpStats, Error> {
         let st = self.dump(af, filter, op, self.cfg.max_dump_retries, f)?;
         rep.dump_retries += st.retries;
-        rep.incomplete |= st.incomplete;
         Ok(st)
     }
 
     /// Delete entries by tuple, `delete_batch` requests per sendmsg, one ACK each.
-    /// Requests whose answer was lost are resent (3 rounds).
+    /// Requests whose answer was lost are resent (3 rounds); what stays unanswered is
+    /// `unacked` on its filter. A socket error is recorded on the filters of the
+    /// requests it left unanswered; the next batch is still tried.
     pub(crate) fn delete_targets(
         &mut self,
         targets: &[(Target, usize)],
         filters: &[Filter],
         rep: &mut DeleteReport,
-    ) -> Result<(), Error> {
+    ) {
         const OP: &str = "delete by tuple";
         let batch = self.cfg.delete_batch.max(1);
         let mut m = NlaWriter::with_capacity(batch * 96);
@@ -148,7 +152,7 @@ impl Conntrack {
                 }
                 if round == 3 {
                     for &i in &pending {
-                        rep.per_filter[chunk[i].1].failed += 1;
+                        rep.per_filter[chunk[i].1].unacked += 1;
                     }
                     tracing::warn!(
                         unacked = pending.len(),
@@ -161,17 +165,30 @@ impl Conntrack {
                 for (k, &i) in pending.iter().enumerate() {
                     chunk[i].0.put_delete(&mut m, base + k as u32);
                 }
-                let filter_name = || {
-                    filters
-                        .get(chunk[pending[0]].1)
-                        .map(|f| f.to_string())
-                        .unwrap_or_default()
-                };
-                self.sock.send(&m.buf).map_err(|source| Error::Send {
-                    op: OP,
-                    filter: filter_name(),
-                    source,
-                })?;
+                let filter_name =
+                    |i: usize| filters.get(i).map(|f| f.to_string()).unwrap_or_default();
+                let fail =
+                    |rep: &mut DeleteReport, pending: &[usize], e: &dyn Fn(String) -> Error| {
+                        let mut done: HashSet<usize> = HashSet::new();
+                        for &i in pending {
+                            let fi = chunk[i].1;
+                            if done.insert(fi) {
+                                record_error(&mut rep.per_filter[fi], &e(filter_name(fi)));
+                            }
+                        }
+                    };
+                if let Err(source) = self.sock.send(&m.buf) {
+                    let errno = source.raw_os_error();
+                    fail(rep, &pending, &|filter| Error::Send {
+                        op: OP,
+                        filter,
+                        source: errno.map_or_else(
+                            || std::io::Error::other(source.to_string()),
+                            std::io::Error::from_raw_os_error,
+                        ),
+                    });
+                    break;
+                }
                 let wait = AckWait {
                     base,
                     n: pending.len(),
@@ -181,20 +198,22 @@ impl Conntrack {
                     limit: self.cfg.recv_timeout,
                 };
                 let per_filter = &mut rep.per_filter;
-                let done = self
-                    .sock
-                    .collect_acks(wait, |k, errno| {
-                        let fi = chunk[pending[k]].1;
-                        count_ack(errno, &mut per_filter[fi], filters.get(fi));
-                    })
-                    .map_err(|e| match e {
-                        ReadError::Send(source) => Error::Send {
-                            op: "sentinel",
-                            filter: filter_name(),
-                            source,
-                        },
-                        e => read_error(OP, filter_name(), &self.cfg, e),
-                    })?;
+                let done = self.sock.collect_acks(wait, |k, errno| {
+                    let fi = chunk[pending[k]].1;
+                    count_ack(errno, &mut per_filter[fi], filters.get(fi));
+                });
+                let done = match done {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        fail(rep, &pending, &|filter| Error::Recv {
+                            op: OP,
+                            filter,
+                            source: std::io::Error::other(msg.clone()),
+                        });
+                        break;
+                    }
+                };
                 pending = pending
                     .iter()
                     .zip(&done.answered)
@@ -210,7 +229,6 @@ impl Conntrack {
                 }
             }
         }
-        Ok(())
     }
 }
 
@@ -225,8 +243,12 @@ pub(crate) fn count_ack(errno: Option<i32>, r: &mut FilterReport, f: Option<&Fil
         Some(e) if e == libc::ENOENT => r.already_gone += 1,
         Some(errno) => {
             r.failed += 1;
+            r.errno = Some(errno);
             tracing::warn!(filter = ?f.map(|f| f.to_string()), errno, "kernel refused a conntrack delete");
         }
-        None => r.failed += 1,
+        None => {
+            r.failed += 1;
+            r.errno = Some(libc::EPROTO);
+        }
     }
 }

@@ -270,4 +270,28 @@ impl Matcher {
         }
         None
     }
+
+    /// Call `f` with every filter matching `e` (`find` stops at the first).
+    pub(crate) fn for_each_match(&self, e: &EntryView<'_>, mut f: impl FnMut(usize)) {
+        let Some(proto) = e.orig.proto else {
+            return;
+        };
+        if let Some(dst) = e.orig.dst {
+            for &(p, i) in self.orig_dst.get(&(dst, proto)).into_iter().flatten() {
+                if p.is_none() || p == e.orig.dport {
+                    f(i);
+                }
+            }
+        }
+        if let Some(dp) = e.orig.dport {
+            if let Some(&i) = self.orig_dport.get(&(e.family, proto, dp)) {
+                f(i);
+            }
+        }
+        if let (Some(src), Some(rp), Some(sp)) = (e.reply.src, e.reply.proto, e.reply.sport) {
+            if let Some(&i) = self.reply_src.get(&(src, rp, sp)) {
+                f(i);
+            }
+        }
+    }
 }

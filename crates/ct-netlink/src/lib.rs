@@ -9,6 +9,11 @@
 //!     Filter::udp_nodeport(ct_netlink::Family::V4, 30053),        // a NodePort
 //! ])?;
 //! println!("{} entries deleted", report.deleted);
+//! for r in &report.per_filter {
+//!     if !r.is_done() {
+//!         println!("{}: {:?}, try again later", r.filter, r.outcome());
+//!     }
+//! }
 //! # Ok::<(), ct_netlink::Error>(())
 //! ```
 //!
@@ -20,6 +25,11 @@
 //! - [`Strategy::FullDump`]: one unfiltered dump per address family, matched in user
 //!   space against all filters at once, then deletion by tuple.
 //!
+//! Unless the configuration forces one, each call chooses per family between the
+//! probed per-filter kind (one kernel table walk per filter) and one full dump (one
+//! walk whatever the number of filters) with a measured cost model ([`plan`]). Every
+//! filter gets an [`Outcome`]; only a complete match makes it done.
+//!
 //! Safety rule: every delete request that carries CTA_FILTER also carries a partial
 //! tuple, so a kernel that does not know filtered flushes reads it as a (malformed)
 //! delete-by-tuple and refuses it, instead of flushing the whole table.
@@ -27,6 +37,7 @@
 mod delete;
 mod exec;
 mod filter;
+pub mod plan;
 mod probe;
 mod report;
 #[cfg(any(test, feature = "testing"))]
@@ -37,8 +48,9 @@ mod wire;
 mod tests;
 
 pub use filter::{Family, Filter};
+pub use plan::{CostModel, TableSize};
 pub use probe::PROBE_FILTER;
-pub use report::{DeleteReport, FilterReport};
+pub use report::{DeleteReport, FamilyPlan, FilterReport, Outcome};
 pub use wire::SyntheticFlow;
 
 use nl_core::{NlSocket, ReadError, SockConfig, NETLINK_NETFILTER};
@@ -157,6 +169,9 @@ pub struct Config {
     /// Socket receive and send buffer sizes (forced with SO_*BUFFORCE when permitted).
     pub rcvbuf: usize,
     pub sndbuf: usize,
+    /// The cost model that chooses, per call and family, between per-filter kernel
+    /// requests and one full dump (unless `strategy` forces one).
+    pub cost: CostModel,
 }
 
 impl Default for Config {
@@ -172,6 +187,7 @@ impl Default for Config {
             ipv6_addr_filter: None,
             rcvbuf: 8 << 20,
             sndbuf: 4 << 20,
+            cost: CostModel::default(),
         }
     }
 }

@@ -143,7 +143,7 @@ impl Conntrack {
         };
         if let Some(t) = target {
             let mut rep = DeleteReport::empty(self.probe.strategy, &[probe]);
-            self.delete_targets(&[(t, 0)], &[probe], &mut rep)?;
+            self.delete_targets(&[(t, 0)], &[probe], &mut rep);
         }
         Ok(found.is_some())
     }

@@ -131,7 +131,7 @@ impl Conntrack {
         filters: &[crate::Filter],
         between: &mut dyn FnMut(usize),
     ) -> Result<crate::DeleteReport, Error> {
-        self.delete_inner(strategy, filters, between)
+        self.delete_inner(crate::delete::Mode::Forced(strategy), filters, between)
     }
 
     /// Fault injection: `fault` runs after every following read of this socket (see

@@ -3,6 +3,7 @@
 
 use crate::filter::*;
 use crate::probe::kernel_release;
+use crate::report::FilterReport;
 use crate::wire::{self, *};
 use crate::*;
 use nl_core::{NlMsgIter as Msgs, NlaIter, NlaWriter, NLA_F_NESTED};
@@ -319,4 +320,52 @@ proptest::proptest! {
             }
         }
     }
+}
+
+#[test]
+fn outcome_precedence_failed_incomplete_capped_then_done() {
+    let f = Filter::udp_orig_dst(ip("198.18.0.1"), None);
+    let mut r = FilterReport::new(f, Strategy::FullDump);
+    assert_eq!(r.outcome(), Outcome::Deleted(Some(0)));
+    assert!(r.is_done());
+    r.already_gone = 2;
+    assert_eq!(r.outcome(), Outcome::AlreadyGone);
+    r.deleted = Some(1);
+    assert_eq!(r.outcome(), Outcome::Deleted(Some(1)));
+    r.capped = true;
+    assert_eq!(r.outcome(), Outcome::Capped);
+    assert!(!r.is_done());
+    r.unacked = 1;
+    assert_eq!(r.outcome(), Outcome::Incomplete);
+    r.unacked = 0;
+    r.incomplete = true;
+    assert_eq!(r.outcome(), Outcome::Incomplete);
+    r.errno = Some(libc::EPERM);
+    assert_eq!(r.outcome(), Outcome::Failed(libc::EPERM));
+    let flushed = FilterReport {
+        deleted: None,
+        ..FilterReport::new(f, Strategy::FilteredFlush)
+    };
+    assert_eq!(flushed.outcome(), Outcome::Deleted(None));
+    assert!(flushed.is_done());
+}
+
+#[test]
+fn the_matcher_finds_every_filter_an_entry_matches() {
+    let b = hex(CAPTURED_V4); // 198.18.1.2:40000 -> 198.18.3.10:53, reply from .3.10:53
+    let e = first_entry(&b).unwrap();
+    let filters = [
+        Filter::udp_orig_dst(ip("198.18.3.10"), Some(53)),
+        Filter::udp_orig_dst(ip("198.18.3.10"), None),
+        Filter::udp_nodeport(Family::V4, 53),
+        Filter::udp_reply_src(ip("198.18.3.10"), 53),
+        Filter::udp_orig_dst(ip("198.18.3.10"), Some(54)),
+        Filter::udp_nodeport(Family::V6, 53),
+    ];
+    let m = Matcher::new(&filters);
+    let mut all = Vec::new();
+    m.for_each_match(&e, |i| all.push(i));
+    all.sort();
+    assert_eq!(all, vec![0, 1, 2, 3]);
+    assert!(m.find(&e).is_some_and(|i| i < 4));
 }

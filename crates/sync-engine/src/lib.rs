@@ -132,7 +132,17 @@ pub trait ConntrackKernel {
 
 impl ConntrackKernel for ct_netlink::Conntrack {
     fn delete(&mut self, filters: &[ct_netlink::Filter]) -> Result<u64, EngineError> {
-        Ok(ct_netlink::Conntrack::delete(self, filters)?.deleted)
+        // Per-filter failures are outcomes now; a refused filter is still an error here
+        // (as before the outcomes existed) until the engine reads the outcomes.
+        let rep = ct_netlink::Conntrack::delete(self, filters)?;
+        if let Some(r) = rep.per_filter.iter().find(|r| r.errno.is_some()) {
+            return Err(EngineError::Conntrack(ct_netlink::Error::Kernel {
+                op: "delete",
+                filter: r.filter.to_string(),
+                errno: r.errno.unwrap_or(libc::EIO),
+            }));
+        }
+        Ok(rep.deleted)
     }
 }
 

@@ -639,3 +639,407 @@ fn delete_answered_enoent_counts_as_already_gone() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Per-filter outcomes, fault injection, and the one-walk-per-family choice, on
+// synthetic entries (IPCTNL_MSG_CT_NEW) in a namespace of their own.
+
+use ct_netlink::testing::SyntheticFlow;
+use ct_netlink::Outcome;
+
+/// A namespace with conntrack in use, for synthetic entries.
+fn synth_ns(role: &str) -> Netns {
+    let ns = Netns::new(role);
+    ns.ip(&["link", "set", "lo", "up"]);
+    ns.enable_conntrack();
+    ns
+}
+
+fn synth_open(ns: &Netns, cfg: Config) -> Conntrack {
+    ns.run(move || Conntrack::open(cfg))
+        .expect("open conntrack")
+}
+
+/// The k-th target address of a family.
+fn target(v6: bool, k: u16) -> IpAddr {
+    if v6 {
+        format!("2001:db8:4::{:x}", k + 1).parse().unwrap()
+    } else {
+        format!("198.18.4.{}", k + 1).parse().unwrap()
+    }
+}
+
+/// `n` UDP entries to each of `dsts` (port 53), from distinct source ports.
+fn flows_to(dsts: &[IpAddr], n: u16) -> Vec<SyntheticFlow> {
+    let mut v = Vec::new();
+    for (d, &dst) in dsts.iter().enumerate() {
+        let src: IpAddr = if dst.is_ipv6() {
+            "2001:db8:1::2".parse().unwrap()
+        } else {
+            "198.18.1.2".parse().unwrap()
+        };
+        for i in 0..n {
+            v.push(SyntheticFlow {
+                src,
+                dst,
+                proto: IPPROTO_UDP,
+                sport: 10_000 + (d as u16) * 64 + i,
+                dport: VIP_PORT,
+            });
+        }
+    }
+    v
+}
+
+fn fill(ct: &mut Conntrack, flows: &[SyntheticFlow]) {
+    let rep = ct.insert(flows, 600, 500).expect("insert");
+    assert_eq!((rep.failed(), rep.lost_batches), (0, 0), "{rep:?}");
+}
+
+/// Entries matching `f` left in the namespace (conntrack -L as the oracle).
+fn left(ns: &Netns, f: &Filter) -> usize {
+    let fam = match f {
+        Filter::OrigDst { addr, .. } | Filter::ReplySrc { addr, .. } if addr.is_ipv6() => "ipv6",
+        Filter::OrigDstPort {
+            family: Family::V6, ..
+        } => "ipv6",
+        _ => "ipv4",
+    };
+    oracle(ns, fam)
+        .iter()
+        .filter(|o| oracle_matches(f, o))
+        .count()
+}
+
+/// A filter is done exactly when nothing matching it is left.
+fn assert_done_iff_nothing_left(ns: &Netns, rep: &DeleteReport, what: &str) {
+    for r in &rep.per_filter {
+        let n = left(ns, &r.filter);
+        assert_eq!(
+            r.is_done(),
+            n == 0,
+            "{what}: {} is {:?} with {n} entries left",
+            r.filter,
+            r.outcome()
+        );
+    }
+}
+
+fn udp_to(dst: IpAddr) -> Filter {
+    Filter::udp_orig_dst(dst, Some(VIP_PORT))
+}
+
+#[test]
+fn each_filter_gets_its_outcome_deleted_already_gone_or_nothing() {
+    require_root!();
+    let ns = synth_ns("outcome");
+    for v6 in [false, true] {
+        for strategy in [Strategy::FilteredDump, Strategy::FullDump] {
+            let mut ct = synth_open(
+                &ns,
+                Config {
+                    strategy: Some(strategy),
+                    ..Config::default()
+                },
+            );
+            let (a, b, c) = (target(v6, 0), target(v6, 1), target(v6, 2));
+            fill(&mut ct, &flows_to(&[a, b], 3));
+            let filters = [udp_to(a), udp_to(b), udp_to(c)];
+            // All of a's entries vanish between collecting and deleting: ENOENT.
+            let ns2 = &ns;
+            let fam = if v6 { "ipv6" } else { "ipv4" };
+            let a_s = a.to_string();
+            let rep = ct
+                .delete_with_pause(strategy, &filters, &mut |_| {
+                    ns2.exec_ok("conntrack", &["-D", "-f", fam, "-d", &a_s]);
+                })
+                .unwrap();
+            assert_eq!(
+                rep.outcomes(),
+                vec![
+                    Outcome::AlreadyGone,
+                    Outcome::Deleted(Some(3)),
+                    Outcome::Deleted(Some(0))
+                ],
+                "{strategy} v6={v6}: {rep:?}"
+            );
+            assert!(rep.all_done());
+            assert_done_iff_nothing_left(&ns, &rep, "outcome");
+        }
+    }
+}
+
+#[test]
+fn capped_filters_are_not_done_and_finish_later() {
+    require_root!();
+    let ns = synth_ns("capped");
+    for strategy in [Strategy::FilteredDump, Strategy::FullDump] {
+        let mut ct = synth_open(
+            &ns,
+            Config {
+                strategy: Some(strategy),
+                max_deletes_per_call: 5,
+                ..Config::default()
+            },
+        );
+        let t: Vec<IpAddr> = (0..4).map(|k| target(false, k)).collect();
+        fill(&mut ct, &flows_to(&t, 3)); // 12 entries, cap 5 per call
+        let filters: Vec<Filter> = t.iter().map(|&a| udp_to(a)).collect();
+        let mut calls = 0;
+        loop {
+            calls += 1;
+            let rep = ct.delete(&filters).unwrap();
+            assert_done_iff_nothing_left(&ns, &rep, &format!("{strategy} call {calls}"));
+            assert_eq!(rep.capped, !rep.all_done(), "{rep:?}");
+            assert!(rep
+                .per_filter
+                .iter()
+                .all(|r| r.is_done() || r.outcome() == Outcome::Capped));
+            if rep.all_done() {
+                break;
+            }
+            assert!(calls < 5, "{strategy}: not done after {calls} calls");
+        }
+        assert_eq!(calls, 3, "{strategy}: 12 entries at 5 per call");
+    }
+}
+
+/// Sets NLM_F_DUMP_INTR on every message header of a datagram.
+fn set_dump_intr(buf: &mut [u8]) {
+    let mut off = 0;
+    while off + 16 <= buf.len() {
+        let len = u32::from_ne_bytes(buf[off..off + 4].try_into().unwrap()) as usize;
+        let flags = u16::from_ne_bytes([buf[off + 6], buf[off + 7]]) | 0x10;
+        buf[off + 6..off + 8].copy_from_slice(&flags.to_ne_bytes());
+        if len < 16 {
+            break;
+        }
+        off += (len + 3) & !3;
+    }
+}
+
+/// Whether a datagram holds an NLMSG_ERROR (an ACK or an error), i.e. answers to
+/// requests rather than dump data.
+fn has_ack(buf: &[u8]) -> bool {
+    buf.len() >= 6 && u16::from_ne_bytes([buf[4], buf[5]]) == 2
+}
+
+#[test]
+fn dumps_interrupted_for_good_make_their_filters_incomplete() {
+    require_root!();
+    let ns = synth_ns("intr");
+    for strategy in [Strategy::FilteredDump, Strategy::FullDump] {
+        let mut ct = synth_open(
+            &ns,
+            Config {
+                strategy: Some(strategy),
+                max_dump_retries: 2,
+                ..Config::default()
+            },
+        );
+        let a = target(false, 0);
+        fill(&mut ct, &flows_to(&[a], 3));
+        ct.inject_recv_fault(Some(Box::new(|_, buf: &mut Vec<u8>| {
+            if !has_ack(buf) {
+                set_dump_intr(buf);
+            }
+            None
+        })));
+        let rep = ct.delete(&[udp_to(a)]).unwrap();
+        assert_eq!(
+            rep.outcomes(),
+            vec![Outcome::Incomplete],
+            "{strategy}: {rep:?}"
+        );
+        assert!(rep.incomplete && rep.dump_retries == 2, "{rep:?}");
+        // Interrupted once only: the restart completes the filter.
+        fill(&mut ct, &flows_to(&[a], 3));
+        ct.inject_recv_fault(Some(Box::new(|n, buf: &mut Vec<u8>| {
+            if n == 1 {
+                set_dump_intr(buf);
+            }
+            None
+        })));
+        let rep = ct.delete(&[udp_to(a)]).unwrap();
+        assert_eq!(
+            rep.outcomes(),
+            vec![Outcome::Deleted(Some(3))],
+            "{strategy}: {rep:?}"
+        );
+        assert_eq!(rep.dump_retries, 1);
+        ct.inject_recv_fault(None);
+        assert_done_iff_nothing_left(&ns, &rep, "intr once");
+    }
+}
+
+#[test]
+fn lost_and_malformed_dump_replies_are_retried() {
+    require_root!();
+    let ns = synth_ns("enobufs");
+    for strategy in [Strategy::FilteredDump, Strategy::FullDump] {
+        for fault in ["enobufs", "truncated"] {
+            let mut ct = synth_open(
+                &ns,
+                Config {
+                    strategy: Some(strategy),
+                    ..Config::default()
+                },
+            );
+            let a = target(false, 0);
+            fill(&mut ct, &flows_to(&[a], 3));
+            let enobufs = fault == "enobufs";
+            ct.inject_recv_fault(Some(Box::new(move |n, buf: &mut Vec<u8>| {
+                if n != 1 {
+                    return None;
+                }
+                if enobufs {
+                    return Some(std::io::Error::from_raw_os_error(libc::ENOBUFS));
+                }
+                // Cut the first datagram inside its first message.
+                buf.truncate(20);
+                None
+            })));
+            let rep = ct.delete(&[udp_to(a)]).unwrap();
+            ct.inject_recv_fault(None);
+            assert_eq!(
+                rep.outcomes(),
+                vec![Outcome::Deleted(Some(3))],
+                "{strategy} {fault}: {rep:?}"
+            );
+            assert!(rep.dump_retries >= 1, "{strategy} {fault}: {rep:?}");
+            assert_done_iff_nothing_left(&ns, &rep, fault);
+        }
+    }
+}
+
+#[test]
+fn unacknowledged_deletes_leave_the_filter_incomplete() {
+    require_root!();
+    let ns = synth_ns("unacked");
+    let mut ct = synth_open(
+        &ns,
+        Config {
+            strategy: Some(Strategy::FilteredDump),
+            recv_timeout: Duration::from_millis(200),
+            ..Config::default()
+        },
+    );
+    let (a, b) = (target(false, 0), target(false, 1));
+    fill(&mut ct, &flows_to(&[a, b], 2));
+    // Every answer to a request is lost (as on a full receive buffer): the deletes are
+    // resent, then given up on.
+    ct.inject_recv_fault(Some(Box::new(|_, buf: &mut Vec<u8>| {
+        has_ack(buf).then(|| std::io::Error::from_raw_os_error(libc::ENOBUFS))
+    })));
+    let rep = ct.delete(&[udp_to(a), udp_to(b)]).unwrap();
+    ct.inject_recv_fault(None);
+    assert_eq!(
+        rep.outcomes(),
+        vec![Outcome::Incomplete, Outcome::Incomplete],
+        "{rep:?}"
+    );
+    assert_eq!(
+        (rep.per_filter[0].unacked, rep.per_filter[0].failed),
+        (2, 0),
+        "{rep:?}"
+    );
+    // The next call finds what is left (here: nothing; the kernel did delete) and is done.
+    let rep = ct.delete(&[udp_to(a), udp_to(b)]).unwrap();
+    assert!(rep.all_done(), "{rep:?}");
+    assert_done_iff_nothing_left(&ns, &rep, "after unacked");
+}
+
+#[test]
+fn a_refused_filter_fails_alone() {
+    require_root!();
+    let ns = synth_ns("refused");
+    let mut ct = synth_open(
+        &ns,
+        Config {
+            strategy: Some(Strategy::FilteredDump),
+            delete_batch: 1,
+            ..Config::default()
+        },
+    );
+    let (a, b) = (target(false, 0), target(false, 1));
+    fill(&mut ct, &flows_to(&[a, b], 2));
+    let bad = Filter::OrigDst {
+        addr: a,
+        port: None,
+        proto: 0,
+    };
+    // The kernel's first ACK to a delete is turned into EPERM (a malformed, hostile or
+    // refusing answer): that entry's filter fails, the other is done.
+    ct.inject_recv_fault(Some(Box::new(|_, buf: &mut Vec<u8>| {
+        if has_ack(buf) && buf.len() >= 20 && buf[16..20] == [0, 0, 0, 0] {
+            buf[16..20].copy_from_slice(&(-libc::EPERM).to_ne_bytes());
+        }
+        None
+    })));
+    let rep = ct.delete(&[bad, udp_to(a), udp_to(b)]).unwrap();
+    ct.inject_recv_fault(None);
+    // Every ACK was rewritten: both real filters fail with EPERM; the invalid one with
+    // EINVAL; nothing else happens to the call.
+    assert_eq!(
+        rep.outcomes(),
+        vec![
+            Outcome::Failed(libc::EINVAL),
+            Outcome::Failed(libc::EPERM),
+            Outcome::Failed(libc::EPERM)
+        ],
+        "{rep:?}"
+    );
+    assert!(!rep.all_done());
+    // Without the fault, the same call completes.
+    let rep = ct.delete(&[udp_to(a), udp_to(b)]).unwrap();
+    assert!(rep.all_done(), "{rep:?}");
+}
+
+#[test]
+fn many_filters_take_one_walk_per_family() {
+    require_root!();
+    let ns = synth_ns("onewalk");
+    let mut ct = synth_open(&ns, Config::default()); // probed, automatic choice
+    let v4: Vec<IpAddr> = (0..200).map(|k| target(false, k)).collect();
+    let v6: Vec<IpAddr> = (0..200).map(|k| target(true, k)).collect();
+    // Entries for half the targets of each family, and some that match nothing.
+    fill(&mut ct, &flows_to(&v4[..100], 2));
+    fill(&mut ct, &flows_to(&v6[..100], 2));
+    fill(
+        &mut ct,
+        &flows_to(
+            &[
+                "198.18.5.1".parse().unwrap(),
+                "2001:db8:5::1".parse().unwrap(),
+            ],
+            5,
+        ),
+    );
+    let filters: Vec<Filter> = v4.iter().chain(&v6).map(|&a| udp_to(a)).collect();
+    let rep = ct.delete(&filters).unwrap();
+    assert_eq!(rep.walks, 2, "{:?}", rep.plans);
+    assert!(rep.plans.iter().all(|p| p.strategy == Strategy::FullDump));
+    assert_eq!(rep.deleted, 400);
+    assert!(rep.all_done());
+    assert_done_iff_nothing_left(&ns, &rep, "one walk");
+    let bystanders = Filter::udp_orig_dst("198.18.5.1".parse().unwrap(), None);
+    assert_eq!(
+        left(&ns, &bystanders),
+        5,
+        "an entry no filter names was deleted"
+    );
+    // One filter: one per-filter request, never a full dump.
+    fill(&mut ct, &flows_to(&v4[..1], 2));
+    let rep = ct.delete(&filters[..1]).unwrap();
+    assert_eq!(rep.walks, 1);
+    assert_eq!(rep.plans[0].strategy, ct.probe().strategy);
+    assert_eq!(
+        rep.outcomes(),
+        vec![Outcome::Deleted(Some(2).filter(|_| rep.exact))]
+    );
+    // Forced per-filter requests make one walk per filter (what the choice avoids).
+    let rep = ct
+        .delete_with(Strategy::FilteredDump, &filters[..10])
+        .unwrap();
+    assert_eq!(rep.walks, 10);
+}

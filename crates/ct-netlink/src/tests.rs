@@ -1,9 +1,13 @@
 //! Unit tests on captured and crafted ctnetlink bytes: unknown and malformed attributes
 //! are skipped, never fatal, and nothing panics.
 
-use super::*;
-use crate::nl::{Msgs, NLA_F_NESTED};
-use std::net::Ipv6Addr;
+use crate::filter::*;
+use crate::probe::kernel_release;
+use crate::report::FilterReport;
+use crate::wire::{self, *};
+use crate::*;
+use nl_core::{NlMsgIter as Msgs, NlaIter, NlaWriter, NLA_F_NESTED};
+use std::net::{IpAddr, Ipv6Addr};
 
 /// Dump replies captured from Linux 6.18 (one UDP entry per family, created with
 /// IPCTNL_MSG_CT_NEW: 198.18.1.2:40000 -> 198.18.3.10:53 and the IPv6 twin).
@@ -19,7 +23,7 @@ fn hex(s: &str) -> Vec<u8> {
 
 fn first_entry(buf: &[u8]) -> Option<EntryView<'_>> {
     let msg = Msgs::new(buf).next()?;
-    assert_eq!(msg.ty, MSG_CT_NEW);
+    assert_eq!(msg.kind, MSG_CT_NEW);
     wire::parse_entry(msg.payload)
 }
 
@@ -107,39 +111,39 @@ fn captured_bytes_agree_with_netlink_packet_netfilter() {
 
 /// A crafted reply full of unknown and malformed attributes, at every nesting level.
 fn crafted() -> Vec<u8> {
-    let mut m = MsgBuf::default();
-    let s = m.begin_msg(MSG_CT_NEW, 2, 7, AF_INET6);
-    m.put(200, b"unknown top-level attribute");
-    m.put(CTA_ID, &[1, 2]); // wrong length: skipped
-    let t = m.nest(CTA_TUPLE_ORIG);
+    let mut m = NlaWriter::new();
+    let s = m.begin_nfnl(MSG_CT_NEW, 2, 7, AF_INET6);
+    m.bytes(200, b"unknown top-level attribute");
+    m.bytes(CTA_ID, &[1, 2]); // wrong length: skipped
+    let t = m.begin(CTA_TUPLE_ORIG);
     {
-        let i = m.nest(CTA_TUPLE_IP);
-        m.put(99, &[0xff; 7]); // unknown
-        m.put(CTA_IP_V6_SRC, &[1, 2, 3]); // wrong length
-        m.put(
+        let i = m.begin(CTA_TUPLE_IP);
+        m.bytes(99, &[0xff; 7]); // unknown
+        m.bytes(CTA_IP_V6_SRC, &[1, 2, 3]); // wrong length
+        m.bytes(
             CTA_IP_V6_SRC,
             &Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2).octets(),
         );
-        m.put(
+        m.bytes(
             CTA_IP_V6_DST,
             &Ipv6Addr::new(0x2001, 0xdb8, 3, 0, 0, 0, 0, 0x10).octets(),
         );
-        m.nest_end(i);
-        let p = m.nest(CTA_TUPLE_PROTO);
-        m.put(CTA_PROTO_NUM, &[]); // empty
-        m.put(CTA_PROTO_NUM, &[17]);
-        m.put(CTA_PROTO_SRC_PORT, &[1]); // short
-        m.put_be16(CTA_PROTO_SRC_PORT, 40000);
-        m.put_be16(CTA_PROTO_DST_PORT, 53);
-        m.put(77, &[0; 12]); // unknown
-        m.nest_end(p);
-        m.put(42, &[]); // unknown inside the tuple
+        m.end(i);
+        let p = m.begin(CTA_TUPLE_PROTO);
+        m.bytes(CTA_PROTO_NUM, &[]); // empty
+        m.bytes(CTA_PROTO_NUM, &[17]);
+        m.bytes(CTA_PROTO_SRC_PORT, &[1]); // short
+        m.be16(CTA_PROTO_SRC_PORT, 40000);
+        m.be16(CTA_PROTO_DST_PORT, 53);
+        m.bytes(77, &[0; 12]); // unknown
+        m.end(p);
+        m.bytes(42, &[]); // unknown inside the tuple
     }
-    m.nest_end(t);
-    let r = m.nest(CTA_TUPLE_REPLY);
-    m.put(CTA_TUPLE_IP | NLA_F_NESTED, &[0xff, 0xff, 0, 0]); // nested attr with impossible length
-    m.nest_end(r);
-    m.put_be32(CTA_ID, 0xdeadbeef);
+    m.end(t);
+    let r = m.begin(CTA_TUPLE_REPLY);
+    m.bytes(CTA_TUPLE_IP | NLA_F_NESTED, &[0xff, 0xff, 0, 0]); // nested attr with impossible length
+    m.end(r);
+    m.be32(CTA_ID, 0xdeadbeef);
     // A final attribute that claims more bytes than the message has.
     m.buf.extend_from_slice(&200u16.to_ne_bytes());
     m.buf.extend_from_slice(&1u16.to_ne_bytes());
@@ -182,9 +186,9 @@ fn netlink_packet_netfilter_rejects_what_we_skip() {
 
 #[test]
 fn message_without_orig_tuple_or_header_is_skipped() {
-    let mut m = MsgBuf::default();
-    let s = m.begin_msg(MSG_CT_NEW, 0, 1, AF_INET);
-    m.put_be32(CTA_ID, 1);
+    let mut m = NlaWriter::new();
+    let s = m.begin_nfnl(MSG_CT_NEW, 0, 1, AF_INET);
+    m.be32(CTA_ID, 1);
     m.end_msg(s);
     assert!(first_entry(&m.buf).is_none());
     assert!(wire::parse_entry(&[]).is_none());
@@ -233,13 +237,14 @@ fn requests_with_a_filter_always_carry_a_partial_tuple_and_nested_flag() {
     ];
     for f in filters {
         for with_addr in [true, false] {
-            let mut m = MsgBuf::default();
-            let s = m.begin_msg(MSG_CT_DELETE, 0, 1, f.af());
+            let mut m = NlaWriter::new();
+            let s = m.begin_nfnl(MSG_CT_DELETE, 0, 1, f.af());
             f.put_kernel_filter(&mut m, with_addr);
             m.end_msg(s);
             let msg = Msgs::new(&m.buf).next().unwrap();
-            let attrs: Vec<(u16, u16)> = nl::Attrs::new(&msg.payload[4..])
-                .map(|(ty, p)| {
+            let attrs: Vec<(u16, u16)> = NlaIter::new(&msg.payload[4..])
+                .map(|a| {
+                    let (ty, p) = (a.kind, a.data);
                     let raw_ty = {
                         // find the raw type (with flags) right before the payload
                         let off = p.as_ptr() as usize - m.buf.as_ptr() as usize - 2;
@@ -266,7 +271,7 @@ fn requests_with_a_filter_always_carry_a_partial_tuple_and_nested_flag() {
 
 #[test]
 fn filter_flags_are_host_endian() {
-    let mut m = MsgBuf::default();
+    let mut m = NlaWriter::new();
     put_filter(&mut m, F_IP_DST | F_PROTO_NUM, 0);
     // header(4) + ORIG_FLAGS header(4) + value
     assert_eq!(&m.buf[8..12], &(F_IP_DST | F_PROTO_NUM).to_ne_bytes());
@@ -276,4 +281,91 @@ fn filter_flags_are_host_endian() {
 fn kernel_release_parses() {
     let v = kernel_release().expect("uname");
     assert!(v >= (2, 6));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+    /// Random bytes, and captured replies with random bytes changed and cut anywhere,
+    /// through the reply parser, the matcher and the target builder: never a panic.
+    #[test]
+    fn replies_never_panic_the_parser(
+        random in proptest::collection::vec(proptest::num::u8::ANY, 0..1024),
+        flips in proptest::collection::vec((proptest::num::usize::ANY, proptest::num::u8::ANY), 0..8),
+        cut in proptest::num::usize::ANY,
+    ) {
+        let filters = [
+            Filter::udp_orig_dst(ip("198.18.3.10"), Some(53)),
+            Filter::udp_nodeport(Family::V6, 53),
+            Filter::udp_reply_src(ip("2001:db8:3::10"), 53),
+        ];
+        let matcher = Matcher::new(&filters);
+        let mut captured = [hex(CAPTURED_V4), hex(CAPTURED_V6), crafted()].concat();
+        for (at, v) in flips {
+            let i = at % captured.len();
+            captured[i] = v;
+        }
+        let cut = cut % (captured.len() + 1);
+        for buf in [&random[..], &captured[..], &captured[..cut]] {
+            let _ = wire::parse_entry(buf);
+            for msg in Msgs::new(buf) {
+                let _ = msg.errno();
+                if let Some(e) = wire::parse_entry(msg.payload) {
+                    let _ = matcher.find(&e);
+                    for f in &filters {
+                        let _ = f.matches(&e);
+                    }
+                    let _ = Target::of(&e);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn outcome_precedence_failed_incomplete_capped_then_done() {
+    let f = Filter::udp_orig_dst(ip("198.18.0.1"), None);
+    let mut r = FilterReport::new(f, Strategy::FullDump);
+    assert_eq!(r.outcome(), Outcome::Deleted(Some(0)));
+    assert!(r.is_done());
+    r.already_gone = 2;
+    assert_eq!(r.outcome(), Outcome::AlreadyGone);
+    r.deleted = Some(1);
+    assert_eq!(r.outcome(), Outcome::Deleted(Some(1)));
+    r.capped = true;
+    assert_eq!(r.outcome(), Outcome::Capped);
+    assert!(!r.is_done());
+    r.unacked = 1;
+    assert_eq!(r.outcome(), Outcome::Incomplete);
+    r.unacked = 0;
+    r.incomplete = true;
+    assert_eq!(r.outcome(), Outcome::Incomplete);
+    r.errno = Some(libc::EPERM);
+    assert_eq!(r.outcome(), Outcome::Failed(libc::EPERM));
+    let flushed = FilterReport {
+        deleted: None,
+        ..FilterReport::new(f, Strategy::FilteredFlush)
+    };
+    assert_eq!(flushed.outcome(), Outcome::Deleted(None));
+    assert!(flushed.is_done());
+}
+
+#[test]
+fn the_matcher_finds_every_filter_an_entry_matches() {
+    let b = hex(CAPTURED_V4); // 198.18.1.2:40000 -> 198.18.3.10:53, reply from .3.10:53
+    let e = first_entry(&b).unwrap();
+    let filters = [
+        Filter::udp_orig_dst(ip("198.18.3.10"), Some(53)),
+        Filter::udp_orig_dst(ip("198.18.3.10"), None),
+        Filter::udp_nodeport(Family::V4, 53),
+        Filter::udp_reply_src(ip("198.18.3.10"), 53),
+        Filter::udp_orig_dst(ip("198.18.3.10"), Some(54)),
+        Filter::udp_nodeport(Family::V6, 53),
+    ];
+    let m = Matcher::new(&filters);
+    let mut all = Vec::new();
+    m.for_each_match(&e, |i| all.push(i));
+    all.sort();
+    assert_eq!(all, vec![0, 1, 2, 3]);
+    assert!(m.find(&e).is_some_and(|i| i < 4));
 }

@@ -4,7 +4,12 @@
 //! `linux/netfilter/nfnetlink.h`, except the CTA_FILTER flag bits, which the kernel
 //! keeps internal (see docs/conntrack.md).
 
-use crate::nl::{be16, be32, Attrs, MsgBuf};
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_netfilter::conntrack::{
+    ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol, Tuple,
+};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+use nl_core::{NlaIter, NlaWriter, NFGENMSG_LEN};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub(crate) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
@@ -14,8 +19,6 @@ pub(crate) const IPCTNL_MSG_CT_DELETE: u16 = 2;
 pub(crate) const MSG_CT_NEW: u16 = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW;
 pub(crate) const MSG_CT_GET: u16 = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_GET;
 pub(crate) const MSG_CT_DELETE: u16 = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_DELETE;
-/// NLMSG_NOOP: answered by an ACK when NLM_F_ACK is set; used as a sentinel.
-pub(crate) const NLMSG_NOOP: u16 = 1;
 
 pub(crate) const CTA_TUPLE_ORIG: u16 = 1;
 pub(crate) const CTA_TUPLE_REPLY: u16 = 2;
@@ -100,23 +103,23 @@ fn parse_ip(ty: u16, p: &[u8], t: &mut TupleView) {
 /// Parse a CTA_TUPLE_* payload. Unknown or malformed attributes are skipped.
 pub(crate) fn parse_tuple(payload: &[u8]) -> TupleView {
     let mut t = TupleView::default();
-    for (ty, p) in Attrs::new(payload) {
-        match ty {
+    for a in NlaIter::new(payload) {
+        match a.kind {
             CTA_TUPLE_IP => {
-                for (ity, ip) in Attrs::new(p) {
-                    parse_ip(ity, ip, &mut t);
+                for ip in a.nested() {
+                    parse_ip(ip.kind, ip.data, &mut t);
                 }
             }
             CTA_TUPLE_PROTO => {
-                for (pty, pp) in Attrs::new(p) {
-                    match pty {
+                for p in a.nested() {
+                    match p.kind {
                         CTA_PROTO_NUM => {
-                            if let [n] = pp {
+                            if let [n] = p.data {
                                 t.proto = Some(*n);
                             }
                         }
-                        CTA_PROTO_SRC_PORT => t.sport = be16(pp).or(t.sport),
-                        CTA_PROTO_DST_PORT => t.dport = be16(pp).or(t.dport),
+                        CTA_PROTO_SRC_PORT => t.sport = p.be16().or(t.sport),
+                        CTA_PROTO_DST_PORT => t.dport = p.be16().or(t.dport),
                         _ => {}
                     }
                 }
@@ -132,20 +135,20 @@ pub(crate) fn parse_tuple(payload: &[u8]) -> TupleView {
 /// cannot be found; unknown and malformed attributes are skipped.
 pub(crate) fn parse_entry(payload: &[u8]) -> Option<EntryView<'_>> {
     let family = *payload.first()?;
-    let attrs = payload.get(crate::nl::NFGENMSG_LEN..)?;
+    let attrs = payload.get(NFGENMSG_LEN..)?;
     let mut e = EntryView {
         family,
         ..Default::default()
     };
-    for (ty, p) in Attrs::new(attrs) {
-        match ty {
+    for a in NlaIter::new(attrs) {
+        match a.kind {
             CTA_TUPLE_ORIG => {
-                e.orig = parse_tuple(p);
-                e.orig_raw = Some(p);
+                e.orig = parse_tuple(a.data);
+                e.orig_raw = Some(a.data);
             }
-            CTA_TUPLE_REPLY => e.reply = parse_tuple(p),
-            CTA_ID => e.id = be32(p).or(e.id),
-            CTA_ZONE => e.zone = be16(p).or(e.zone),
+            CTA_TUPLE_REPLY => e.reply = parse_tuple(a.data),
+            CTA_ID => e.id = a.be32_exact().or(e.id),
+            CTA_ZONE => e.zone = a.be16().or(e.zone),
             _ => {}
         }
     }
@@ -156,7 +159,7 @@ pub(crate) fn parse_entry(payload: &[u8]) -> Option<EntryView<'_>> {
 /// Append the tuple attribute `ty` (CTA_TUPLE_ORIG or CTA_TUPLE_REPLY) with only the
 /// given fields.
 pub(crate) fn put_partial_tuple(
-    m: &mut MsgBuf,
+    m: &mut NlaWriter,
     ty: u16,
     src: Option<IpAddr>,
     dst: Option<IpAddr>,
@@ -164,44 +167,146 @@ pub(crate) fn put_partial_tuple(
     sport: Option<u16>,
     dport: Option<u16>,
 ) {
-    let t = m.nest(ty);
+    let t = m.begin(ty);
     if src.is_some() || dst.is_some() {
-        let ip = m.nest(CTA_TUPLE_IP);
+        let ip = m.begin(CTA_TUPLE_IP);
         for (a, is_src) in [(src, true), (dst, false)] {
             match a {
-                Some(IpAddr::V4(v4)) => m.put(
+                Some(IpAddr::V4(v4)) => m.bytes(
                     if is_src { CTA_IP_V4_SRC } else { CTA_IP_V4_DST },
                     &v4.octets(),
                 ),
-                Some(IpAddr::V6(v6)) => m.put(
+                Some(IpAddr::V6(v6)) => m.bytes(
                     if is_src { CTA_IP_V6_SRC } else { CTA_IP_V6_DST },
                     &v6.octets(),
                 ),
                 None => {}
             }
         }
-        m.nest_end(ip);
+        m.end(ip);
     }
-    let p = m.nest(CTA_TUPLE_PROTO);
-    m.put_u8(CTA_PROTO_NUM, proto);
+    let p = m.begin(CTA_TUPLE_PROTO);
+    m.u8(CTA_PROTO_NUM, proto);
     if let Some(sp) = sport {
-        m.put_be16(CTA_PROTO_SRC_PORT, sp);
+        m.be16(CTA_PROTO_SRC_PORT, sp);
     }
     if let Some(dp) = dport {
-        m.put_be16(CTA_PROTO_DST_PORT, dp);
+        m.be16(CTA_PROTO_DST_PORT, dp);
     }
-    m.nest_end(p);
-    m.nest_end(t);
+    m.end(p);
+    m.end(t);
 }
 
 /// Append CTA_FILTER { CTA_FILTER_ORIG_FLAGS / CTA_FILTER_REPLY_FLAGS } (host-endian).
-pub(crate) fn put_filter(m: &mut MsgBuf, orig_flags: u32, reply_flags: u32) {
-    let f = m.nest(CTA_FILTER);
+pub(crate) fn put_filter(m: &mut NlaWriter, orig_flags: u32, reply_flags: u32) {
+    let f = m.begin(CTA_FILTER);
     if orig_flags != 0 {
-        m.put_ne32(CTA_FILTER_ORIG_FLAGS, orig_flags);
+        m.ne32(CTA_FILTER_ORIG_FLAGS, orig_flags);
     }
     if reply_flags != 0 {
-        m.put_ne32(CTA_FILTER_REPLY_FLAGS, reply_flags);
+        m.ne32(CTA_FILTER_REPLY_FLAGS, reply_flags);
     }
-    m.nest_end(f);
+    m.end(f);
+}
+
+/// An entry to delete by tuple: the original tuple's bytes as dumped (echoed back
+/// verbatim, whatever the protocol), the zone and the id (so a recycled tuple is never
+/// hit).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Target {
+    pub(crate) family: u8,
+    pub(crate) orig_raw: Vec<u8>,
+    pub(crate) zone: Option<u16>,
+    pub(crate) id: Option<u32>,
+}
+
+impl Target {
+    pub(crate) fn of(e: &EntryView<'_>) -> Option<Target> {
+        Some(Target {
+            family: e.family,
+            orig_raw: e.orig_raw?.to_vec(),
+            zone: e.zone,
+            id: e.id,
+        })
+    }
+
+    /// Append IPCTNL_MSG_CT_DELETE for this entry, asking for an ACK.
+    pub(crate) fn put_delete(&self, m: &mut NlaWriter, seq: u32) {
+        let s = m.begin_nfnl(
+            MSG_CT_DELETE,
+            nl_core::NLM_F_REQUEST | nl_core::NLM_F_ACK,
+            seq,
+            self.family,
+        );
+        m.nested_raw(CTA_TUPLE_ORIG, &self.orig_raw);
+        if let Some(z) = self.zone {
+            m.be16(CTA_ZONE, z);
+        }
+        if let Some(id) = self.id {
+            m.be32(CTA_ID, id);
+        }
+        m.end_msg(s);
+    }
+}
+
+/// One flow to create with IPCTNL_MSG_CT_NEW (the IPv6 probe entry; tests and
+/// benchmarks fill tables with it): the reply tuple is the inverse of the original one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyntheticFlow {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub proto: u8,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+fn tuple(src: IpAddr, dst: IpAddr, proto: u8, sport: u16, dport: u16) -> Vec<Tuple> {
+    vec![
+        Tuple::Ip(vec![
+            IPTuple::SourceAddress(src),
+            IPTuple::DestinationAddress(dst),
+        ]),
+        Tuple::Proto(vec![
+            ProtoTuple::Protocol(Protocol::from(proto)),
+            ProtoTuple::SourcePort(sport),
+            ProtoTuple::DestinationPort(dport),
+        ]),
+    ]
+}
+
+/// Append an IPCTNL_MSG_CT_NEW for `f` to `buf`, built with `netlink-packet-netfilter`'s
+/// typed conntrack attributes (see docs/decisions/0003).
+pub(crate) fn push_new_entry(
+    buf: &mut Vec<u8>,
+    f: &SyntheticFlow,
+    timeout_secs: u32,
+    seq: u32,
+    flags: u16,
+) {
+    let family = if f.src.is_ipv4() {
+        NetfilterProtoFamily::IPv4
+    } else {
+        NetfilterProtoFamily::IPv6
+    };
+    let attrs = vec![
+        ConntrackAttribute::CtaTupleOrig(tuple(f.src, f.dst, f.proto, f.sport, f.dport)),
+        ConntrackAttribute::CtaTupleReply(tuple(f.dst, f.src, f.proto, f.dport, f.sport)),
+        ConntrackAttribute::CtaTimeout(timeout_secs),
+        // No CTA_STATUS: asking for SEEN_REPLY|ASSURED on creation is refused with
+        // EBUSY on Linux 6.18. Benchmarks size nf_conntrack_max so nothing is dropped.
+    ];
+    let mut hdr = NetlinkHeader::default();
+    hdr.flags = flags;
+    hdr.sequence_number = seq;
+    let mut msg = NetlinkMessage::new(
+        hdr,
+        NetlinkPayload::from(NetfilterMessage::new(
+            NetfilterHeader::new(family, 0, 0),
+            ConntrackMessage::New(attrs),
+        )),
+    );
+    msg.finalize();
+    let start = buf.len();
+    buf.resize(start + msg.buffer_len(), 0);
+    msg.serialize(&mut buf[start..]);
 }

@@ -2,164 +2,17 @@
 //! addresses (an rtnetlink dump) and the conntrack sysctls (files under /proc/sys).
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
 use crate::config::v1alpha1::Conntrack;
 
-const NLMSG_HDR: usize = 16;
-const IFADDRMSG: usize = 8;
-const RTM_GETADDR: u16 = 22;
-const RTM_NEWADDR: u16 = 20;
-const NLMSG_DONE: u16 = 3;
-const NLMSG_ERROR: u16 = 2;
-const IFA_ADDRESS: u16 = 1;
-const IFA_LOCAL: u16 = 2;
-
-struct Fd(i32);
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor.
-        unsafe { libc::close(self.0) };
-    }
-}
-
 /// Every address configured on the host's interfaces (both families), via one
-/// RTM_GETADDR dump.
+/// RTM_GETADDR dump (crate `rt-netlink`).
 pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
-    // SAFETY: plain socket call.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = Fd(fd);
-    let mut req = Vec::with_capacity(NLMSG_HDR + IFADDRMSG);
-    let len = (NLMSG_HDR + IFADDRMSG) as u32;
-    req.extend_from_slice(&len.to_ne_bytes());
-    req.extend_from_slice(&RTM_GETADDR.to_ne_bytes());
-    let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-    req.extend_from_slice(&flags.to_ne_bytes());
-    req.extend_from_slice(&1u32.to_ne_bytes()); // seq
-    req.extend_from_slice(&0u32.to_ne_bytes()); // pid
-    req.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0, 0, 0, 0, 0]);
-    // SAFETY: zeroed sockaddr_nl addressed to the kernel.
-    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    sa.nl_family = libc::AF_NETLINK as u16;
-    // SAFETY: valid buffer and address.
-    let rc = unsafe {
-        libc::sendto(
-            fd.0,
-            req.as_ptr().cast(),
-            req.len(),
-            0,
-            (&sa as *const libc::sockaddr_nl).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as u32,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let tv = libc::timeval {
-        tv_sec: 5,
-        tv_usec: 0,
-    };
-    // SAFETY: valid option value.
-    unsafe {
-        libc::setsockopt(
-            fd.0,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as u32,
-        )
-    };
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        // SAFETY: buf is valid for its length.
-        let n = unsafe { libc::recv(fd.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let data = &buf[..n as usize];
-        let mut off = 0;
-        while off + NLMSG_HDR <= data.len() {
-            let mlen = u32::from_ne_bytes(word(data, off)) as usize;
-            let mtype = u16::from_ne_bytes([data[off + 4], data[off + 5]]);
-            if mlen < NLMSG_HDR || off + mlen > data.len() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "truncated rtnetlink message",
-                ));
-            }
-            match mtype {
-                NLMSG_DONE => return Ok(out),
-                NLMSG_ERROR => {
-                    let errno = if mlen >= NLMSG_HDR + 4 {
-                        i32::from_ne_bytes(word(data, off + NLMSG_HDR))
-                    } else {
-                        -libc::EIO
-                    };
-                    return Err(io::Error::from_raw_os_error(-errno));
-                }
-                RTM_NEWADDR => parse_addr(&data[off + NLMSG_HDR..off + mlen], &mut out),
-                _ => {}
-            }
-            off += (mlen + 3) & !3;
-        }
-    }
-}
-
-fn word(d: &[u8], off: usize) -> [u8; 4] {
-    [d[off], d[off + 1], d[off + 2], d[off + 3]]
-}
-
-fn parse_addr(msg: &[u8], out: &mut Vec<IpAddr>) {
-    if msg.len() < IFADDRMSG {
-        return;
-    }
-    let family = i32::from(msg[0]);
-    let mut off = IFADDRMSG;
-    let mut address = None;
-    let mut local = None;
-    while off + 4 <= msg.len() {
-        let alen = usize::from(u16::from_ne_bytes([msg[off], msg[off + 1]]));
-        let atype = u16::from_ne_bytes([msg[off + 2], msg[off + 3]]);
-        if alen < 4 || off + alen > msg.len() {
-            break;
-        }
-        let payload = &msg[off + 4..off + alen];
-        let ip = match (family, payload.len()) {
-            (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(
-                payload[0], payload[1], payload[2], payload[3],
-            ))),
-            (libc::AF_INET6, 16) => {
-                let mut b = [0u8; 16];
-                b.copy_from_slice(payload);
-                Some(IpAddr::V6(Ipv6Addr::from(b)))
-            }
-            _ => None,
-        };
-        match atype {
-            IFA_LOCAL => local = ip,
-            IFA_ADDRESS => address = ip,
-            _ => {}
-        }
-        off += (alen + 3) & !3;
-    }
-    if let Some(ip) = local.or(address) {
-        if !out.contains(&ip) {
-            out.push(ip);
-        }
-    }
+    rt_netlink::local_addresses().map_err(io::Error::other)
 }
 
 /// Whether this process shares its network namespace with pid 1 (the host's, for a

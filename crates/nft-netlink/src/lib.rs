@@ -7,20 +7,19 @@
 //! reads one table back into the model, retrying when the ruleset changed meanwhile.
 
 pub mod migrate;
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use netlink_sys::{Socket, SocketAddr};
 use nft_model::{Op, Set, Table, TableRef};
 use nft_wire::consts::*;
 use nft_wire::encode::{dump_elements_request, dump_request, get_table_request, getgen_request};
-use nft_wire::msg::NlMsgIter;
 use nft_wire::{
     decode_elements, decode_genid, decode_object, encode_batch, encode_check_batch, Object,
     WireError,
 };
+use nl_core::{Control, NlMsgIter, NlSocket, OnLoss, ReadOpts, SockConfig};
 
 /// One kernel error, tied to the operation that caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,13 +138,18 @@ impl Default for Config {
 
 /// A netlink socket speaking nftables.
 pub struct Nft {
-    sock: Socket,
-    seq: u32,
+    sock: NlSocket,
     cfg: Config,
-    buf: Vec<u8>,
 }
 
 const RECV_BUF: usize = 1 << 20;
+
+/// Answers are read whole or not at all: a lost or malformed datagram fails the read
+/// and the caller retries the whole dump.
+const READ: ReadOpts = ReadOpts {
+    on_loss: OnLoss::Fail,
+    limit: None,
+};
 
 impl Nft {
     /// Open a socket in the calling thread's network namespace.
@@ -154,77 +158,35 @@ impl Nft {
     }
 
     pub fn with_config(cfg: Config) -> Result<Nft, NftError> {
-        let io = |context| move |source| NftError::Io { context, source };
-        let mut sock = Socket::new(NETLINK_NETFILTER).map_err(io("socket"))?;
-        sock.bind_auto().map_err(io("bind"))?;
-        sock.connect(&SocketAddr::new(0, 0))
-            .map_err(io("connect"))?;
-        let fd = sock.as_raw_fd();
-        // SO_RCVBUFFORCE needs CAP_NET_ADMIN, which the proxy has; fall back otherwise.
-        if setsockopt_int(fd, libc::SO_RCVBUFFORCE, cfg.rcvbuf).is_err() {
-            sock.set_rx_buf_sz(cfg.rcvbuf).map_err(io("SO_RCVBUF"))?;
-        }
-        let tv = libc::timeval {
-            tv_sec: cfg.timeout.as_secs() as libc::time_t,
-            tv_usec: 0,
-        };
-        // SAFETY: valid fd and a properly sized timeval.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io("SO_RCVTIMEO")(std::io::Error::last_os_error()));
-        }
         // Extended acks are not needed: errors are mapped back by sequence number.
-        let seq = std::process::id().wrapping_mul(7919) & 0x00ff_ffff;
-        Ok(Nft {
-            sock,
-            seq,
-            cfg,
-            buf: Vec::with_capacity(RECV_BUF),
-        })
+        let sock = NlSocket::open(
+            NETLINK_NETFILTER,
+            &SockConfig {
+                rcvbuf: Some(cfg.rcvbuf),
+                recv_timeout: Some(cfg.timeout),
+                first_seq: std::process::id().wrapping_mul(7919) & 0x00ff_ffff,
+                recv_buf_len: RECV_BUF,
+                ..SockConfig::default()
+            },
+        )
+        .map_err(|e| NftError::Io {
+            context: e.op,
+            source: e.source,
+        })?;
+        Ok(Nft { sock, cfg })
     }
 
     fn next_seq(&mut self, n: u32) -> u32 {
-        let s = self.seq;
-        self.seq = self.seq.wrapping_add(n.max(1));
-        s
+        self.sock.reserve_seqs(n)
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<(), NftError> {
-        let fd = self.sock.as_raw_fd();
         // One sendmsg carries the whole batch: the send buffer must hold it.
-        let want = bytes.len() + (64 << 10);
-        if want > 200 << 10 {
-            let _ = setsockopt_int(fd, libc::SO_SNDBUFFORCE, want);
-        }
-        let n = self.sock.send(bytes, 0).map_err(|source| NftError::Io {
+        self.sock.grow_sndbuf(bytes.len());
+        self.sock.send(bytes).map_err(|source| NftError::Io {
             context: "sendmsg",
             source,
-        })?;
-        if n != bytes.len() {
-            return Err(NftError::Io {
-                context: "sendmsg",
-                source: std::io::Error::other(format!("sent {n} of {} bytes", bytes.len())),
-            });
-        }
-        Ok(())
-    }
-
-    /// Receive one datagram into the internal buffer; returns its length.
-    fn recv(&mut self) -> Result<usize, std::io::Error> {
-        self.buf.clear();
-        if self.buf.capacity() < RECV_BUF {
-            self.buf.reserve(RECV_BUF);
-        }
-        let n = self.sock.recv(&mut self.buf, 0)?;
-        Ok(n.min(self.buf.len()))
+        })
     }
 
     /// The current ruleset generation id.
@@ -268,31 +230,27 @@ impl Nft {
         if ops.is_empty() {
             return Ok(CommitReport::default());
         }
-        let first = self.seq;
+        let first = self.sock.peek_seq();
         let batch = if apply {
             encode_batch(ops, first, genid)?
         } else {
             encode_check_batch(ops, first, genid)?
         };
         let messages = batch.seqs.len();
-        self.next_seq(messages as u32 + 2);
+        if self.next_seq(messages as u32 + 2) != first {
+            // The sequence numbers wrapped: encode again from the new start.
+            return self.transact(ops, genid, apply);
+        }
         let end_seq = first.wrapping_add(messages as u32 + 1);
         self.send(&batch.bytes)?;
         let ack_seq = batch.ack_seq.unwrap_or(end_seq);
         let mut errors: BTreeMap<u32, i32> = BTreeMap::new();
         let mut done = false;
         while !done {
-            let n = match self.recv() {
-                Ok(n) => n,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    return Err(NftError::OutcomeUnknown)
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+            match self.sock.recv() {
+                Ok(_) => {}
+                Err(e) if nl_core::is_enobufs(&e) => return Err(NftError::OutcomeUnknown),
+                Err(e) if nl_core::is_timeout(&e) => {
                     return Err(NftError::Timeout(self.cfg.timeout))
                 }
                 Err(source) => {
@@ -301,8 +259,8 @@ impl Nft {
                         source,
                     })
                 }
-            };
-            for m in NlMsgIter::new(&self.buf[..n]) {
+            }
+            for m in NlMsgIter::new(self.sock.data()) {
                 let Some((code, seq)) = m.error() else {
                     continue;
                 };
@@ -384,52 +342,27 @@ impl Nft {
     where
         F: FnMut(u16, u16, &[u8]),
     {
-        let mut interrupted = false;
-        loop {
-            let n = match self.recv() {
-                Ok(n) => n,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    return Err(ReadError::Overrun)
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(ReadError::Timeout(self.cfg.timeout))
-                }
-                Err(e) => return Err(ReadError::Io(e)),
-            };
-            let mut iter = NlMsgIter::new(&self.buf[..n]);
-            for m in iter.by_ref() {
-                if m.seq != seq {
-                    continue;
-                }
-                if m.flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
-                match m.kind {
-                    NLMSG_DONE => return Ok(ReadOutcome { interrupted }),
-                    NLMSG_ERROR => {
-                        return match m.error() {
-                            Some((0, _)) => Ok(ReadOutcome { interrupted }),
-                            Some((code, _)) => Err(ReadError::Errno(-code)),
-                            None => Err(ReadError::Errno(libc::EPROTO)),
-                        }
-                    }
-                    NLMSG_NOOP => {}
-                    kind => {
-                        each(kind, m.flags, m.payload);
-                        if single {
-                            return Ok(ReadOutcome { interrupted });
-                        }
-                    }
-                }
+        let ans = self.sock.read_answer(seq, &READ, |m| {
+            each(m.kind, m.flags, m.payload);
+            if single {
+                Control::Stop
+            } else {
+                Control::Continue
             }
-            if iter.malformed {
-                return Err(ReadError::Errno(libc::EPROTO));
-            }
+        });
+        match ans {
+            Ok(a) => Ok(ReadOutcome {
+                interrupted: a.interrupted,
+            }),
+            Err(e) => Err(match e {
+                nl_core::ReadError::Kernel(errno) => ReadError::Errno(errno),
+                nl_core::ReadError::Overrun => ReadError::Overrun,
+                nl_core::ReadError::Malformed => ReadError::Errno(libc::EPROTO),
+                nl_core::ReadError::Timeout | nl_core::ReadError::Deadline => {
+                    ReadError::Timeout(self.cfg.timeout)
+                }
+                nl_core::ReadError::Send(e) | nl_core::ReadError::Io(e) => ReadError::Io(e),
+            }),
         }
     }
 
@@ -619,25 +552,6 @@ impl ReadError {
                 source,
             },
         }
-    }
-}
-
-fn setsockopt_int(fd: i32, opt: libc::c_int, value: usize) -> std::io::Result<()> {
-    let v: libc::c_int = value.min(i32::MAX as usize) as libc::c_int;
-    // SAFETY: valid fd, pointer to a c_int of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            &v as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -1,20 +1,11 @@
 //! Numbers from the kernel's uapi headers (`linux/netlink.h`, `linux/netfilter/nfnetlink.h`,
 //! `linux/netfilter/nf_tables.h`).
 
-pub const NETLINK_NETFILTER: isize = 12;
-
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_MULTI: u16 = 0x2;
-pub const NLM_F_ACK: u16 = 0x4;
-pub const NLM_F_DUMP_INTR: u16 = 0x10;
-pub const NLM_F_EXCL: u16 = 0x200;
-pub const NLM_F_CREATE: u16 = 0x400;
-pub const NLM_F_APPEND: u16 = 0x800;
-pub const NLM_F_DUMP: u16 = 0x300;
-
-pub const NLMSG_NOOP: u16 = 1;
-pub const NLMSG_ERROR: u16 = 2;
-pub const NLMSG_DONE: u16 = 3;
+// Netlink framing numbers live in the shared core.
+pub use nl_core::consts::{
+    NETLINK_NETFILTER, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE,
+    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_EXCL, NLM_F_MULTI, NLM_F_REQUEST,
+};
 
 pub const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 pub const NFNL_MSG_BATCH_END: u16 = 0x11;

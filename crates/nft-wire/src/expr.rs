@@ -325,205 +325,234 @@ pub fn decode_expr(elem: &Nla) -> Result<Expr, WireError> {
         what: "expression",
         attr: "name",
     })?;
-    let known: &'static str = match name {
-        "payload" => "payload",
-        "meta" => "meta",
-        "cmp" => "cmp",
-        "bitwise" => "bitwise",
-        "lookup" => "lookup",
-        "immediate" => "immediate",
-        "numgen" => "numgen",
-        "nat" => "nat",
-        "masq" => "masq",
-        "ct" => "ct",
-        "fib" => "fib",
-        "reject" => "reject",
-        "counter" => "counter",
-        "dynset" => "dynset",
-        other => return Err(WireError::UnknownExpr(other.to_string())),
-    };
-    let at = Attrs {
+    let (known, decode) = DECODERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| WireError::UnknownExpr(name.to_string()))?;
+    decode(&Attrs {
         name: known,
         list: crate::nla::NlaIter::new(data).collect(),
+    })
+}
+
+/// Every expression the model knows, by kernel name, with its decoder: the one list.
+/// A name not in it is an error naming it ([`WireError::UnknownExpr`]).
+const DECODERS: &[(&str, Decoder)] = &[
+    ("payload", decode_payload),
+    ("meta", decode_meta),
+    ("cmp", decode_cmp),
+    ("bitwise", decode_bitwise),
+    ("lookup", decode_lookup),
+    ("immediate", decode_immediate),
+    ("numgen", decode_numgen),
+    ("nat", decode_nat),
+    ("masq", decode_masq),
+    ("ct", decode_ct),
+    ("fib", decode_fib),
+    ("reject", decode_reject),
+    ("counter", decode_counter),
+    ("dynset", decode_dynset),
+];
+
+type Decoder = fn(&Attrs) -> Result<Expr, WireError>;
+
+fn decode_payload(at: &Attrs) -> Result<Expr, WireError> {
+    let base = match at.be32(a::PAYLOAD_BASE, "base")? {
+        0 => PayloadBase::LinkLayer,
+        1 => PayloadBase::Network,
+        2 => PayloadBase::Transport,
+        b => return Err(at.invalid(format!("payload base {b}"))),
     };
-    Ok(match known {
-        "payload" => {
-            let base = match at.be32(a::PAYLOAD_BASE, "base")? {
-                0 => PayloadBase::LinkLayer,
-                1 => PayloadBase::Network,
-                2 => PayloadBase::Transport,
-                b => return Err(at.invalid(format!("payload base {b}"))),
-            };
-            Expr::Payload {
-                base,
-                offset: at.be32(a::PAYLOAD_OFFSET, "offset")?,
-                len: at.be32(a::PAYLOAD_LEN, "len")?,
-                dreg: at.reg(a::PAYLOAD_DREG, "dreg")?,
-            }
-        }
-        "meta" => {
-            let k = at.be32(a::META_KEY, "key")?;
-            let key = MetaKey::from_u32(k).ok_or_else(|| at.invalid(format!("meta key {k}")))?;
-            match at.opt32(a::META_DREG) {
-                Some(d) => Expr::Meta { key, dreg: Reg(d) },
-                None => Expr::MetaSet {
-                    key,
-                    sreg: at.reg(a::META_SREG, "sreg")?,
-                },
-            }
-        }
-        "cmp" => {
-            let o = at.be32(a::CMP_OP, "op")?;
-            Expr::Cmp {
-                sreg: at.reg(a::CMP_SREG, "sreg")?,
-                op: CmpOp::from_u32(o).ok_or_else(|| at.invalid(format!("cmp op {o}")))?,
-                data: at.value(a::CMP_DATA, "data")?,
-            }
-        }
-        "bitwise" => {
-            if let Some(op) = at.opt32(a::BITWISE_OP) {
-                if op != 0 {
-                    return Err(at.invalid(format!("bitwise op {op} (only mask/xor is modelled)")));
-                }
-            }
-            Expr::Bitwise {
-                sreg: at.reg(a::BITWISE_SREG, "sreg")?,
-                dreg: at.reg(a::BITWISE_DREG, "dreg")?,
-                len: at.be32(a::BITWISE_LEN, "len")?,
-                mask: at.value(a::BITWISE_MASK, "mask")?,
-                xor: at.value(a::BITWISE_XOR, "xor")?,
-            }
-        }
-        "lookup" => Expr::Lookup {
-            set: at
-                .get(a::LOOKUP_SET)
-                .and_then(Nla::str)
-                .ok_or(WireError::Missing {
-                    what: "lookup",
-                    attr: "set",
-                })?
-                .to_string(),
-            sreg: at.reg(a::LOOKUP_SREG, "sreg")?,
-            dreg: at.opt32(a::LOOKUP_DREG).map(Reg),
-            invert: at.opt32(a::LOOKUP_FLAGS).unwrap_or(0) & a::LOOKUP_F_INV != 0,
+    Ok(Expr::Payload {
+        base,
+        offset: at.be32(a::PAYLOAD_OFFSET, "offset")?,
+        len: at.be32(a::PAYLOAD_LEN, "len")?,
+        dreg: at.reg(a::PAYLOAD_DREG, "dreg")?,
+    })
+}
+
+fn decode_meta(at: &Attrs) -> Result<Expr, WireError> {
+    let k = at.be32(a::META_KEY, "key")?;
+    let key = MetaKey::from_u32(k).ok_or_else(|| at.invalid(format!("meta key {k}")))?;
+    Ok(match at.opt32(a::META_DREG) {
+        Some(d) => Expr::Meta { key, dreg: Reg(d) },
+        None => Expr::MetaSet {
+            key,
+            sreg: at.reg(a::META_SREG, "sreg")?,
         },
-        "immediate" => {
-            let dreg = at.reg(a::IMMEDIATE_DREG, "dreg")?;
-            let n = at.get(a::IMMEDIATE_DATA).ok_or(WireError::Missing {
-                what: "immediate",
-                attr: "data",
-            })?;
-            match get_data(n, "immediate")? {
-                Data::Verdict(v) if dreg == Reg::VERDICT => Expr::Verdict(v),
-                Data::Value(data) if dreg != Reg::VERDICT => Expr::Immediate { dreg, data },
-                _ => return Err(at.invalid("data kind does not match the register".into())),
-            }
+    })
+}
+
+fn decode_cmp(at: &Attrs) -> Result<Expr, WireError> {
+    let o = at.be32(a::CMP_OP, "op")?;
+    Ok(Expr::Cmp {
+        sreg: at.reg(a::CMP_SREG, "sreg")?,
+        op: CmpOp::from_u32(o).ok_or_else(|| at.invalid(format!("cmp op {o}")))?,
+        data: at.value(a::CMP_DATA, "data")?,
+    })
+}
+
+fn decode_bitwise(at: &Attrs) -> Result<Expr, WireError> {
+    if let Some(op) = at.opt32(a::BITWISE_OP) {
+        if op != 0 {
+            return Err(at.invalid(format!("bitwise op {op} (only mask/xor is modelled)")));
         }
-        "numgen" => Expr::Numgen {
-            kind: match at.be32(a::NG_TYPE, "type")? {
-                0 => NumgenKind::Incremental,
-                1 => NumgenKind::Random,
-                t => return Err(at.invalid(format!("numgen type {t}"))),
-            },
-            modulus: at.be32(a::NG_MODULUS, "modulus")?,
-            offset: at.opt32(a::NG_OFFSET).unwrap_or(0),
-            dreg: at.reg(a::NG_DREG, "dreg")?,
+    }
+    Ok(Expr::Bitwise {
+        sreg: at.reg(a::BITWISE_SREG, "sreg")?,
+        dreg: at.reg(a::BITWISE_DREG, "dreg")?,
+        len: at.be32(a::BITWISE_LEN, "len")?,
+        mask: at.value(a::BITWISE_MASK, "mask")?,
+        xor: at.value(a::BITWISE_XOR, "xor")?,
+    })
+}
+
+fn decode_lookup(at: &Attrs) -> Result<Expr, WireError> {
+    Ok(Expr::Lookup {
+        set: at
+            .get(a::LOOKUP_SET)
+            .and_then(Nla::str)
+            .ok_or(WireError::Missing {
+                what: "lookup",
+                attr: "set",
+            })?
+            .to_string(),
+        sreg: at.reg(a::LOOKUP_SREG, "sreg")?,
+        dreg: at.opt32(a::LOOKUP_DREG).map(Reg),
+        invert: at.opt32(a::LOOKUP_FLAGS).unwrap_or(0) & a::LOOKUP_F_INV != 0,
+    })
+}
+
+fn decode_immediate(at: &Attrs) -> Result<Expr, WireError> {
+    let dreg = at.reg(a::IMMEDIATE_DREG, "dreg")?;
+    let n = at.get(a::IMMEDIATE_DATA).ok_or(WireError::Missing {
+        what: "immediate",
+        attr: "data",
+    })?;
+    Ok(match get_data(n, "immediate")? {
+        Data::Verdict(v) if dreg == Reg::VERDICT => Expr::Verdict(v),
+        Data::Value(data) if dreg != Reg::VERDICT => Expr::Immediate { dreg, data },
+        _ => return Err(at.invalid("data kind does not match the register".into())),
+    })
+}
+
+fn decode_numgen(at: &Attrs) -> Result<Expr, WireError> {
+    Ok(Expr::Numgen {
+        kind: match at.be32(a::NG_TYPE, "type")? {
+            0 => NumgenKind::Incremental,
+            1 => NumgenKind::Random,
+            t => return Err(at.invalid(format!("numgen type {t}"))),
         },
-        "nat" => {
-            let kind = match at.be32(a::NAT_TYPE, "type")? {
-                0 => NatKind::Snat,
-                1 => NatKind::Dnat,
-                t => return Err(at.invalid(format!("nat type {t}"))),
-            };
-            let fam = at.be32(a::NAT_FAMILY, "family")?;
-            let family = u8::try_from(fam)
-                .ok()
-                .and_then(Family::from_u8)
-                .ok_or_else(|| at.invalid(format!("nat family {fam}")))?;
-            let addr = at.opt32(a::NAT_REG_ADDR_MIN).map(Reg);
-            let port = at.opt32(a::NAT_REG_PROTO_MIN).map(Reg);
-            // The kernel reports max registers equal to min when only min was given.
-            if at
-                .opt32(a::NAT_REG_ADDR_MAX)
-                .map(Reg)
-                .is_some_and(|m| Some(m) != addr)
-                || at
-                    .opt32(a::NAT_REG_PROTO_MAX)
-                    .map(Reg)
-                    .is_some_and(|m| Some(m) != port)
-            {
-                return Err(at.invalid("nat ranges are not modelled".into()));
-            }
-            Expr::Nat {
-                kind,
-                family,
-                addr,
-                port,
-                flags: at.opt32(a::NAT_FLAGS).unwrap_or(0),
-            }
-        }
-        "masq" => Expr::Masquerade {
-            flags: at.opt32(a::MASQ_FLAGS).unwrap_or(0),
+        modulus: at.be32(a::NG_MODULUS, "modulus")?,
+        offset: at.opt32(a::NG_OFFSET).unwrap_or(0),
+        dreg: at.reg(a::NG_DREG, "dreg")?,
+    })
+}
+
+fn decode_nat(at: &Attrs) -> Result<Expr, WireError> {
+    let kind = match at.be32(a::NAT_TYPE, "type")? {
+        0 => NatKind::Snat,
+        1 => NatKind::Dnat,
+        t => return Err(at.invalid(format!("nat type {t}"))),
+    };
+    let fam = at.be32(a::NAT_FAMILY, "family")?;
+    let family = u8::try_from(fam)
+        .ok()
+        .and_then(Family::from_u8)
+        .ok_or_else(|| at.invalid(format!("nat family {fam}")))?;
+    let addr = at.opt32(a::NAT_REG_ADDR_MIN).map(Reg);
+    let port = at.opt32(a::NAT_REG_PROTO_MIN).map(Reg);
+    // The kernel reports max registers equal to min when only min was given.
+    if at
+        .opt32(a::NAT_REG_ADDR_MAX)
+        .map(Reg)
+        .is_some_and(|m| Some(m) != addr)
+        || at
+            .opt32(a::NAT_REG_PROTO_MAX)
+            .map(Reg)
+            .is_some_and(|m| Some(m) != port)
+    {
+        return Err(at.invalid("nat ranges are not modelled".into()));
+    }
+    Ok(Expr::Nat {
+        kind,
+        family,
+        addr,
+        port,
+        flags: at.opt32(a::NAT_FLAGS).unwrap_or(0),
+    })
+}
+
+fn decode_masq(at: &Attrs) -> Result<Expr, WireError> {
+    Ok(Expr::Masquerade {
+        flags: at.opt32(a::MASQ_FLAGS).unwrap_or(0),
+    })
+}
+
+fn decode_ct(at: &Attrs) -> Result<Expr, WireError> {
+    let k = at.be32(a::CT_KEY, "key")?;
+    let key = CtKey::from_u32(k).ok_or_else(|| at.invalid(format!("ct key {k}")))?;
+    if at.get(a::CT_DIRECTION).is_some() {
+        return Err(at.invalid("ct direction is not modelled".into()));
+    }
+    Ok(match at.opt32(a::CT_DREG) {
+        Some(d) => Expr::Ct { key, dreg: Reg(d) },
+        None => Expr::CtSet {
+            key,
+            sreg: at.reg(a::CT_SREG, "sreg")?,
         },
-        "ct" => {
-            let k = at.be32(a::CT_KEY, "key")?;
-            let key = CtKey::from_u32(k).ok_or_else(|| at.invalid(format!("ct key {k}")))?;
-            if at.get(a::CT_DIRECTION).is_some() {
-                return Err(at.invalid("ct direction is not modelled".into()));
-            }
-            match at.opt32(a::CT_DREG) {
-                Some(d) => Expr::Ct { key, dreg: Reg(d) },
-                None => Expr::CtSet {
-                    key,
-                    sreg: at.reg(a::CT_SREG, "sreg")?,
-                },
-            }
-        }
-        "fib" => Expr::Fib {
-            flags: at.be32(a::FIB_FLAGS, "flags")?,
-            result: match at.be32(a::FIB_RESULT, "result")? {
-                1 => FibResult::Oif,
-                2 => FibResult::Oifname,
-                3 => FibResult::AddrType,
-                r => return Err(at.invalid(format!("fib result {r}"))),
-            },
-            dreg: at.reg(a::FIB_DREG, "dreg")?,
+    })
+}
+
+fn decode_fib(at: &Attrs) -> Result<Expr, WireError> {
+    Ok(Expr::Fib {
+        flags: at.be32(a::FIB_FLAGS, "flags")?,
+        result: match at.be32(a::FIB_RESULT, "result")? {
+            1 => FibResult::Oif,
+            2 => FibResult::Oifname,
+            3 => FibResult::AddrType,
+            r => return Err(at.invalid(format!("fib result {r}"))),
         },
-        "reject" => {
-            let code = at.get(a::REJECT_ICMP_CODE).and_then(Nla::u8).unwrap_or(0);
-            Expr::Reject(match at.be32(a::REJECT_TYPE, "type")? {
-                0 => Reject::IcmpUnreach(code),
-                1 => Reject::TcpRst,
-                2 => Reject::IcmpxUnreach(code),
-                t => return Err(at.invalid(format!("reject type {t}"))),
-            })
-        }
-        "counter" => Expr::Counter,
-        "dynset" => {
-            let op = match at.be32(a::DYNSET_OP, "op")? {
-                0 => DynsetOp::Add,
-                1 => DynsetOp::Update,
-                o => return Err(at.invalid(format!("dynset op {o}"))),
-            };
-            Expr::Dynset {
-                op,
-                set: at
-                    .get(a::DYNSET_SET_NAME)
-                    .and_then(Nla::str)
-                    .ok_or(WireError::Missing {
-                        what: "dynset",
-                        attr: "set",
-                    })?
-                    .to_string(),
-                key: at.reg(a::DYNSET_SREG_KEY, "sreg key")?,
-                data: at.opt32(a::DYNSET_SREG_DATA).map(Reg),
-                // The kernel reports a zero timeout when none was given.
-                timeout_ms: at
-                    .get(a::DYNSET_TIMEOUT)
-                    .and_then(Nla::be64)
-                    .filter(|&t| t != 0),
-            }
-        }
-        _ => unreachable!("names are matched above"),
+        dreg: at.reg(a::FIB_DREG, "dreg")?,
+    })
+}
+
+fn decode_reject(at: &Attrs) -> Result<Expr, WireError> {
+    let code = at.get(a::REJECT_ICMP_CODE).and_then(Nla::u8).unwrap_or(0);
+    Ok(Expr::Reject(match at.be32(a::REJECT_TYPE, "type")? {
+        0 => Reject::IcmpUnreach(code),
+        1 => Reject::TcpRst,
+        2 => Reject::IcmpxUnreach(code),
+        t => return Err(at.invalid(format!("reject type {t}"))),
+    }))
+}
+
+fn decode_counter(_: &Attrs) -> Result<Expr, WireError> {
+    Ok(Expr::Counter)
+}
+
+fn decode_dynset(at: &Attrs) -> Result<Expr, WireError> {
+    let op = match at.be32(a::DYNSET_OP, "op")? {
+        0 => DynsetOp::Add,
+        1 => DynsetOp::Update,
+        o => return Err(at.invalid(format!("dynset op {o}"))),
+    };
+    Ok(Expr::Dynset {
+        op,
+        set: at
+            .get(a::DYNSET_SET_NAME)
+            .and_then(Nla::str)
+            .ok_or(WireError::Missing {
+                what: "dynset",
+                attr: "set",
+            })?
+            .to_string(),
+        key: at.reg(a::DYNSET_SREG_KEY, "sreg key")?,
+        data: at.opt32(a::DYNSET_SREG_DATA).map(Reg),
+        // The kernel reports a zero timeout when none was given.
+        timeout_ms: at
+            .get(a::DYNSET_TIMEOUT)
+            .and_then(Nla::be64)
+            .filter(|&t| t != 0),
     })
 }

@@ -7,6 +7,7 @@
 pub mod consts;
 pub mod decode;
 pub mod encode;
+pub mod events;
 pub mod expr;
 pub mod msg;
 pub mod nla;

@@ -95,10 +95,9 @@ impl ConntrackKernel for ct_netlink::Conntrack {
     }
 }
 
-/// One outcome per filter from a [`ct_netlink::DeleteReport`]. The report says per filter
-/// what was deleted and what failed, but a work cap or an interrupted dump only for the
-/// call as a whole: then no filter has a proven complete result, and every filter that
-/// did not fail is `Capped` or `Incomplete`.
+/// One outcome per filter from a [`ct_netlink::DeleteReport`], which gives each filter
+/// its own outcome (a filter is done only when its matching was complete). A filter the
+/// report does not mention failed.
 pub fn outcomes(
     filters: &[ct_netlink::Filter],
     report: &ct_netlink::DeleteReport,
@@ -116,16 +115,12 @@ pub fn outcomes(
             let Some(r) = line else {
                 return CleanupOutcome::Failed;
             };
-            if r.failed > 0 {
-                CleanupOutcome::Failed
-            } else if report.incomplete {
-                CleanupOutcome::Incomplete
-            } else if report.capped {
-                CleanupOutcome::Capped
-            } else if r.deleted == Some(0) && r.already_gone > 0 {
-                CleanupOutcome::AlreadyGone
-            } else {
-                CleanupOutcome::Deleted { entries: r.deleted }
+            match r.outcome() {
+                ct_netlink::Outcome::Deleted(entries) => CleanupOutcome::Deleted { entries },
+                ct_netlink::Outcome::AlreadyGone => CleanupOutcome::AlreadyGone,
+                ct_netlink::Outcome::Capped => CleanupOutcome::Capped,
+                ct_netlink::Outcome::Incomplete => CleanupOutcome::Incomplete,
+                ct_netlink::Outcome::Failed(_) => CleanupOutcome::Failed,
             }
         })
         .collect()
@@ -151,24 +146,36 @@ mod tests {
     use super::*;
     use ct_netlink::{DeleteReport, Filter, FilterReport, Strategy};
 
-    fn report(lines: &[(Filter, Option<u64>, u64, u64)]) -> DeleteReport {
+    /// A report line: (filter, deleted, already gone, errno, capped, incomplete).
+    type Line = (Filter, Option<u64>, u64, Option<i32>, bool, bool);
+
+    fn report(lines: &[Line]) -> DeleteReport {
         DeleteReport {
             strategy: Strategy::FilteredDump,
             per_filter: lines
                 .iter()
-                .map(|&(filter, deleted, already_gone, failed)| FilterReport {
-                    filter,
-                    deleted,
-                    already_gone,
-                    failed,
-                })
+                .map(
+                    |&(filter, deleted, already_gone, errno, capped, incomplete)| FilterReport {
+                        filter,
+                        deleted,
+                        already_gone,
+                        failed: u64::from(errno.is_some()),
+                        unacked: 0,
+                        capped,
+                        incomplete,
+                        errno,
+                        strategy: Strategy::FilteredDump,
+                    },
+                )
                 .collect(),
+            plans: Vec::new(),
             deleted: 0,
             exact: true,
             capped: false,
             incomplete: false,
             dump_retries: 0,
             scanned: 0,
+            walks: 0,
         }
     }
 
@@ -178,36 +185,31 @@ mod tests {
         let b = Filter::udp_reply_src("198.18.0.2".parse().unwrap(), 5353);
         let c = Filter::udp_nodeport(ct_netlink::Family::V4, 30053);
         let d = Filter::udp_orig_dst("198.18.0.4".parse().unwrap(), Some(53));
-        let mut r = report(&[
-            (a, Some(3), 0, 0),
-            (b, Some(0), 2, 0),
-            (c, None, 0, 0),
-            (d, Some(1), 0, 1),
+        let e = Filter::udp_orig_dst("198.18.0.5".parse().unwrap(), Some(53));
+        let f = Filter::udp_orig_dst("198.18.0.6".parse().unwrap(), Some(53));
+        let r = report(&[
+            (a, Some(3), 0, None, false, false),
+            (b, Some(0), 2, None, false, false),
+            (c, None, 0, None, false, false),
+            (d, Some(1), 0, Some(libc::EPERM), false, false),
+            (e, Some(1), 0, None, true, false),
+            (f, Some(1), 0, None, false, true),
         ]);
         use CleanupOutcome::*;
         assert_eq!(
-            outcomes(&[a, b, c, d], &r),
+            outcomes(&[a, b, c, d, e, f], &r),
             vec![
                 Deleted { entries: Some(3) },
                 AlreadyGone,
                 Deleted { entries: None },
-                Failed
+                Failed,
+                Capped,
+                Incomplete
             ]
-        );
-        r.capped = true;
-        assert_eq!(
-            outcomes(&[a, b, c, d], &r),
-            vec![Capped, Capped, Capped, Failed],
-            "a capped call proves no filter complete"
-        );
-        r.incomplete = true;
-        assert_eq!(
-            outcomes(&[a, b, c, d], &r),
-            vec![Incomplete, Incomplete, Incomplete, Failed]
         );
         // A filter the report does not mention failed.
         assert_eq!(
-            outcomes(&[c, a], &report(&[(a, Some(1), 0, 0)])),
+            outcomes(&[c, a], &report(&[(a, Some(1), 0, None, false, false)])),
             vec![Failed, Deleted { entries: Some(1) }]
         );
     }

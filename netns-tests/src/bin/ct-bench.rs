@@ -22,6 +22,13 @@
 //! visible in the table. `--variants` adds flush/dump cases with the port in the filter;
 //! `--walk ROUNDS` first times requests that match nothing (flush with CTA_FILTER, flush
 //! with CTA_MARK only, filtered dump), i.e. the kernel's bare table walk.
+//!
+//! `--targets K` (with `--target-entries E`, default 10) times the cleanup the engine
+//! asks for, the way it asks: one `delete` call with K filters (K service IPs with E
+//! entries each, on top of N), the strategy chosen by the cost model; and one call with
+//! one target against the bare walk of the same kernel request (matching nothing). It
+//! also times a full dump matching nothing, from which it prints the cost model's
+//! constants as measured on this machine. Medians, ratios and /proc/loadavg are printed.
 
 use ct_netlink::testing::SyntheticFlow;
 use ct_netlink::{Config, Conntrack, Filter, Strategy, IPPROTO_TCP, IPPROTO_UDP};
@@ -240,6 +247,170 @@ struct Opts {
     variants: bool,
     walk: usize,
     quiet_limit: f64,
+    targets: usize,
+    target_entries: usize,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// The k-th cleanup target (k < 1024): 198.19.250.0 + k, an address no background
+/// entry uses.
+fn target_ip(k: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(198, 19, 250, 0)) + k as u32,
+    ))
+}
+
+fn target_flows(k: usize, e: usize, round: usize) -> Vec<SyntheticFlow> {
+    (0..k)
+        .flat_map(|t| {
+            (0..e).map(move |i| SyntheticFlow {
+                src: IpAddr::V4(Ipv4Addr::new(198, 18, 254, (i % 250) as u8)),
+                dst: target_ip(t),
+                proto: IPPROTO_UDP,
+                sport: 30000 + i as u16 + (round % 2) as u16 * 10000,
+                dport: 53,
+            })
+        })
+        .collect()
+}
+
+/// The cleanup experiment (`--targets`): K targets in one call and one target, against
+/// the bare walk of the same request and a full dump matching nothing.
+fn cleanup_experiment(filler: &mut Conntrack, n: usize, o: &Opts) {
+    let (k, e) = (o.targets, o.target_entries);
+    let mut auto = Conntrack::open(Config::default()).expect("open (probed)");
+    let kind = auto.strategy();
+    let nothing = Filter::udp_orig_dst(IpAddr::V4(Ipv4Addr::new(198, 19, 255, 99)), None);
+    let filters: Vec<Filter> = (0..k)
+        .map(|t| Filter::udp_orig_dst(target_ip(t), None))
+        .collect();
+    let plan = auto.plan(&filters);
+    let table = ct_netlink::TableSize::read();
+    println!(
+        "N={n}: cleanup: probed per-filter kind {kind}; plan for {k} targets {plan:?}; plan for 1 target {:?}; table {table:?}; loadavg {}",
+        auto.plan(&filters[..1]),
+        loadavg()
+    );
+    let names = [
+        "K targets, one call (auto)",
+        "1 target (auto)",
+        "bare walk, same request",
+        "bare walk, filtered dump",
+        "full dump matching nothing",
+    ];
+    let mut res: Vec<Vec<Sample>> = vec![Vec::new(); names.len()];
+    for r in 0..o.runs {
+        let load = wait_quiet(o.quiet_limit, Duration::from_secs(15));
+        println!(
+            "N={n}: cleanup run {} (machine load before {load:.2} cpu, loadavg {})",
+            r + 1,
+            loadavg()
+        );
+        for j in 0..names.len() {
+            let i = (r + j) % names.len();
+            let s = match i {
+                0 => {
+                    let fl = filler
+                        .insert(&target_flows(k, e, r), 3600, 2000)
+                        .expect("fill");
+                    assert_eq!(fl.failed(), 0, "{:?}", fl.errors);
+                    let (rep, s) = timed(|| auto.delete(&filters));
+                    let rep = rep.expect("delete");
+                    assert!(rep.all_done(), "{:?}", rep.outcomes());
+                    assert_eq!(rep.deleted as usize, k * e, "{:?}", rep.plans);
+                    println!(
+                        "N={n}:   {k} targets: {:.1?}, walks {}, plans {:?}",
+                        s.wall, rep.walks, rep.plans
+                    );
+                    s
+                }
+                1 => {
+                    let fl = filler
+                        .insert(&target_flows(1, e, r), 3600, 2000)
+                        .expect("fill");
+                    assert_eq!(fl.failed(), 0, "{:?}", fl.errors);
+                    let (rep, s) = timed(|| auto.delete(&filters[..1]));
+                    let rep = rep.expect("delete");
+                    assert!(rep.all_done() && rep.walks == 1, "{rep:?}");
+                    s
+                }
+                2 => {
+                    let (rep, s) = timed(|| auto.delete_with(kind, &[nothing]));
+                    assert!(rep.expect("walk").all_done());
+                    s
+                }
+                3 => {
+                    let (c, s) = timed(|| auto.count_matching(&nothing));
+                    assert_eq!(c.expect("dump"), 0);
+                    s
+                }
+                _ => {
+                    let (rep, s) = timed(|| auto.delete_with(Strategy::FullDump, &[nothing]));
+                    assert!(rep.expect("full dump").all_done());
+                    s
+                }
+            };
+            res[i].push(s);
+        }
+    }
+    let med = |i: usize| median(&res[i].iter().map(|s| s.wall).collect::<Vec<_>>());
+    let cpu = |i: usize| median(&res[i].iter().map(|s| s.cpu).collect::<Vec<_>>());
+    for (i, name) in names.iter().enumerate() {
+        let bg = res[i].iter().map(|s| s.background).fold(0.0, f64::max);
+        println!(
+            "N={n}: cleanup {name:<30} median {:>10.1?}  cpu {:>10.1?}  runs {:.1?}  background max {bg:.2} cpu",
+            med(i),
+            cpu(i),
+            res[i].iter().map(|s| s.wall).collect::<Vec<_>>()
+        );
+    }
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    println!(
+        "N={n}: RESULT {k} targets x {e} entries in one call: {:.1?} (goal <= 2 s: {}), thread CPU {:.1?}; per-filter requests would take ~{:.1?} ({k} bare walks)",
+        med(0),
+        if med(0) <= Duration::from_secs(2) { "met" } else { "NOT met" },
+        cpu(0),
+        med(2) * k as u32
+    );
+    println!(
+        "N={n}: RESULT 1 target: {:.1?} = {:.2}x the bare walk of the same request ({:.1?}), {:.2}x the bare filtered-dump walk ({:.1?}) (goal <= 1.1x: {}); thread CPU {:.1?} = {:.2}x the same request's ({:.1?})",
+        med(1),
+        ratio(med(1), med(2)),
+        med(2),
+        ratio(med(1), med(3)),
+        med(3),
+        if ratio(med(1), med(2)) <= 1.1 { "met" } else { "NOT met" },
+        cpu(1),
+        ratio(cpu(1), cpu(2)),
+        cpu(2)
+    );
+    if let Some(t) = table {
+        // Cost model constants on this machine: a walk (bare filtered dump, the kind a
+        // full dump also makes) and the full dump's extra per entry of our namespace.
+        let buckets = t.buckets as f64;
+        let entries = t.entries.max(1) as f64;
+        // Thread CPU time: the kernel's walk runs in our sendmsg/recvmsg, and CPU time
+        // does not count the other processes of a busy machine.
+        let walk_ns = cpu(3).as_nanos() as f64;
+        let full_ns = cpu(4).as_nanos() as f64;
+        let m = ct_netlink::CostModel::default();
+        println!(
+            "N={n}: MODEL measured: walk {:.0} ns/entry (after {:.0} ns/bucket x {buckets}), full dump +{:.0} ns/entry; model default: walk {:.0} ns/entry, full dump +{:.0} ns/entry; predicted walk {:.1} ms, full {:.1} ms",
+            ((walk_ns - buckets * m.walk_bucket_ns) / entries).max(0.0),
+            m.walk_bucket_ns,
+            (full_ns - walk_ns).max(0.0) / entries,
+            m.walk_entry_ns,
+            m.dump_entry_ns,
+            m.walk_ns(t) / 1e6,
+            m.full_dump_ns(t) / 1e6
+        );
+    }
 }
 
 /// The walk experiment: time requests that match nothing, so only the kernel's walk of
@@ -330,6 +501,10 @@ fn run_size(ns: &str, n: usize, o: &Opts) -> Vec<Row> {
                 o.walk
             );
             walk_experiment(&mut filler, n, o.walk);
+        }
+        if o.targets > 0 {
+            cleanup_experiment(&mut filler, n, o);
+            return Vec::new();
         }
         let vip = IpAddr::V4(VIP);
         let mut cases = vec![
@@ -442,6 +617,8 @@ fn main() {
     let mut walk = 0usize;
     let mut quiet_limit = 0.3f64;
     let mut fifo = false;
+    let mut targets = 0usize;
+    let mut target_entries = 10usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -458,6 +635,20 @@ fn main() {
             "--no-raise" => raise = false,
             "--variants" => variants = true,
             "--fifo" => fifo = true,
+            "--targets" => {
+                targets = args
+                    .next()
+                    .expect("--targets value")
+                    .parse()
+                    .expect("targets")
+            }
+            "--target-entries" => {
+                target_entries = args
+                    .next()
+                    .expect("--target-entries value")
+                    .parse()
+                    .expect("entries")
+            }
             "--walk" => {
                 walk = args
                     .next()
@@ -504,7 +695,7 @@ fn main() {
     let max: usize = old_max.trim().parse().expect("nf_conntrack_max");
     let buckets =
         std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_buckets").unwrap_or_default();
-    let need = sizes.iter().max().copied().unwrap_or(0) + 1000;
+    let need = sizes.iter().max().copied().unwrap_or(0) + 1000 + targets * target_entries;
     println!(
         "nf_conntrack_max = {max}, nf_conntrack_buckets = {}",
         buckets.trim()
@@ -532,12 +723,16 @@ fn main() {
             .map(|&n| CString::new(format!("/run/netns/{}", ns_name(n))).expect("path"))
             .collect(),
     );
+    assert!(targets <= 1024, "--targets: at most 1024");
+    println!("loadavg at start: {}", loadavg());
     let opts = Opts {
         runs,
         vip_n,
         variants,
         walk,
         quiet_limit,
+        targets,
+        target_entries,
     };
     let mut table = Vec::new();
     for &n in &sizes {

@@ -1,0 +1,254 @@
+//! The kernel side of every strategy: one request and its ACK, dumps (retried when
+//! interrupted or lossy), and deletes by tuple in batches with the ACK sentinel. All
+//! socket work goes through `nl-core`.
+
+use crate::delete::record_error;
+use crate::filter::Filter;
+use crate::wire::*;
+use crate::{read_error, Conntrack, DeleteReport, Error, FilterReport};
+use nl_core::{AckWait, Control, NlaWriter, OnLoss, ReadError, ReadOpts};
+use nl_core::{NLM_F_DUMP, NLM_F_DUMP_FILTERED, NLM_F_REQUEST};
+use std::collections::HashSet;
+
+/// How one dump went.
+#[derive(Debug, Default)]
+pub(crate) struct DumpStats {
+    /// Entries handed to the callback (all attempts).
+    pub(crate) entries: u64,
+    /// Messages or datagrams that could not be read.
+    pub(crate) malformed: u64,
+    /// Some entry carried NLM_F_DUMP_FILTERED.
+    pub(crate) filtered_flag_seen: bool,
+    pub(crate) retries: u32,
+    /// Still interrupted or lossy after the last retry.
+    pub(crate) incomplete: bool,
+}
+
+impl Conntrack {
+    /// Send one request built by `build` and wait for its ACK; returns the errno (0 = ok).
+    pub(crate) fn request_ack(
+        &mut self,
+        f: &Filter,
+        op: &'static str,
+        build: impl FnOnce(&mut NlaWriter, &Filter, u32),
+    ) -> Result<i32, Error> {
+        let opts = ReadOpts {
+            // Our ACK is small and comes last: read past lost messages.
+            on_loss: OnLoss::Drain,
+            limit: Some(self.cfg.recv_timeout),
+        };
+        match self
+            .sock
+            .request(&opts, |w, seq| build(w, f, seq), |_| Control::Continue)
+        {
+            Ok(_) => Ok(0),
+            Err(ReadError::Kernel(errno)) => Ok(errno),
+            Err(ReadError::Deadline) => Err(Error::Timeout {
+                op,
+                filter: f.to_string(),
+                timeout: self.cfg.recv_timeout,
+            }),
+            Err(e) => Err(read_error(op, f.to_string(), &self.cfg, e)),
+        }
+    }
+
+    /// A dump of family `af` (with the kernel filter of `filter`, its address included
+    /// when the bool says so), restarted up to `retries` times when interrupted
+    /// (NLM_F_DUMP_INTR) or lossy (ENOBUFS, malformed datagrams). Entries of every
+    /// attempt go to `f` with their message flags; malformed ones are skipped.
+    pub(crate) fn dump(
+        &mut self,
+        af: u8,
+        filter: Option<(&Filter, bool)>,
+        op: &'static str,
+        retries: u32,
+        f: &mut dyn FnMut(&EntryView<'_>, u16),
+    ) -> Result<DumpStats, Error> {
+        let fname = || filter.map_or_else(|| "all entries".to_string(), |f| f.0.to_string());
+        let opts = ReadOpts {
+            on_loss: OnLoss::Drain,
+            limit: Some(self.cfg.dump_timeout),
+        };
+        let mut st = DumpStats::default();
+        let run = self
+            .sock
+            .dump(
+                retries,
+                &opts,
+                |w, seq| {
+                    let s = w.begin_nfnl(MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, af);
+                    if let Some((fl, with_addr)) = filter {
+                        fl.put_kernel_filter(w, with_addr);
+                    }
+                    w.end_msg(s);
+                },
+                |m| {
+                    if m.kind == MSG_CT_NEW {
+                        match parse_entry(m.payload) {
+                            Some(e) => {
+                                st.entries += 1;
+                                if m.flags & NLM_F_DUMP_FILTERED != 0 {
+                                    st.filtered_flag_seen = true;
+                                }
+                                f(&e, m.flags);
+                            }
+                            None => st.malformed += 1,
+                        }
+                    }
+                    Control::Continue
+                },
+            )
+            .map_err(|e| read_error(op, fname(), &self.cfg, e))?;
+        st.malformed += run.malformed;
+        st.retries = run.retries;
+        st.incomplete = run.incomplete;
+        if st.malformed > 0 {
+            tracing::warn!(
+                op,
+                malformed = st.malformed,
+                "skipped malformed conntrack dump messages"
+            );
+        }
+        if st.incomplete {
+            tracing::warn!(op, filter = %fname(), "conntrack dump still interrupted after retries; some entries may remain");
+        }
+        Ok(st)
+    }
+
+    /// [`Conntrack::dump`] with the configured retries, counted in `rep` (callers mark
+    /// the filters of an incomplete dump).
+    pub(crate) fn dump_retrying(
+        &mut self,
+        af: u8,
+        filter: Option<(&Filter, bool)>,
+        op: &'static str,
+        rep: &mut DeleteReport,
+        f: &mut dyn FnMut(&EntryView<'_>, u16),
+    ) -> Result<DumpStats, Error> {
+        let st = self.dump(af, filter, op, self.cfg.max_dump_retries, f)?;
+        rep.dump_retries += st.retries;
+        Ok(st)
+    }
+
+    /// Delete entries by tuple, `delete_batch` requests per sendmsg, one ACK each.
+    /// Requests whose answer was lost are resent (3 rounds); what stays unanswered is
+    /// `unacked` on its filter. A socket error is recorded on the filters of the
+    /// requests it left unanswered; the next batch is still tried.
+    pub(crate) fn delete_targets(
+        &mut self,
+        targets: &[(Target, usize)],
+        filters: &[Filter],
+        rep: &mut DeleteReport,
+    ) {
+        const OP: &str = "delete by tuple";
+        let batch = self.cfg.delete_batch.max(1);
+        let mut m = NlaWriter::with_capacity(batch * 96);
+        for chunk in targets.chunks(batch) {
+            // Indices (into `chunk`) still waiting for an ACK; resent after ENOBUFS.
+            let mut pending: Vec<usize> = (0..chunk.len()).collect();
+            for round in 0..4 {
+                if pending.is_empty() {
+                    break;
+                }
+                if round == 3 {
+                    for &i in &pending {
+                        rep.per_filter[chunk[i].1].unacked += 1;
+                    }
+                    tracing::warn!(
+                        unacked = pending.len(),
+                        "conntrack deletes left without ACK"
+                    );
+                    break;
+                }
+                let base = self.sock.reserve_seqs(pending.len() as u32 + 1);
+                m.clear();
+                for (k, &i) in pending.iter().enumerate() {
+                    chunk[i].0.put_delete(&mut m, base + k as u32);
+                }
+                let filter_name =
+                    |i: usize| filters.get(i).map(|f| f.to_string()).unwrap_or_default();
+                let fail =
+                    |rep: &mut DeleteReport, pending: &[usize], e: &dyn Fn(String) -> Error| {
+                        let mut done: HashSet<usize> = HashSet::new();
+                        for &i in pending {
+                            let fi = chunk[i].1;
+                            if done.insert(fi) {
+                                record_error(&mut rep.per_filter[fi], &e(filter_name(fi)));
+                            }
+                        }
+                    };
+                if let Err(source) = self.sock.send(&m.buf) {
+                    let errno = source.raw_os_error();
+                    fail(rep, &pending, &|filter| Error::Send {
+                        op: OP,
+                        filter,
+                        source: errno.map_or_else(
+                            || std::io::Error::other(source.to_string()),
+                            std::io::Error::from_raw_os_error,
+                        ),
+                    });
+                    break;
+                }
+                let wait = AckWait {
+                    base,
+                    n: pending.len(),
+                    sentinel: base + pending.len() as u32,
+                    sentinel_sent: false,
+                    expect_all: true,
+                    limit: self.cfg.recv_timeout,
+                };
+                let per_filter = &mut rep.per_filter;
+                let done = self.sock.collect_acks(wait, |k, errno| {
+                    let fi = chunk[pending[k]].1;
+                    count_ack(errno, &mut per_filter[fi], filters.get(fi));
+                });
+                let done = match done {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        fail(rep, &pending, &|filter| Error::Recv {
+                            op: OP,
+                            filter,
+                            source: std::io::Error::other(msg.clone()),
+                        });
+                        break;
+                    }
+                };
+                pending = pending
+                    .iter()
+                    .zip(&done.answered)
+                    .filter(|(_, &a)| !a)
+                    .map(|(&i, _)| i)
+                    .collect();
+                if !pending.is_empty() {
+                    tracing::debug!(
+                        unacked = pending.len(),
+                        round,
+                        "resending conntrack deletes"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Account one answer to a delete by tuple.
+pub(crate) fn count_ack(errno: Option<i32>, r: &mut FilterReport, f: Option<&Filter>) {
+    match errno {
+        Some(0) => {
+            if let Some(d) = r.deleted.as_mut() {
+                *d += 1
+            }
+        }
+        Some(e) if e == libc::ENOENT => r.already_gone += 1,
+        Some(errno) => {
+            r.failed += 1;
+            r.errno = Some(errno);
+            tracing::warn!(filter = ?f.map(|f| f.to_string()), errno, "kernel refused a conntrack delete");
+        }
+        None => {
+            r.failed += 1;
+            r.errno = Some(libc::EPROTO);
+        }
+    }
+}

@@ -386,6 +386,21 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         Some(work)
     }
 
+    /// Run the cleanup slices that are due now, one after the other (for a one-shot
+    /// run that exits after its sync: what is left, e.g. targets backing off, stays
+    /// recorded in our tables for the next run). Returns the slices run.
+    pub fn drain_cleanup(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((at, Work::Cleanup)) = self.next_work() {
+            if at > self.clock.now() || n >= 1_000_000 {
+                break;
+            }
+            self.cleanup_turn();
+            n += 1;
+        }
+        n
+    }
+
     /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the
     /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
     /// makes the next sync a full one.

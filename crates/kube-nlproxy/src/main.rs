@@ -333,6 +333,8 @@ where
         }
         return match engine.sync() {
             Ok(r) => {
+                // The rest of a large cleanup backlog, before exiting.
+                engine.drain_cleanup();
                 if !synced.load(Ordering::SeqCst) {
                     log_report(&r);
                 }

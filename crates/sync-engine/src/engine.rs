@@ -62,6 +62,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) our_gens: Vec<u32>,
     /// Service ports left out because the kernel refused their rules.
     pub(crate) skipped: BTreeMap<PortId, Skip>,
+    /// Conflicts between services in the committed rules (logged once each).
+    pub(crate) conflicts: std::collections::BTreeSet<String>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -117,6 +119,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             pending: Pending::default(),
             our_gens: Vec::new(),
             skipped: BTreeMap::new(),
+            conflicts: Default::default(),
         }
     }
 
@@ -383,6 +386,21 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         Some(work)
     }
 
+    /// Run the cleanup slices that are due now, one after the other (for a one-shot
+    /// run that exits after its sync: what is left, e.g. targets backing off, stays
+    /// recorded in our tables for the next run). Returns the slices run.
+    pub fn drain_cleanup(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((at, Work::Cleanup)) = self.next_work() {
+            if at > self.clock.now() || n >= 1_000_000 {
+                break;
+            }
+            self.cleanup_turn();
+            n += 1;
+        }
+        n
+    }
+
     /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the
     /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
     /// makes the next sync a full one.
@@ -399,6 +417,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 repaired,
                 followup,
             }) => {
+                log_sync(&report);
                 self.schedule.succeeded(now, report.full);
                 match followup {
                     Followup::None => {}
@@ -446,6 +465,26 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             }
         }
     }
+}
+
+/// One DEBUG line per sync (kube-proxy logs its syncs at -v=2), key=value fields.
+fn log_sync(r: &SyncReport) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    tracing::debug!(
+        full = r.full,
+        services = r.services,
+        endpoints = r.endpoints,
+        ops = r.ops,
+        bytes = r.bytes,
+        compile_ms = ms(r.compile),
+        commit_ms = ms(r.commit),
+        conntrack_ms = ms(r.conntrack),
+        targets = r.conntrack_targets,
+        deleted = r.conntrack_deleted,
+        pending = r.conntrack_pending,
+        invalid = r.errors.len(),
+        "synced"
+    );
 }
 
 fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {

@@ -9,6 +9,8 @@
 //! - [`daemon_binary`] and [`Daemon`]: the built `kube-nlproxy` binary, run as a child
 //!   process and killed on drop.
 
+pub mod scale;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -4,27 +4,26 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use serde::Deserialize;
+use kube_model::manifest;
 
-fn docs() -> Vec<serde_yaml::Value> {
+fn text() -> String {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/deploy/kube-nlproxy.yaml"
     );
-    let text = std::fs::read_to_string(path).expect("read docs/deploy/kube-nlproxy.yaml");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML"))
-        .collect()
-}
-
-fn kind(v: &serde_yaml::Value) -> &str {
-    v.get("kind").and_then(|k| k.as_str()).unwrap_or("")
+    std::fs::read_to_string(path).expect("read docs/deploy/kube-nlproxy.yaml")
 }
 
 #[test]
 fn deploy_manifests_are_valid_kubernetes_objects() {
-    let docs = docs();
-    let kinds: Vec<&str> = docs.iter().map(kind).collect();
+    let text = text();
+    let docs = manifest::documents(&text).expect("valid YAML");
+    let entries: Vec<manifest::Entry> = docs
+        .entries()
+        .into_iter()
+        .map(|e| e.expect("a Kubernetes object"))
+        .collect();
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
         kinds,
         [
@@ -35,21 +34,19 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
             "DaemonSet"
         ]
     );
-    for d in &docs {
-        let r = match kind(d) {
-            "ServiceAccount" => serde_yaml::from_value::<ServiceAccount>(d.clone()).map(|_| ()),
-            "ClusterRole" => serde_yaml::from_value::<ClusterRole>(d.clone()).map(|_| ()),
-            "ClusterRoleBinding" => {
-                serde_yaml::from_value::<ClusterRoleBinding>(d.clone()).map(|_| ())
-            }
-            "ConfigMap" => serde_yaml::from_value::<ConfigMap>(d.clone()).map(|_| ()),
-            "DaemonSet" => serde_yaml::from_value::<DaemonSet>(d.clone()).map(|_| ()),
+    for e in &entries {
+        let r = match e.kind.as_str() {
+            "ServiceAccount" => e.decode::<ServiceAccount>().map(|_| ()),
+            "ClusterRole" => e.decode::<ClusterRole>().map(|_| ()),
+            "ClusterRoleBinding" => e.decode::<ClusterRoleBinding>().map(|_| ()),
+            "ConfigMap" => e.decode::<ConfigMap>().map(|_| ()),
+            "DaemonSet" => e.decode::<DaemonSet>().map(|_| ()),
             other => panic!("unexpected kind {other}"),
         };
-        r.unwrap_or_else(|e| panic!("{} does not parse: {e}", kind(d)));
+        r.unwrap_or_else(|err| panic!("{err}"));
     }
 
-    let role: ClusterRole = serde_yaml::from_value(docs[1].clone()).unwrap();
+    let role: ClusterRole = entries[1].decode().unwrap();
     let rules = role.rules.unwrap_or_default();
     let grants = |res: &str| -> Vec<String> {
         rules
@@ -66,7 +63,7 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
     let ev = grants("events");
     assert!(ev.contains(&"create".to_string()) && ev.contains(&"patch".to_string()));
 
-    let ds: DaemonSet = serde_yaml::from_value(docs[4].clone()).unwrap();
+    let ds: DaemonSet = entries[4].decode().unwrap();
     let pod = ds.spec.template.spec.expect("pod spec");
     assert_eq!(pod.host_network, Some(true));
     let sc = pod.containers[0].security_context.clone().unwrap();
@@ -75,8 +72,13 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
     assert_eq!(caps.add.unwrap(), ["NET_ADMIN"]);
     assert_eq!(caps.drop.unwrap(), ["ALL"]);
 
-    let cm: ConfigMap = serde_yaml::from_value(docs[3].clone()).unwrap();
+    let cm: ConfigMap = entries[3].decode().unwrap();
     let conf = cm.data.unwrap()["config.conf"].clone();
-    let conf: serde_yaml::Value = serde_yaml::from_str(&conf).expect("config.conf is YAML");
-    assert_eq!(conf["kind"].as_str(), Some("KubeProxyConfiguration"));
+    let conf = manifest::documents(&conf).expect("config.conf is YAML");
+    let kinds: Vec<String> = conf
+        .entries()
+        .into_iter()
+        .map(|e| e.expect("an object").kind)
+        .collect();
+    assert_eq!(kinds, ["KubeProxyConfiguration"]);
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_model::{Cluster, ServiceKey};
+use kube_model::{ns_key, Cluster, ServiceKey};
 use nft_model::{Family, Op, Table, TableRef};
 
 use targets::{EndpointSnapshot, Target};
@@ -853,13 +853,6 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
         out
     }
-}
-
-fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
-    ServiceKey::new(
-        m.namespace.clone().unwrap_or_else(|| "default".into()),
-        m.name.clone().unwrap_or_default(),
-    )
 }
 
 fn known(tables: &[Table]) -> Vec<(TableRef, Base)> {

@@ -6,8 +6,8 @@
 //!   (`ADDED`/`MODIFIED`/`DELETED`), send `BOOKMARK`s when asked, answer a compacted
 //!   resourceVersion with a `410 Expired` ERROR event, and can drop every connection or
 //!   refuse service for a while (an outage).
-//! - [`daemon_binary`] and [`Daemon`]: the built `kube-nlproxy` binary, run as a child
-//!   process and killed on drop.
+//! - [`daemon_binary!`] and [`Daemon`]: the `kube-nlproxy` binary cargo built for the
+//!   test, run as a child process and killed on drop.
 
 pub mod scale;
 
@@ -513,38 +513,15 @@ pub fn slice(ns: &str, service: &str, name: &str, addrs: &[&str], port: u16, nod
 // ---------------------------------------------------------------------------------------
 // the daemon
 
-/// The `kube-nlproxy` binary of this build (cargo builds it for the workspace's tests
-/// because its package has integration tests). Fails when it is missing or older than
-/// the daemon's sources.
-pub fn daemon_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    // <target>/<profile>/deps/<test> -> <target>/<profile>/kube-nlproxy
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|p| p.join("kube-nlproxy"))
-        .expect("target dir");
-    let Ok(meta) = std::fs::metadata(&bin) else {
-        panic!(
-            "{} is missing: run `cargo test --workspace` (or `cargo build -p kube-nlproxy` first)",
-            bin.display()
-        );
+/// The `kube-nlproxy` binary cargo built for the calling test target
+/// (`CARGO_BIN_EXE_kube-nlproxy`): the daemon-level tests are test targets of the
+/// `kube-nlproxy` package (see its Cargo.toml), so cargo rebuilds the daemon, with every
+/// crate it depends on, before running them.
+#[macro_export]
+macro_rules! daemon_binary {
+    () => {
+        ::std::path::Path::new(env!("CARGO_BIN_EXE_kube-nlproxy"))
     };
-    let built = meta.modified().expect("mtime");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/kube-nlproxy/src");
-    if let Ok(rd) = std::fs::read_dir(&src) {
-        for e in rd.flatten() {
-            if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
-                assert!(
-                    m <= built,
-                    "{} is older than {}: run `cargo build -p kube-nlproxy` (or `cargo test --workspace`)",
-                    bin.display(),
-                    e.path().display()
-                );
-            }
-        }
-    }
-    bin
 }
 
 /// A scratch directory removed on drop.
@@ -577,7 +554,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn start(args: &[&str], log: PathBuf) -> Daemon {
+    pub fn start(bin: &Path, args: &[&str], log: PathBuf) -> Daemon {
         let f = std::fs::File::create(&log).expect("log file");
         // Unless a test picks them, the health and metrics servers listen on ephemeral
         // loopback ports, so parallel daemons never compete for kube-proxy's ports.
@@ -587,7 +564,7 @@ impl Daemon {
                 args.extend([flag, "127.0.0.1:0"]);
             }
         }
-        let child = Command::new(daemon_binary())
+        let child = Command::new(bin)
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -157,6 +157,21 @@ fn key_of<K: Resource>(o: &K) -> String {
     )
 }
 
+/// Send to the engine without blocking the runtime: wait while the queue is full.
+/// False when the engine is gone.
+async fn send(tx: &SyncSender<Event>, mut ev: Event) -> bool {
+    loop {
+        match tx.try_send(ev) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) => {
+                ev = back;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+    }
+}
+
 /// How one resource kind maps to engine events.
 struct Kind<K> {
     name: &'static str,
@@ -170,7 +185,7 @@ struct Kind<K> {
 async fn pump<K, St>(
     stream: St,
     kind: Kind<K>,
-    tx: Sender<Event>,
+    tx: SyncSender<Event>,
     mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
 ) where
     K: Resource + Clone,
@@ -179,7 +194,6 @@ async fn pump<K, St>(
     let mut store: BTreeMap<String, K> = BTreeMap::new();
     let mut seen: Option<BTreeSet<String>> = None;
     let mut lists = 0u64;
-    let send = |ev: Event| tx.send(ev).is_ok();
     futures::pin_mut!(stream);
     while let Some(item) = stream.next().await {
         let ok = match item {
@@ -196,7 +210,7 @@ async fn pump<K, St>(
                     .get(&k)
                     .is_some_and(|old| old.resource_version() == o.resource_version());
                 store.insert(k, o.clone());
-                same || send((kind.applied)(o))
+                same || send(&tx, (kind.applied)(o)).await
             }
             Ok(WEvent::InitDone) => {
                 let seen = seen.take().unwrap_or_default();
@@ -208,7 +222,7 @@ async fn pump<K, St>(
                 let mut ok = true;
                 for k in &gone {
                     if let Some(o) = store.remove(k) {
-                        ok &= send((kind.deleted)(o));
+                        ok &= send(&tx, (kind.deleted)(o)).await;
                     }
                 }
                 lists += 1;
@@ -223,7 +237,7 @@ async fn pump<K, St>(
                     );
                 }
                 if let Some(l) = &kind.listed {
-                    ok &= send(l.clone());
+                    ok &= send(&tx, l.clone()).await;
                 }
                 if let Some(f) = first_list.take() {
                     let _ = f.send(());
@@ -232,11 +246,11 @@ async fn pump<K, St>(
             }
             Ok(WEvent::Apply(o)) => {
                 store.insert(key_of(&o), o.clone());
-                send((kind.applied)(o))
+                send(&tx, (kind.applied)(o)).await
             }
             Ok(WEvent::Delete(o)) => {
                 store.remove(&key_of(&o));
-                send((kind.deleted)(o))
+                send(&tx, (kind.deleted)(o)).await
             }
             Err(e) => {
                 warn!(kind = kind.name, error = %e, "watch failed; retrying with backoff (rules unchanged)");
@@ -261,7 +275,7 @@ fn node_deleted(mut n: Node) -> Event {
 /// Watch this node, then Services and EndpointSlices, forwarding everything to `tx`.
 /// The node's first list completes before the others start, so the engine knows the
 /// node (addresses, labels, podCIDRs) before its first sync.
-pub async fn run(client: Client, node_name: String, tx: Sender<Event>) {
+pub async fn run(client: Client, node_name: String, tx: SyncSender<Event>) {
     let nodes: Api<Node> = Api::all(client.clone());
     let node_stream = watcher(
         nodes,

@@ -43,6 +43,19 @@ pub enum Event {
     SlicesListed,
     /// Ask for a full resync now (bypasses minSyncPeriod).
     Resync,
+    /// The cluster's service CIDRs (`spec.cidrs` of every ServiceCIDR object) changed:
+    /// the whole list as it is now.
+    ServiceCidrs(Vec<String>),
+    /// A source (e.g. `"service"`) has made no progress since `since`: what it last
+    /// delivered may be stale. Counts as a change queued at `since` for the health check.
+    SourceStalled {
+        source: String,
+        since: Instant,
+    },
+    /// The source made progress again.
+    SourceRecovered {
+        source: String,
+    },
     Shutdown,
 }
 
@@ -229,16 +242,19 @@ pub struct Status {
     /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
     pub no_local_internal: usize,
     pub no_local_external: usize,
+    /// Stalled sources and the last time each made progress.
+    pub stalled_sources: BTreeMap<String, Instant>,
 }
 
 impl Status {
     /// Upstream's rule: unhealthy when a change has been queued for more than
     /// 2 x syncPeriod without being applied.
+    /// A stalled source counts as a change queued when it last made progress.
     pub fn healthy(&self, now: Instant) -> bool {
-        match self.queued_since {
-            None => true,
-            Some(q) => now.saturating_duration_since(q) <= self.sync_period * 2,
-        }
+        self.queued_since
+            .into_iter()
+            .chain(self.stalled_sources.values().copied())
+            .all(|q| now.saturating_duration_since(q) <= self.sync_period * 2)
     }
 }
 
@@ -474,6 +490,18 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Event::ServicesListed => self.services_listed = true,
             Event::SlicesListed => self.slices_listed = true,
             Event::Resync => self.request_repair(),
+            Event::ServiceCidrs(cidrs) => {
+                if self.cfg.ruleset.service_cidrs != cidrs {
+                    self.cfg.ruleset.service_cidrs = cidrs;
+                    self.queue();
+                }
+            }
+            Event::SourceStalled { source, since } => self.status.update(|s| {
+                s.stalled_sources.insert(source, since);
+            }),
+            Event::SourceRecovered { source } => self.status.update(|s| {
+                s.stalled_sources.remove(&source);
+            }),
             Event::Shutdown => {}
         }
     }

@@ -717,3 +717,42 @@ fn health_check_counts_a_dual_stack_pod_once() {
     e.sync().unwrap();
     assert_eq!(count(&e), vec![2]);
 }
+
+#[test]
+fn service_cidr_changes_reach_the_compile_config() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    listed(&mut e);
+    e.sync().unwrap();
+    let cidrs = vec!["198.18.128.0/17".to_string()];
+    e.handle(Event::ServiceCidrs(cidrs.clone()));
+    assert_eq!(e.config().ruleset.service_cidrs, cidrs);
+    assert!(e.is_dirty(), "a new service CIDR list is a change to sync");
+    w.clock.advance(Duration::from_secs(1));
+    e.sync().unwrap();
+    e.handle(Event::ServiceCidrs(cidrs));
+    assert!(!e.is_dirty(), "the same list again is no change");
+}
+
+#[test]
+fn a_stalled_source_is_unhealthy_after_twice_the_sync_period() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    listed(&mut e);
+    e.sync().unwrap();
+    let since = w.clock.now();
+    assert!(e.status().healthy(since));
+    e.handle(Event::SourceStalled {
+        source: "service".into(),
+        since,
+    });
+    let period = e.config().sync_period;
+    assert!(e.status().healthy(since + period * 2));
+    assert!(!e
+        .status()
+        .healthy(since + period * 2 + Duration::from_secs(1)));
+    e.handle(Event::SourceRecovered {
+        source: "service".into(),
+    });
+    assert!(e.status().healthy(since + period * 3));
+}

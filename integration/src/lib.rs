@@ -28,6 +28,7 @@ pub enum Res {
     Services,
     EndpointSlices,
     Nodes,
+    ServiceCidrs,
 }
 
 impl Res {
@@ -36,6 +37,7 @@ impl Res {
             "/api/v1/services" => Some(Res::Services),
             "/apis/discovery.k8s.io/v1/endpointslices" => Some(Res::EndpointSlices),
             "/api/v1/nodes" => Some(Res::Nodes),
+            "/apis/networking.k8s.io/v1/servicecidrs" => Some(Res::ServiceCidrs),
             _ => None,
         }
     }
@@ -44,6 +46,7 @@ impl Res {
             Some("Service") => Res::Services,
             Some("EndpointSlice") => Res::EndpointSlices,
             Some("Node") => Res::Nodes,
+            Some("ServiceCIDR") => Res::ServiceCidrs,
             k => panic!("the double does not serve kind {k:?}"),
         }
     }
@@ -52,6 +55,7 @@ impl Res {
             Res::Services => ("ServiceList", "v1"),
             Res::EndpointSlices => ("EndpointSliceList", "discovery.k8s.io/v1"),
             Res::Nodes => ("NodeList", "v1"),
+            Res::ServiceCidrs => ("ServiceCIDRList", "networking.k8s.io/v1"),
         }
     }
     fn kind(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Res {
             Res::Services => "Service",
             Res::EndpointSlices => "EndpointSlice",
             Res::Nodes => "Node",
+            Res::ServiceCidrs => "ServiceCIDR",
         }
     }
 }
@@ -97,7 +102,14 @@ struct State {
     epoch: u64,
     /// Request lines received (for assertions).
     requests: Vec<String>,
+    /// Bodies of the POST requests received, with their paths.
+    posts: Vec<(String, Value)>,
     bookmark_every: Option<Duration>,
+    /// A dead peer: requests are read and never answered, open watches go silent.
+    hang: bool,
+    /// Watches answer their headers, then send nothing at all (no event, no bookmark,
+    /// no end) while this is set; lists are answered.
+    silent_watches: bool,
 }
 
 /// The API-server double. Stops when dropped.
@@ -212,6 +224,24 @@ impl ApiServer {
     /// The request lines received so far.
     pub fn requests(&self) -> Vec<String> {
         self.with(|s| s.requests.clone())
+    }
+
+    /// The POST requests received so far: (path, JSON body).
+    pub fn posts(&self) -> Vec<(String, Value)> {
+        self.with(|s| s.posts.clone())
+    }
+
+    /// Start or end a hang: while hanging, connections are accepted and requests read
+    /// but never answered, and open watches go silent (a dead peer, a stuck load
+    /// balancer). Those connections stay open and silent for good; after the hang, new
+    /// connections are served.
+    pub fn set_hang(&self, hang: bool) {
+        self.with(|s| s.hang = hang);
+    }
+
+    /// Make watches silent (headers, then nothing) or normal again.
+    pub fn set_silent_watches(&self, silent: bool) {
+        self.with(|s| s.silent_watches = silent);
     }
 }
 
@@ -342,8 +372,8 @@ fn serve(
             }
         }
     }
+    let mut body = vec![0u8; content_length];
     if content_length > 0 {
-        let mut body = vec![0u8; content_length];
         reader.read_exact(&mut body)?;
     }
     let target = request_line
@@ -355,7 +385,30 @@ fn serve(
         .unwrap_or_else(|e| e.into_inner())
         .requests
         .push(request_line.trim().to_string());
+    // A dead peer: hold the request unanswered while the hang lasts.
+    {
+        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        if s.hang {
+            // Held open and unanswered for good, like a connection to a dead peer
+            // (until the double stops).
+            while !stop.load(Ordering::SeqCst) {
+                s = cv
+                    .wait_timeout(s, Duration::from_millis(100))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            return Ok(());
+        }
+    }
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    if request_line.starts_with("POST ") {
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        m.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .posts
+            .push((path.to_string(), v.clone()));
+        return write_response(&mut conn, 201, "Created", &v);
+    }
     let mut q: BTreeMap<String, String> = BTreeMap::new();
     for kv in query.split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -421,21 +474,26 @@ fn serve(
     let start = Instant::now();
     let mut last = from;
     let mut last_bookmark = Instant::now();
+    let mut dead = false; // saw a hang: silent for good
     loop {
         let (pending, bm, gone) = {
             let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
             loop {
-                let gone = s.epoch != epoch || s.down || stop.load(Ordering::SeqCst);
+                dead |= s.hang;
+                let gone = !dead && (s.epoch != epoch || s.down) || stop.load(Ordering::SeqCst);
+                let mute = dead || s.silent_watches;
                 let pending: Vec<WatchEvent> = s
                     .events
                     .iter()
-                    .filter(|e| e.rv > last && e.res == res)
+                    .filter(|e| e.rv > last && e.res == res && !mute)
                     .cloned()
                     .collect();
                 let bm_due = bookmarks
+                    && !mute
                     && s.bookmark_every
                         .is_some_and(|d| last_bookmark.elapsed() >= d);
-                if gone || !pending.is_empty() || bm_due || start.elapsed() >= timeout {
+                let ends = start.elapsed() >= timeout && !mute;
+                if gone || !pending.is_empty() || bm_due || ends {
                     let rv = s.rv;
                     break (pending, if bm_due { Some(rv) } else { None }, gone);
                 }
@@ -465,7 +523,8 @@ fn serve(
                     "apiVersion": res.list_kind().1, "metadata":{"resourceVersion": rv.to_string()}}}),
             )?;
         }
-        if start.elapsed() >= timeout {
+        let mute = dead || m.lock().unwrap_or_else(|e| e.into_inner()).silent_watches;
+        if start.elapsed() >= timeout && !mute {
             write!(conn, "0\r\n\r\n")?;
             return conn.flush();
         }

@@ -127,6 +127,10 @@ pub struct Flags {
     /// How often the manifests are checked for changes.
     #[arg(long, hide = true, default_value = "1s")]
     pub manifests_poll: GoDuration,
+    /// Server-side timeout of API watches; every other API time bound derives from it
+    /// (see api_client::Timing). Hidden: for tests.
+    #[arg(long, hide = true, default_value = "60s")]
+    pub api_watch_timeout: GoDuration,
 }
 
 /// kube-proxy flags that take a value and do not apply here.

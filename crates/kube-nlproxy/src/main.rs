@@ -2,12 +2,14 @@
 //! and configuration file; desired state from the Kubernetes API (kube-rs watchers) or
 //! from manifest files; the sync engine on its own thread. Never spawns a process.
 
+mod api_client;
 mod config;
 mod duration;
 mod flags;
 mod host;
 mod kube_source;
 mod manifests;
+mod node_event;
 mod operate;
 mod settings;
 mod sink;
@@ -198,13 +200,18 @@ fn start_source(
             Ok(())
         }
         None => {
-            let ks = settings.kube.clone();
             let node = settings.node_name.clone();
-            let client = rt.block_on(kube_source::client(&ks))?;
-            info!("kubernetes API client ready");
-            let cidrs = rt.block_on(kube_source::service_cidrs(&client));
-            let _ = tx.send(Event::ServiceCidrs(cidrs));
-            rt.spawn(kube_source::run(client, node, tx));
+            let timing = api_client::Timing::from_watch(flags.api_watch_timeout.0);
+            let progress = std::sync::Arc::new(api_client::Progress::default());
+            let cfg = rt.block_on(api_client::config(&settings.kube))?;
+            let client = {
+                let _guard = rt.enter();
+                api_client::client(cfg, &settings.kube, timing, progress.clone())?
+            };
+            if !flags.dry_run {
+                rt.spawn(node_event::post(client.clone(), node.clone()));
+            }
+            rt.spawn(kube_source::run(client, node, timing, progress, tx));
             Ok(())
         }
     }

@@ -433,10 +433,23 @@ fn serve(
             .filter(|(k, o)| k.0 == res && selected(o, &labels, &fields))
             .map(|(_, o)| o.clone())
             .collect();
+        // Pages of `limit` items, as the API server serves them (`continue` is the
+        // offset of the next page here).
+        let from: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+        let limit: usize = q
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(usize::MAX);
+        let more = items.len() > from.saturating_add(limit);
+        let items: Vec<Value> = items.into_iter().skip(from).take(limit).collect();
+        let mut meta = json!({"resourceVersion": s.rv.to_string()});
+        if more {
+            meta["continue"] = json!((from + limit).to_string());
+        }
         let (kind, api) = res.list_kind();
         let body = json!({
             "kind": kind, "apiVersion": api,
-            "metadata": {"resourceVersion": s.rv.to_string()},
+            "metadata": meta,
             "items": items,
         });
         drop(s);

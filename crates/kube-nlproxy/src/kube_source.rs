@@ -48,7 +48,7 @@ pub const LABEL_SELECTOR: &str =
 #[derive(Debug, Clone)]
 pub struct Lenient<K> {
     meta: ObjectMeta,
-    decoded: Result<K, String>,
+    decoded: Result<K, Arc<serde_json::Error>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -80,7 +80,7 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
             resource_version: head.metadata.resource_version,
             ..ObjectMeta::default()
         };
-        let decoded = K::deserialize(v).map_err(|e| e.to_string());
+        let decoded = K::deserialize(v).map_err(Arc::new);
         Ok(Lenient { meta, decoded })
     }
 }

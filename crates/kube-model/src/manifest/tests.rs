@@ -164,6 +164,13 @@ fn json_streams_and_arrays_are_documents() {
             .collect();
         assert_eq!(names, ["n1", "n2"], "{text}");
     }
+    // JSON documents between `---` lines: YAML.
+    let m = parse(&format!("{a}\n---\n{b}\n")).unwrap();
+    assert_eq!(m.nodes.len(), 2);
+    assert_eq!(
+        documents(&format!("{a}\n---\n{b}\n")).unwrap().format,
+        Format::Yaml
+    );
     assert!(documents("").unwrap().is_empty());
     assert!(documents("---\n---\n").unwrap().is_empty());
     assert!(documents("\u{feff}{\"kind\":\"Node\"}").unwrap().len() == 1);

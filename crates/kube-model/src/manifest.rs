@@ -5,7 +5,7 @@
 //!   is JSON, as kubectl decides: parsed with `serde_json` into borrowed slices of the
 //!   text (`RawValue`), never into `Value` trees; several concatenated JSON objects are
 //!   several documents; a top-level array holds documents. Such a text that is not JSON
-//!   is read as YAML (JSON documents separated by `---` lines are YAML).
+//!   but has `---` lines is read as YAML (JSON documents separated by `---` are YAML).
 //! - Anything else is YAML (`serde-saphyr`, see docs/decisions/0004): each document is
 //!   turned into JSON text on the fly (as kubectl turns YAML into JSON before decoding), so
 //!   YAML and JSON objects decode the same way, with the same errors.
@@ -178,10 +178,17 @@ pub fn format_of(text: &str) -> Format {
 pub fn documents(text: &str) -> Result<Documents<'_>, ManifestError> {
     let text = text.trim_start_matches('\u{feff}');
     match format_of(text) {
-        // JSON is YAML: a text that starts like JSON but is not (JSON documents between
-        // `---` lines, a flow mapping) is read as YAML; if that fails too, the JSON
-        // error is the one that explains it.
-        Format::Json => json_documents(text).or_else(|e| yaml_documents(text).map_err(|_| e)),
+        // JSON is YAML: a text that starts like JSON but is not, and has YAML document
+        // separators (JSON documents between `---` lines), is read as YAML; if that fails
+        // too, the JSON error is the one that explains it. (Broken JSON without `---`
+        // lines is not parsed a second time.)
+        Format::Json => json_documents(text).or_else(|e| {
+            if text.starts_with("---") || text.contains("\n---") {
+                yaml_documents(text).map_err(|_| e)
+            } else {
+                Err(e)
+            }
+        }),
         Format::Yaml => yaml_documents(text),
     }
 }

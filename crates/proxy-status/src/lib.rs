@@ -144,9 +144,22 @@ pub struct Status {
     /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
     pub no_local_internal: usize,
     pub no_local_external: usize,
+    /// Sources that made no progress (e.g. `"service"`), and when each last did.
+    pub stalled_sources: BTreeMap<String, Instant>,
 }
 
 impl Status {
+    /// A source that has made no progress for more than 2 x syncPeriod (upstream's
+    /// bound for a queued change), if any: what it delivered may be stale. `/healthz`
+    /// reports unhealthy for it; `/livez` and the health-check node ports do not (an
+    /// API outage would otherwise fail every node's load-balancer checks at once).
+    pub fn stale_source(&self, now: Instant) -> Option<&str> {
+        self.stalled_sources
+            .iter()
+            .find(|(_, since)| now.saturating_duration_since(**since) > self.sync_period * 2)
+            .map(|(s, _)| s.as_str())
+    }
+
     /// Upstream's rule: unhealthy when a change has been queued for more than
     /// 2 x syncPeriod without being applied.
     pub fn healthy(&self, now: Instant) -> bool {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
-use kube_model::{Cluster, ServiceKey};
+use kube_model::{ns_key, Cluster};
 use nft_model::Table;
 
 use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
@@ -307,6 +307,18 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Event::ServicesListed => self.schedule.services_listed(),
             Event::SlicesListed => self.schedule.slices_listed(),
             Event::Resync => self.request_repair(),
+            Event::ServiceCidrs(cidrs) => {
+                if self.cfg.ruleset.service_cidrs != cidrs {
+                    self.cfg.ruleset.service_cidrs = cidrs;
+                    self.queue();
+                }
+            }
+            Event::SourceStalled { source, since } => self.status.update(|s| {
+                s.stalled_sources.insert(source, since);
+            }),
+            Event::SourceRecovered { source } => self.status.update(|s| {
+                s.stalled_sources.remove(&source);
+            }),
             Event::Shutdown => {}
         }
     }
@@ -485,11 +497,4 @@ fn log_sync(r: &SyncReport) {
         invalid = r.errors.len(),
         "synced"
     );
-}
-
-fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
-    ServiceKey::new(
-        m.namespace.clone().unwrap_or_else(|| "default".into()),
-        m.name.clone().unwrap_or_default(),
-    )
 }

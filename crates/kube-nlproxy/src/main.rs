@@ -396,7 +396,7 @@ fn cleanup_dry_run() -> anyhow::Result<ExitCode> {
     }
     let ours = ops.len();
     let plan = nft_netlink::migrate::plan(
-        &nft.scan_iptables_tables()
+        &nft.scan_leftovers()
             .context("reading kube-proxy's iptables-mode chains")?,
     );
     ops.extend(plan.ops);

@@ -62,7 +62,7 @@ impl Observer for MigrateOnce {
 /// netlink, and report legacy iptables tables we cannot edit. Failures are logged: they
 /// never stop the proxy.
 pub fn migrate_from_iptables() {
-    match nft_netlink::Nft::open().and_then(|mut n| n.remove_kube_proxy_iptables()) {
+    match nft_netlink::Nft::open().and_then(|mut n| n.remove_kube_proxy_leftovers(&[])) {
         Ok(r) => {
             if r.chains_removed > 0 || r.jumps_removed > 0 {
                 info!(

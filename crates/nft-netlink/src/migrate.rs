@@ -107,6 +107,13 @@ pub fn is_kube_proxy_chain(table: &str, name: &str) -> bool {
     fixed || (table == "nat" && is_service_chain(name))
 }
 
+/// Whether `name` in iptables table `table` is a chain only kube-proxy's IPVS mode
+/// creates (a sign that it ran on this node).
+pub fn is_ipvs_mode_chain(table: &str, name: &str) -> bool {
+    let listed = |l: &[(&str, &[&str])]| l.iter().any(|(t, c)| *t == table && c.contains(&name));
+    listed(&IPVS_CHAINS) && !listed(&FIXED_CHAINS)
+}
+
 /// `KUBE-SVC-` etc. followed by exactly 16 characters of the base32 alphabet (A-Z, 2-7).
 fn is_service_chain(name: &str) -> bool {
     SERVICE_CHAIN_PREFIXES.iter().any(|p| {
@@ -136,6 +143,17 @@ pub struct Leftovers {
     pub iptables: Vec<TableScan>,
     /// `ip kube-proxy` and/or `ip6 kube-proxy`, where present.
     pub nft_tables: Vec<TableRef>,
+}
+
+impl Leftovers {
+    /// Whether one of the chains only kube-proxy's IPVS mode creates is present.
+    pub fn has_ipvs_mode_chains(&self) -> bool {
+        self.iptables.iter().any(|s| {
+            s.chains
+                .iter()
+                .any(|c| is_ipvs_mode_chain(&s.table.name, c))
+        })
+    }
 }
 
 /// What a migration removed, and the kube-proxy chains it had to keep.
@@ -637,6 +655,16 @@ mod tests {
                 table: TableRef::new(Family::Ip6, NFTABLES_MODE_TABLE)
             })
         );
+        assert!(
+            l.has_ipvs_mode_chains(),
+            "KUBE-LOAD-BALANCER is IPVS mode's"
+        );
+        assert!(is_ipvs_mode_chain("filter", "KUBE-IPVS-FILTER"));
+        assert!(
+            !is_ipvs_mode_chain("nat", "KUBE-SERVICES"),
+            "shared with iptables mode"
+        );
+        assert!(!is_ipvs_mode_chain("filter", "KUBE-NODEPORTS"));
         let r = p.report();
         assert_eq!((r.jumps_removed, r.chains_removed), (1, 2), "{:?}", p.ops);
         assert_eq!(r.tables_removed, vec!["ip kube-proxy", "ip6 kube-proxy"]);

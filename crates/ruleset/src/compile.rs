@@ -12,7 +12,7 @@ use kube_model::{
     categorize, resolve_endpoints, Cluster, IpFamily, ResolvedEndpoint, Service, ServicePort,
     TrafficPolicy,
 };
-use nft_model::build::{self, KeyField};
+use nft_model::build::{self, goto, jump, rule, verdict, KeyField};
 use nft_model::*;
 
 use crate::config::{Config, DetectLocalMode, NodePortAddrs, ParsedConfig};
@@ -207,19 +207,19 @@ impl<'a> FamilyBuilder<'a> {
                     .cluster_cidrs
                     .iter()
                     .find(|c| c.family() == self.fam)?;
-                (!c.is_all()).then(|| prefix_match(self.family, true, c, !local))
+                (!c.is_all()).then(|| cidr_match(self.family, true, c, !local))
             }
             DetectLocalMode::NodeCIDR => {
                 let c = self.cluster.node.as_ref()?.pod_cidr(self.fam)?;
-                (!c.is_all()).then(|| prefix_match(self.family, true, &c, !local))
+                (!c.is_all()).then(|| cidr_match(self.family, true, &c, !local))
             }
             DetectLocalMode::BridgeInterface => {
                 let n = &self.cfg.pod_bridge_interface;
-                (!n.is_empty()).then(|| iifname_match(n, false, !local))
+                (!n.is_empty()).then(|| build::iifname_cmp(n, false, !local))
             }
             DetectLocalMode::InterfaceNamePrefix => {
                 let n = &self.cfg.pod_interface_name_prefix;
-                (!n.is_empty()).then(|| iifname_match(n, true, !local))
+                (!n.is_empty()).then(|| build::iifname_cmp(n, true, !local))
             }
         }
     }
@@ -320,16 +320,16 @@ impl<'a> FamilyBuilder<'a> {
                         rules.push(rule(vec![d, vec![goto(&id.cluster_chain())]]));
                     }
                     // host-originated traffic too, masqueraded
-                    rules.push(rule(vec![fib_saddr_local(), mark_masq(mark)]));
+                    rules.push(rule(vec![build::fib_saddr_local(), build::mark_or(mark)]));
                     rules.push(rule(vec![
-                        fib_saddr_local(),
+                        build::fib_saddr_local(),
                         vec![goto(&id.cluster_chain())],
                     ]));
                     rules.push(rule(vec![vec![goto(&id.local_chain())]]));
                     need_cluster = true;
                 } else {
                     need_cluster = true;
-                    rules.push(rule(vec![mark_masq(mark)]));
+                    rules.push(rule(vec![build::mark_or(mark)]));
                     rules.push(rule(vec![vec![goto(&id.cluster_chain())]]));
                 }
                 self.chains
@@ -509,7 +509,9 @@ impl<'a> FamilyBuilder<'a> {
                             ElemData::Values(vec![fam_value(&e.addr), Value::Port(e.port)]),
                         ));
                     }
-                    rules.push(Rule::new(dnat_numgen_map(family, l.proto, n, l.offset, &m)));
+                    rules.push(Rule::new(build::dnat_numgen_map(
+                        family, l.proto, n, l.offset, &m,
+                    )));
                 }
                 Some(timeout) => {
                     let m = endpoint_chains_map(shard);
@@ -535,11 +537,16 @@ impl<'a> FamilyBuilder<'a> {
                         affinity_sets.insert(aff.clone(), set);
                         let ep = Chain::regular(ep_chain.clone()).with_rules(vec![
                             Rule::new(build::set_update(family, &[KeyField::Saddr], &aff)),
-                            Rule::new(dnat_to(family, l.proto, &e.addr, e.port)),
+                            Rule::new(build::dnat_to_proto(
+                                family,
+                                l.proto,
+                                &fam_value(&e.addr),
+                                e.port,
+                            )),
                         ]);
                         list_chains.insert(ep_chain, ep);
                     }
-                    rules.push(Rule::new(numgen_vmap(n, l.offset, &m)));
+                    rules.push(Rule::new(build::numgen_vmap(n, l.offset, &m)));
                 }
             }
             list_chains.insert(
@@ -641,7 +648,7 @@ impl<'a> FamilyBuilder<'a> {
                 )
                 .with_rules(rules)
             };
-        let ct_jump = |c: &str| rule(vec![ct_new(), vec![jump(c)]]);
+        let ct_jump = |c: &str| rule(vec![build::ct_new(), vec![jump(c)]]);
         t.chains.push(base(
             FIREWALL_PREROUTING,
             ChainType::Filter,
@@ -714,7 +721,7 @@ impl<'a> FamilyBuilder<'a> {
                 } else {
                     let lo = kube_model::Cidr::new("127.0.0.0".parse().expect("literal"), 8)
                         .expect("literal");
-                    e.extend(prefix_match(family, false, &lo, true));
+                    e.extend(cidr_match(family, false, &lo, true));
                 }
                 e
             }
@@ -731,7 +738,7 @@ impl<'a> FamilyBuilder<'a> {
             services.push(rule(vec![
                 build::addr_in_set(family, false, CLUSTER_IPS, false),
                 d,
-                mark_masq(mark),
+                build::mark_or(mark),
             ]));
         }
         services.push(Rule::new(build::vmap_lookup(family, &DST_KEY, SERVICE_IPS)));
@@ -744,14 +751,14 @@ impl<'a> FamilyBuilder<'a> {
         t.chains.push(Chain::regular(MASQUERADING).with_rules(vec![
             rule(vec![
                 build::set_lookup(family, &[KeyField::Saddr, KeyField::Daddr], HAIRPIN, false),
-                mark_masq(mark),
+                build::mark_or(mark),
             ]),
             rule(vec![
                 build::mark_test(mark, false),
                 vec![verdict(Verdict::Return)],
             ]),
-            rule(vec![mark_clear(mark)]),
-            rule(vec![vec![masquerade()]]),
+            rule(vec![build::mark_xor(mark)]),
+            rule(vec![vec![build::masquerade_fully_random()]]),
         ]));
 
         t.chains
@@ -782,7 +789,7 @@ impl<'a> FamilyBuilder<'a> {
 
         let mut cip_rules = vec![rule(vec![
             build::addr_in_set(family, false, CLUSTER_IPS, false),
-            vec![reject(family)],
+            vec![build::reject(family)],
         ])];
         for c in self
             .cfg
@@ -791,14 +798,15 @@ impl<'a> FamilyBuilder<'a> {
             .filter(|c| c.family() == self.fam)
         {
             cip_rules.push(rule(vec![
-                prefix_match(family, false, c, false),
+                cidr_match(family, false, c, false),
                 vec![verdict(Verdict::Drop)],
             ]));
         }
         t.chains
             .push(Chain::regular(CLUSTER_IPS_CHECK).with_rules(cip_rules));
-        t.chains
-            .push(Chain::regular(REJECT_CHAIN).with_rules(vec![rule(vec![vec![reject(family)]])]));
+        t.chains.push(
+            Chain::regular(REJECT_CHAIN).with_rules(vec![rule(vec![vec![build::reject(family)]])]),
+        );
 
         // Per-service chains, by name.
         let mut per: BTreeMap<String, Chain> = std::mem::take(&mut self.chains);

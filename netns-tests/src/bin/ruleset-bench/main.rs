@@ -9,9 +9,14 @@
 //!
 //! Usage: ruleset-bench [--services 100,1000,10000] [--endpoints 10] [--runs 3]
 //!                      [--updates 5]
+//!        ruleset-bench validation [--services 100,10000] [--endpoints 10] [--runs 15]
+//!                      [--case NAME]   (see validation.rs: which operations make the
+//!                                       kernel re-validate the whole table)
 //!
 //! Addresses: ClusterIPs from 198.18.0.0/16 (198.18.0.1 ...), endpoints from
 //! 198.18.64.0 upwards into 198.19.0.0/16 (up to 114,688 distinct endpoint addresses).
+
+mod validation;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
@@ -330,6 +335,23 @@ fn bench(n: u32, m: u32, runs: u32, updates: u32) -> Row {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("validation") {
+        let m = numbers(&args, "--endpoints", "10")[0];
+        let runs = numbers(&args, "--runs", "15")[0].max(1);
+        let only = arg(&args, "--case");
+        for n in numbers(&args, "--services", "100,10000") {
+            let tables = compile(&cluster(n, m), &config()).expect("compile").tables;
+            let create = diff(&[], &tables);
+            validation::probe(
+                &format!("{n} services x {m} endpoints"),
+                &create,
+                &tables[0],
+                runs,
+                only,
+            );
+        }
+        return;
+    }
     let services = numbers(&args, "--services", "100,1000,10000");
     let m = numbers(&args, "--endpoints", "10")[0];
     let runs = numbers(&args, "--runs", "3")[0].max(1);

@@ -293,7 +293,10 @@ impl<'a> Run<'a> {
         }
         self.numgen = None;
         let fields = key_fields(s);
-        let Some(ng_field) = fields.iter().position(|&(o, l)| koff + o == ng.off && l == 4) else {
+        let Some(ng_field) = fields
+            .iter()
+            .position(|&(o, l)| koff + o == ng.off && l == 4)
+        else {
             // the numgen result is not a whole key field: pick by value
             self.numgen = Some(ng);
             return self.resolve_by_value();

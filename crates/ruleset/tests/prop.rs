@@ -133,10 +133,10 @@ fn play(c: &mut Cluster, ch: &Change) {
                 protocol: kube_model::Protocol::Tcp,
                 port: 9090,
             });
-            c.slices.insert(sl.key.clone(), sl);
+            c.insert_slice(sl);
         }
         Change::RemoveSlice(i) => {
-            c.slices.remove(&slice(*i, vec![]).key);
+            c.remove_slice(&slice(*i, vec![]).key);
         }
     }
 }

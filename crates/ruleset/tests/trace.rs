@@ -490,3 +490,37 @@ fn overall_mix() {
         set(&["[2001:db8:1:1::10]:8080"])
     );
 }
+
+/// Lists of more than 8 endpoints draw `mod 16` up to ten times (a draw past the 10th
+/// endpoint finds nothing and the next rule draws again), then `mod 8`: every endpoint
+/// is reachable, nothing else is, and the packet never falls through undecided.
+#[test]
+fn many_endpoints_draws_reach_every_endpoint() {
+    let c = case("many-endpoints");
+    let all: Vec<String> = (0..10)
+        .map(|i| format!("198.18.2.{}:5353", 10 + i))
+        .collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let t = c.trace(&Packet::udp(POD, "198.18.100.50", 53));
+    assert_eq!(t.targets(), set(&all), "{t}");
+    assert_eq!(t.fate(), Some(Fate::Out), "{t}");
+    assert!(t.visits("pick-cluster-16"), "{t}");
+    let t = c.trace(&Packet::udp(OUTSIDE, NODE, 30053));
+    assert_eq!(t.targets(), set(&all), "{t}");
+    assert!(t.all_masqueraded(), "{t}");
+    let t = c.trace(&Packet::tcp(POD, "198.18.100.51", 80));
+    assert_eq!(
+        t.targets(),
+        set(&[
+            "198.18.2.30:8080",
+            "198.18.2.31:8080",
+            "198.18.2.32:8080",
+            "198.18.2.33:8080"
+        ])
+    );
+    // the protocol is part of the key: TCP to the UDP port is not a service
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.50", 53)).fate(),
+        Some(Fate::Reject)
+    );
+}

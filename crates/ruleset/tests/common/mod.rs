@@ -145,7 +145,7 @@ pub mod model {
         let s = service(i);
         c.services.insert(s.key.clone(), s);
         let sl = slice(i, eps);
-        c.slices.insert(sl.key.clone(), sl);
+        c.insert_slice(sl);
     }
 
     pub fn config() -> ruleset::Config {

@@ -16,6 +16,7 @@
 //! Addresses: ClusterIPs from 198.18.0.0/16 (198.18.0.1 ...), endpoints from
 //! 198.18.64.0 upwards into 198.19.0.0/16 (up to 114,688 distinct endpoint addresses).
 
+mod legacy;
 mod validation;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -94,22 +95,19 @@ fn cluster(services: u32, endpoints: u32) -> Cluster {
             ),
         );
         let sk = slice_key(i);
-        c.slices.insert(
-            sk.clone(),
-            EndpointSlice {
-                key: sk,
-                service: key,
-                family: IpFamily::V4,
-                ports: vec![SlicePort {
-                    name: "http".into(),
-                    protocol: Protocol::Tcp,
-                    port: 8080,
-                }],
-                endpoints: (0..endpoints)
-                    .map(|j| endpoint(i * endpoints + j))
-                    .collect(),
-            },
-        );
+        c.insert_slice(EndpointSlice {
+            key: sk,
+            service: key,
+            family: IpFamily::V4,
+            ports: vec![SlicePort {
+                name: "http".into(),
+                protocol: Protocol::Tcp,
+                port: 8080,
+            }],
+            endpoints: (0..endpoints)
+                .map(|j| endpoint(i * endpoints + j))
+                .collect(),
+        });
     }
     c
 }
@@ -241,7 +239,8 @@ fn bench(n: u32, m: u32, runs: u32, updates: u32) -> Row {
                 let sk = slice_key(svc);
                 for (kind, times) in kinds.iter_mut() {
                     let mut next = cur_cluster.clone();
-                    let eps = &mut next.slices.get_mut(&sk).expect("slice").endpoints;
+                    let mut slice = next.slice(&sk).expect("slice").clone();
+                    let eps = &mut slice.endpoints;
                     match kind {
                         Change::Remove => {
                             eps.pop();
@@ -253,6 +252,7 @@ fn bench(n: u32, m: u32, runs: u32, updates: u32) -> Row {
                             eps[0].addr = IpAddr::V4(Ipv4Addr::from(a));
                         }
                     }
+                    next.insert_slice(slice);
                     // from having the new state to the acknowledged commit
                     let t0 = Instant::now();
                     let new_tables = compile(&next, &cfg).expect("compile").tables;
@@ -340,12 +340,20 @@ fn main() {
         let runs = numbers(&args, "--runs", "15")[0].max(1);
         let only = arg(&args, "--case");
         for n in numbers(&args, "--services", "100,10000") {
-            let tables = compile(&cluster(n, m), &config()).expect("compile").tables;
-            let create = diff(&[], &tables);
+            let c = cluster(n, m);
+            let tables = compile(&c, &config()).expect("compile").tables;
             validation::probe(
-                &format!("{n} services x {m} endpoints"),
-                &create,
+                &format!("{n} services x {m} endpoints, element-only shape"),
+                &diff(&[], &tables),
                 &tables[0],
+                runs,
+                only,
+            );
+            let old = vec![legacy::table(&c)];
+            validation::probe(
+                &format!("{n} services x {m} endpoints, previous shape (a chain per service)"),
+                &diff(&[], &old),
+                &old[0],
                 runs,
                 only,
             );

@@ -35,11 +35,18 @@ fn v4(a: u32) -> Value {
 /// The probes for a table compiled by ruleset (names read from the table itself).
 pub fn cases(t: &Table) -> Vec<Case> {
     let tr = TableRef::new(t.family, t.name.clone());
+    // a chain drawing an endpoint: a service chain in the per-service shape, a class
+    // chain in the element-only shape
     let svc = t
         .chains
         .iter()
-        .find(|c| c.name.starts_with("svc-"))
-        .expect("a service chain");
+        .find(|c| {
+            c.rules.first().is_some_and(|r| {
+                r.exprs.iter().any(|e| matches!(e, Expr::Numgen { .. }))
+                    && r.set_refs().next().is_some()
+            })
+        })
+        .expect("a chain drawing an endpoint");
     let svc_rule = svc.rules[0].clone();
     let ep_map = svc_rule
         .set_refs()
@@ -50,10 +57,14 @@ pub fn cases(t: &Table) -> Vec<Case> {
         let s = t.set(&ep_map).expect("endpoint map");
         let e = &s.elements[0];
         // a key no list uses: the same type as the map's keys, far away from them
-        let key = match &e.key[0] {
-            Value::Int(_) => vec![Value::Int(0xffff_ff00)],
-            other => vec![other.clone()],
-        };
+        let key: Vec<Value> = e
+            .key
+            .iter()
+            .map(|v| match v {
+                Value::Int(_) => Value::Int(0xffff_ff00),
+                other => other.clone(),
+            })
+            .collect();
         (key, e.data.clone().expect("map data"))
     };
     let probe_ip = v4(0xc613_fffe); // 198.19.255.254, used by nothing
@@ -130,7 +141,7 @@ pub fn cases(t: &Table) -> Vec<Case> {
         },
         Case {
             name: "elem-data-add",
-            what: "add an element to a data map (endpoints-XX)",
+            what: "add an element to a data map (endpoints)",
             setup: vec![],
             timed: vec![elems(&ep_map, data_el.clone(), true)],
             undo: vec![elems(&ep_map, data_el.clone(), false)],
@@ -159,10 +170,10 @@ pub fn cases(t: &Table) -> Vec<Case> {
         },
         Case {
             name: "elem-vmap-drop-add",
-            what: "add a `drop` element to a verdict map (no-endpoint-services)",
+            what: "add a `drop` element to a verdict map (service-ips)",
             setup: vec![],
-            timed: vec![elems("no-endpoint-services", drop_el.clone(), true)],
-            undo: vec![elems("no-endpoint-services", drop_el.clone(), false)],
+            timed: vec![elems("service-ips", drop_el.clone(), true)],
+            undo: vec![elems("service-ips", drop_el.clone(), false)],
         },
         Case {
             name: "elem-vmap-goto-add",
@@ -227,8 +238,8 @@ pub fn cases(t: &Table) -> Vec<Case> {
         ),
         rule_case(
             "rule-jump",
-            "add a rule `jump reject-chain` (verdict immediate)",
-            vec![Expr::Verdict(Verdict::Jump("reject-chain".into()))],
+            "add a rule `jump <a chain>` (verdict immediate)",
+            vec![Expr::Verdict(Verdict::Jump(svc.name.clone()))],
         ),
         Case {
             name: "rule-del",
@@ -239,7 +250,7 @@ pub fn cases(t: &Table) -> Vec<Case> {
         },
         Case {
             name: "rule-replace",
-            what: "flush a service chain and add its rule with another modulus (a count change)",
+            what: "flush a chain drawing an endpoint and add its rule with another modulus",
             setup: vec![],
             timed: vec![
                 flush(&svc.name),

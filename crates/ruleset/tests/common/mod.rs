@@ -2,6 +2,8 @@
 //! a Node and an `NlproxyConfig` document) and compile it.
 #![allow(dead_code)]
 
+pub mod changes;
+
 use std::net::IpAddr;
 use std::path::Path;
 

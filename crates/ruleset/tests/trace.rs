@@ -524,3 +524,33 @@ fn many_endpoints_draws_reach_every_endpoint() {
         Some(Fate::Reject)
     );
 }
+
+/// Every clusterCIDR of a family marks local pods (issue 12 item 8): a pod in the second
+/// CIDR is not masqueraded and short-circuits externalTrafficPolicy Local like one in
+/// the first; a source in neither is masqueraded. Both families.
+#[test]
+fn every_cluster_cidr_detects_local_pods() {
+    let c = case("detect-local-cluster-cidrs");
+    let both4 = set(&["198.18.1.10:8080", "198.18.33.10:8080"]);
+    for pod in ["198.18.1.50", "198.18.33.5"] {
+        let t = c.trace(&Packet::tcp(pod, "198.18.100.160", 80).on("veth1"));
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+        let t = c.trace(&Packet::tcp(pod, "198.18.250.16", 80).on("veth1"));
+        assert_eq!(t.targets(), both4, "{pod}: {t}");
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+    }
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.100.160", 80));
+    assert!(t.all_masqueraded(), "{t}");
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.250.16", 80));
+    assert_eq!(t.targets(), set(&["198.18.1.10:8080"]), "{t}");
+    let both6 = set(&["[2001:db8:1:1::10]:8080", "[2001:db8:2:1::10]:8080"]);
+    for pod in ["2001:db8:1:1::50", "2001:db8:2:7::5"] {
+        let t = c.trace(&Packet::tcp(pod, "2001:db8:250::16", 80).on("veth1"));
+        assert_eq!(t.targets(), both6, "{pod}: {t}");
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+        let t = c.trace(&Packet::tcp(pod, "2001:db8:100::a0", 80).on("veth1"));
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+    }
+    let t = c.trace(&Packet::tcp("2001:db8:9::1", "2001:db8:100::a0", 80));
+    assert!(t.all_masqueraded(), "{t}");
+}

@@ -18,6 +18,7 @@ use kube_model::ResolvedEndpoint;
 use nft_model::build::{self, KeyField};
 use nft_model::*;
 
+use super::fragment::SetName;
 use crate::rules::{addr_type, fam_value, DST_KEY, PORT_KEY};
 
 /// Lists up to this size get their own modulus (exact uniform choice in one draw).
@@ -168,10 +169,10 @@ impl Class {
 
     /// The elements of a list of endpoints under `key`: the membership and one map
     /// element per endpoint, slot = position in the (sorted) list.
-    pub fn elements(self, key: &[Value], eps: &[ResolvedEndpoint]) -> Vec<(String, Element)> {
+    pub fn elements(self, key: &[Value], eps: &[ResolvedEndpoint]) -> Vec<(SetName, Element)> {
         let mut out = Vec::with_capacity(eps.len() + 1);
-        out.push((self.dests_set(), Element::key(key.to_vec())));
-        let map = self.endpoints_map();
+        out.push((self.dests_set().into(), Element::key(key.to_vec())));
+        let map: SetName = self.endpoints_map().into();
         for (i, e) in eps.iter().enumerate() {
             let mut k = key.to_vec();
             k.push(Value::Int(i as u32));

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use kube_model::{
     categorize, resolve_endpoints, EndpointSlice, IpFamily, ResolvedEndpoint, Service, ServiceKey,
@@ -28,6 +29,9 @@ pub struct PortOrder {
     pub index: usize,
 }
 
+/// A set's name as fragments hold it (shared, not copied per element).
+pub type SetName = Arc<str>;
+
 /// The key a claim is about: `addr . proto . port` or, for a NodePort, `proto . port`.
 pub type ClaimKey = Vec<Value>;
 
@@ -36,7 +40,7 @@ pub type ClaimKey = Vec<Value>;
 pub struct Claim {
     pub key: ClaimKey,
     /// (set or map name, element)
-    pub elements: Vec<(String, Element)>,
+    pub elements: Vec<(SetName, Element)>,
     /// The endpoint classes these elements use (their chains and maps must exist).
     pub classes: Vec<Class>,
     /// Whether traffic to this destination is sent to endpoints (conntrack cleanup of
@@ -49,9 +53,10 @@ pub struct Claim {
 pub struct Fragment {
     pub id: PortId,
     pub order: PortOrder,
-    pub claims: Vec<Claim>,
+    /// Shared with the mirror, which keeps every claimant of a destination.
+    pub claims: Vec<Arc<Claim>>,
     /// Elements of sets shared with other ports (present while any port adds them).
-    pub shared: Vec<(String, Element)>,
+    pub shared: Vec<(SetName, Element)>,
     /// Per-port chains and sets (session affinity).
     pub chains: Vec<Chain>,
     pub sets: Vec<Set>,
@@ -126,12 +131,13 @@ pub fn fragment(
             (true, true) => NO_LOCAL_ENDPOINT_NODEPORTS,
         };
         Claim {
-            elements: vec![(set.to_string(), Element::key(key.clone()))],
+            elements: vec![(set.into(), Element::key(key.clone()))],
             key,
             classes: Vec::new(),
             served: false,
         }
     };
+    let mut claims: Vec<Claim> = Vec::new();
     let mut used_cluster = false;
     let mut used_local = false;
 
@@ -146,7 +152,7 @@ pub fn fragment(
         };
         let key = addr_key(&cip);
         if list.is_empty() {
-            f.claims.push(no_endpoint(key, false));
+            claims.push(no_endpoint(key, false));
         } else {
             used_local |= local;
             used_cluster |= !local;
@@ -155,7 +161,7 @@ pub fn fragment(
             } else {
                 id.cluster_chain()
             };
-            f.claims.push(match affinity {
+            claims.push(match affinity {
                 Some(_) => goto_claim(key, SERVICE_IPS, chain),
                 None => {
                     let lists = Lists {
@@ -183,13 +189,13 @@ pub fn fragment(
         } else {
             Route::ClusterMasq
         };
-        let mut claims: Vec<(ClaimKey, bool)> =
+        let mut dests: Vec<(ClaimKey, bool)> =
             ext_ips.iter().map(|ip| (addr_key(ip), false)).collect();
-        claims.sort();
-        claims.dedup();
-        claims.extend(port.node_port.map(|np| (np_key(np), true)));
-        for (key, nodeport) in claims {
-            f.claims.push(if list.is_empty() {
+        dests.sort();
+        dests.dedup();
+        dests.extend(port.node_port.map(|np| (np_key(np), true)));
+        for (key, nodeport) in dests {
+            claims.push(if list.is_empty() {
                 no_endpoint(key, nodeport)
             } else {
                 used_cluster = true;
@@ -217,7 +223,7 @@ pub fn fragment(
         if affinity.is_some() && !list.is_empty() {
             f.chains.push(affinity::external_chain(ctx, &id, local));
         }
-        add_source_ranges(ctx, svc, proto, port.port, &mut f.claims);
+        add_source_ranges(ctx, svc, proto, port.port, &mut claims);
     }
 
     for (used, list, local) in [
@@ -227,10 +233,11 @@ pub fn fragment(
         if !used || list.is_empty() {
             continue;
         }
+        let hairpin: SetName = HAIRPIN.into();
         f.shared.extend(
             hairpin_elements(list.iter().map(|e| e.addr))
                 .into_iter()
-                .map(|e| (HAIRPIN.to_string(), e)),
+                .map(|e| (hairpin.clone(), e)),
         );
         if let Some(timeout) = affinity {
             let (chains, sets) = affinity::list_objects(ctx, &id, local, proto, list, timeout);
@@ -241,11 +248,12 @@ pub fn fragment(
     // a destination claimed twice by one port (an external IP equal to its ClusterIP):
     // the first claim holds
     let mut seen = BTreeSet::new();
-    f.claims.retain(|c| seen.insert(c.key.clone()));
-    for c in &mut f.claims {
+    claims.retain(|c| seen.insert(c.key.clone()));
+    for c in &mut claims {
         c.elements.sort();
         c.elements.dedup();
     }
+    f.claims = claims.into_iter().map(Arc::new).collect();
     f.shared.sort();
     f.shared.dedup();
     f
@@ -262,7 +270,7 @@ struct Lists<'a> {
 fn goto_claim(key: ClaimKey, map: &str, chain: String) -> Claim {
     Claim {
         elements: vec![(
-            map.to_string(),
+            map.into(),
             Element::map(key.clone(), ElemData::Verdict(Verdict::Goto(chain))),
         )],
         key,
@@ -297,7 +305,7 @@ fn route_claim(
         ),
     };
     let mut claim = Claim {
-        elements: vec![(dispatch.to_string(), Element::key(key.clone()))],
+        elements: vec![(dispatch.into(), Element::key(key.clone()))],
         key,
         classes: Vec::new(),
         served: true,
@@ -348,18 +356,19 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
         };
         claim
             .elements
-            .push((FIREWALL_IPS.to_string(), Element::key(key.clone())));
+            .push((FIREWALL_IPS.into(), Element::key(key.clone())));
         let mut srcs: Vec<(IpAddr, IpAddr)> = ranges.iter().map(|r| (r.addr, r.last())).collect();
         if allow_from_node {
             srcs.extend(lb_ips.iter().map(|ip| (*ip, *ip)));
         }
+        let allow: SetName = FIREWALL_ALLOW.into();
         for (a, z) in srcs {
             let mut k = key.clone();
             k.push(fam_value(&a));
             let mut e = key.clone();
             e.push(fam_value(&z));
             claim.elements.push((
-                FIREWALL_ALLOW.to_string(),
+                allow.clone(),
                 Element {
                     key_end: Some(e),
                     ..Element::key(k)

@@ -6,11 +6,12 @@
 //! only: work proportional to the change, not to the table.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use nft_model::*;
 
 use super::classes::Class;
-use super::fragment::{Claim, ClaimKey, Fragment, PortOrder};
+use super::fragment::{Claim, ClaimKey, Fragment, PortOrder, SetName};
 use super::skeleton::Skeleton;
 use crate::names::{PortId, TABLE};
 use crate::RulesetError;
@@ -26,14 +27,14 @@ fn elem_key(e: &Element) -> ElemKey {
 #[derive(Debug, Clone)]
 struct Claimant {
     id: PortId,
-    claim: Claim,
+    claim: Arc<Claim>,
 }
 
 /// The state of objects before their first change since the journal was last taken.
 #[derive(Debug, Default)]
 struct Journal {
     /// set -> element key -> the element before (None: absent)
-    elements: BTreeMap<String, BTreeMap<ElemKey, Option<Element>>>,
+    elements: BTreeMap<SetName, BTreeMap<ElemKey, Option<Element>>>,
     /// skeleton or per-port sets whose declaration (or, for per-port sets, content) changed
     sets: BTreeMap<String, Option<Set>>,
     chains: BTreeMap<String, Option<Chain>>,
@@ -47,7 +48,7 @@ pub struct Mirror {
     family: Family,
     skeleton: Skeleton,
     /// Elements added by fragments (winning claims and shared elements), counted.
-    elements: BTreeMap<String, BTreeMap<ElemKey, (Element, u32)>>,
+    elements: BTreeMap<SetName, BTreeMap<ElemKey, (Element, u32)>>,
     /// Per-port sets and chains (session affinity), counted.
     sets: BTreeMap<String, (Set, u32)>,
     chains: BTreeMap<String, (Chain, u32)>,
@@ -100,38 +101,41 @@ impl Mirror {
 
     // -- journaled primitives ---------------------------------------------------------
 
-    fn note_element(&mut self, set: &str, key: &ElemKey) {
+    fn note_element(&mut self, set: &SetName, key: &ElemKey) {
         let Some(j) = self.journal.as_mut() else {
             return;
         };
-        let per = j.elements.entry(set.to_string()).or_default();
+        let per = match j.elements.get_mut(&**set) {
+            Some(p) => p,
+            None => j.elements.entry(set.clone()).or_default(),
+        };
         if !per.contains_key(key) {
             let before = self
                 .elements
-                .get(set)
+                .get(&**set)
                 .and_then(|m| m.get(key))
                 .map(|(e, _)| e.clone());
             per.insert(key.clone(), before);
         }
     }
 
-    fn add_element(&mut self, set: &str, e: &Element) {
+    fn add_element(&mut self, set: &SetName, e: &Element) {
         let k = elem_key(e);
-        let m = self.elements.entry(set.to_string()).or_default();
-        if let Some((_, n)) = m.get_mut(&k) {
+        if let Some((_, n)) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) {
             *n += 1;
             return;
         }
         self.note_element(set, &k);
-        self.elements
-            .entry(set.to_string())
-            .or_default()
-            .insert(k, (e.clone(), 1));
+        match self.elements.get_mut(&**set) {
+            Some(m) => m,
+            None => self.elements.entry(set.clone()).or_default(),
+        }
+        .insert(k, (e.clone(), 1));
     }
 
-    fn remove_element(&mut self, set: &str, e: &Element) {
+    fn remove_element(&mut self, set: &SetName, e: &Element) {
         let k = elem_key(e);
-        let Some((_, n)) = self.elements.get_mut(set).and_then(|m| m.get_mut(&k)) else {
+        let Some((_, n)) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) else {
             return;
         };
         if *n > 1 {
@@ -139,10 +143,10 @@ impl Mirror {
             return;
         }
         self.note_element(set, &k);
-        if let Some(m) = self.elements.get_mut(set) {
+        if let Some(m) = self.elements.get_mut(&**set) {
             m.remove(&k);
             if m.is_empty() {
-                self.elements.remove(set);
+                self.elements.remove(&**set);
             }
         }
     }
@@ -226,7 +230,7 @@ impl Mirror {
                 f.order.clone(),
                 Claimant {
                     id: f.id.clone(),
-                    claim: c.clone(),
+                    claim: Arc::clone(c),
                 },
             );
             let wins = claimants.keys().next() == Some(&f.order);
@@ -304,6 +308,14 @@ impl Mirror {
     }
 
     // -- reading ----------------------------------------------------------------------
+
+    /// A set's declaration (no elements), skeleton or per-port.
+    fn decl_of(&self, name: &str) -> Option<Set> {
+        if let Some((s, _)) = self.sets.get(name) {
+            return Some(decl(s));
+        }
+        self.skeleton.sets.iter().find(|s| s.name == name).map(decl)
+    }
 
     /// A set as it is now: declaration and every element, sorted.
     fn set_now(&self, name: &str) -> Option<Set> {
@@ -387,48 +399,44 @@ impl Mirror {
         };
         let mut old = Table::new(self.family, TABLE);
         let mut new = Table::new(self.family, TABLE);
-        let mut names: BTreeSet<&String> = j.elements.keys().collect();
-        names.extend(j.sets.keys());
+        let mut names: BTreeSet<&str> = j.elements.keys().map(|k| &**k).collect();
+        names.extend(j.sets.keys().map(String::as_str));
         for name in names {
             let touched = j.elements.get(name);
-            let now = self.set_now(name);
-            // A set created, deleted, re-declared or per-port goes whole into both views;
-            // otherwise only the elements that changed.
-            let whole = j.sets.contains_key(name);
-            let before = if whole {
-                j.sets[name].clone().map(|mut b| {
-                    let mut m: BTreeMap<ElemKey, Element> =
-                        b.elements.drain(..).map(|e| (elem_key(&e), e)).collect();
-                    if let Some(cur) = self.elements.get(name.as_str()) {
-                        m.extend(cur.iter().map(|(k, (e, _))| (k.clone(), e.clone())));
+            if !j.sets.contains_key(name) {
+                // only elements changed: both views hold the changed elements only
+                let Some(d) = self.decl_of(name) else {
+                    continue;
+                };
+                let mut b = d.clone();
+                let mut n = d;
+                for (k, was) in touched.into_iter().flatten() {
+                    b.elements.extend(was.iter().cloned());
+                    if let Some((e, _)) = self.elements.get(name).and_then(|m| m.get(k)) {
+                        n.elements.push(e.clone());
                     }
-                    for (k, was) in touched.into_iter().flatten() {
-                        match was {
-                            Some(e) => m.insert(k.clone(), e.clone()),
-                            None => m.remove(k),
-                        };
-                    }
-                    b.elements = m.into_values().collect();
-                    b
-                })
-            } else {
-                now.as_ref().map(|n| {
-                    let mut b = decl(n);
-                    b.elements = touched
-                        .map(|t| t.values().flatten().cloned().collect())
-                        .unwrap_or_default();
-                    b
-                })
-            };
-            if let Some(b) = before {
+                }
+                old.sets.push(b);
+                new.sets.push(n);
+                continue;
+            }
+            // created, deleted, re-declared or per-port (small): whole in both views
+            if let Some(mut b) = j.sets[name].clone() {
+                let mut m: BTreeMap<ElemKey, Element> =
+                    b.elements.drain(..).map(|e| (elem_key(&e), e)).collect();
+                if let Some(cur) = self.elements.get(name) {
+                    m.extend(cur.iter().map(|(k, (e, _))| (k.clone(), e.clone())));
+                }
+                for (k, was) in touched.into_iter().flatten() {
+                    match was {
+                        Some(e) => m.insert(k.clone(), e.clone()),
+                        None => m.remove(k),
+                    };
+                }
+                b.elements = m.into_values().collect();
                 old.sets.push(b);
             }
-            if let Some(mut n) = now {
-                if !whole {
-                    let keys: BTreeSet<&ElemKey> =
-                        touched.map(|t| t.keys().collect()).unwrap_or_default();
-                    n.elements.retain(|e| keys.contains(&elem_key(e)));
-                }
+            if let Some(n) = self.set_now(name) {
                 new.sets.push(n);
             }
         }

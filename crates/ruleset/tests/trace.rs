@@ -554,3 +554,26 @@ fn every_cluster_cidr_detects_local_pods() {
     let t = c.trace(&Packet::tcp("2001:db8:9::1", "2001:db8:100::a0", 80));
     assert!(t.all_masqueraded(), "{t}");
 }
+
+/// Two services claiming one external IP:port and one NodePort: the first service keeps
+/// both; each keeps its own ClusterIP.
+#[test]
+fn conflicts_first_service_keeps_the_destination() {
+    let c = case("conflicts");
+    let alpha = set(&["198.18.2.70:8080"]);
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.251.17", 80))
+            .targets(),
+        alpha
+    );
+    assert_eq!(c.trace(&Packet::tcp(OUTSIDE, NODE, 30170)).targets(), alpha);
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.171", 80)).targets(),
+        set(&["198.18.2.71:8080"])
+    );
+    let msgs: Vec<String> = c.compiled.errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(msgs
+        .iter()
+        .all(|m| m.contains("ns1/alpha") && m.contains("ns1/beta")));
+}

@@ -95,10 +95,6 @@ impl Mirror {
         self.classes.keys().copied().collect()
     }
 
-    pub fn skeleton(&self) -> &Skeleton {
-        &self.skeleton
-    }
-
     // -- journaled primitives ---------------------------------------------------------
 
     fn note_element(&mut self, set: &SetName, key: &ElemKey) {

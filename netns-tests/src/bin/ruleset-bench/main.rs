@@ -16,8 +16,9 @@
 //! Usage: ruleset-bench [--services 100,10000,50000] [--endpoints 10] [--runs 3]
 //!                      [--updates 5] [--nft-f-max 10000]
 //!        ruleset-bench validation [--services 100,10000] [--endpoints 10] [--runs 15]
-//!                      [--case NAME]   (see validation.rs: which operations make the
-//!                                       kernel re-validate the whole table)
+//!                      [--case NAME] [--shape current|previous|both]
+//!                      (see validation.rs: which operations make the kernel re-validate
+//!                      the whole table)
 //!
 //! Addresses: ClusterIPs 198.18.0.1 ... (198.18.0.0/16, up to 65,534 services),
 //! endpoints cycle through 198.19.0.1 ... 198.19.255.254 (services share endpoint
@@ -399,16 +400,22 @@ fn main() {
         let m = numbers(&args, "--endpoints", "10")[0];
         let runs = numbers(&args, "--runs", "15")[0].max(1);
         let only = arg(&args, "--case");
+        let shape = arg(&args, "--shape").unwrap_or("both");
         for n in numbers(&args, "--services", "100,10000") {
             let c = cluster(n, m);
-            let tables = Compiler::new(config().parse().expect("config"), &c).tables();
-            validation::probe(
-                &format!("{n} services x {m} endpoints, element-only shape"),
-                &diff(&[], &tables),
-                &tables[0],
-                runs,
-                only,
-            );
+            if shape != "previous" {
+                let tables = Compiler::new(config().parse().expect("config"), &c).tables();
+                validation::probe(
+                    &format!("{n} services x {m} endpoints, element-only shape"),
+                    &diff(&[], &tables),
+                    &tables[0],
+                    runs,
+                    only,
+                );
+            }
+            if shape == "current" {
+                continue;
+            }
             let old = vec![legacy::table(&c)];
             validation::probe(
                 &format!("{n} services x {m} endpoints, previous shape (a chain per service)"),

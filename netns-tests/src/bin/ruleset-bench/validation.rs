@@ -286,8 +286,8 @@ pub fn probe(label: &str, create: &[Op], table: &Table, runs: u32, only: Option<
     ns.run(|| {
         let mut nft = Nft::open().expect("open netlink");
         let load = commit(&mut nft, create);
+        println!("{label}: loaded in {:.0} ms", ms(load));
         if only.is_none() {
-            println!("{label}: loaded in {:.0} ms", ms(load));
             println!("| operation | commit median | min |");
             println!("|---|---|---|");
         }

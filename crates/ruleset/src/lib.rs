@@ -23,11 +23,12 @@ pub mod rules;
 pub mod trace;
 
 pub use apply::{apply, ApplyError};
+pub use compile::mirror::Conflict;
 pub use compile::{compile, compile_parsed, nft_family, Compiled};
 pub use config::{Config, DetectLocalMode, ParsedConfig};
 pub use diff::{diff, diff_tables};
 pub use explain::{explain, Explanation};
-pub use incremental::{Changes, Compiler, Served, Update};
+pub use incremental::{Changes, Compiler, PortTargets, Served, Update};
 pub use trace::{trace, Packet, Trace};
 
 /// Errors of the compiler: a bad configuration (fatal), or a problem with one object

@@ -13,6 +13,7 @@
 //! endpoint's share is within a factor 1 ± 2^-DRAWS of 1/N (see [`share`]).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use kube_model::ResolvedEndpoint;
 use nft_model::build::{self, KeyField};
@@ -169,19 +170,22 @@ impl Class {
 
     /// The elements of a list of endpoints under `key`: the membership and one map
     /// element per endpoint, slot = position in the (sorted) list.
-    pub fn elements(self, key: &[Value], eps: &[ResolvedEndpoint]) -> Vec<(SetName, Element)> {
+    pub fn elements(self, key: &[Value], eps: &[ResolvedEndpoint]) -> Vec<(SetName, Arc<Element>)> {
         let mut out = Vec::with_capacity(eps.len() + 1);
-        out.push((self.dests_set().into(), Element::key(key.to_vec())));
+        out.push((
+            self.dests_set().into(),
+            Arc::new(Element::key(key.to_vec())),
+        ));
         let map: SetName = self.endpoints_map().into();
         for (i, e) in eps.iter().enumerate() {
             let mut k = key.to_vec();
             k.push(Value::Int(i as u32));
             out.push((
                 map.clone(),
-                Element::map(
+                Arc::new(Element::map(
                     k,
                     ElemData::Values(vec![fam_value(&e.addr), Value::Port(e.port)]),
-                ),
+                )),
             ));
         }
         out

@@ -40,7 +40,7 @@ pub type ClaimKey = Vec<Value>;
 pub struct Claim {
     pub key: ClaimKey,
     /// (set or map name, element)
-    pub elements: Vec<(SetName, Element)>,
+    pub elements: Vec<(SetName, Arc<Element>)>,
     /// The endpoint classes these elements use (their chains and maps must exist).
     pub classes: Vec<Class>,
     /// Whether traffic to this destination is sent to endpoints (conntrack cleanup of
@@ -56,7 +56,7 @@ pub struct Fragment {
     /// Shared with the mirror, which keeps every claimant of a destination.
     pub claims: Vec<Arc<Claim>>,
     /// Elements of sets shared with other ports (present while any port adds them).
-    pub shared: Vec<(SetName, Element)>,
+    pub shared: Vec<(SetName, Arc<Element>)>,
     /// Per-port chains and sets (session affinity).
     pub chains: Vec<Chain>,
     pub sets: Vec<Set>,
@@ -131,7 +131,7 @@ pub fn fragment(
             (true, true) => NO_LOCAL_ENDPOINT_NODEPORTS,
         };
         Claim {
-            elements: vec![(set.into(), Element::key(key.clone()))],
+            elements: vec![(set.into(), Arc::new(Element::key(key.clone())))],
             key,
             classes: Vec::new(),
             served: false,
@@ -142,8 +142,10 @@ pub fn fragment(
     let mut used_local = false;
 
     if let Some(cip) = svc.cluster_ip(ctx.fam) {
-        f.shared
-            .push((CLUSTER_IPS.into(), Element::key(vec![fam_value(&cip)])));
+        f.shared.push((
+            CLUSTER_IPS.into(),
+            Arc::new(Element::key(vec![fam_value(&cip)])),
+        ));
         let local = svc.internal_traffic_policy == TrafficPolicy::Local;
         let (list, route) = if local {
             (&cat.local, Route::Local)
@@ -237,7 +239,7 @@ pub fn fragment(
         f.shared.extend(
             hairpin_elements(list.iter().map(|e| e.addr))
                 .into_iter()
-                .map(|e| (hairpin.clone(), e)),
+                .map(|e| (hairpin.clone(), Arc::new(e))),
         );
         if let Some(timeout) = affinity {
             let (chains, sets) = affinity::list_objects(ctx, &id, local, proto, list, timeout);
@@ -271,7 +273,10 @@ fn goto_claim(key: ClaimKey, map: &str, chain: String) -> Claim {
     Claim {
         elements: vec![(
             map.into(),
-            Element::map(key.clone(), ElemData::Verdict(Verdict::Goto(chain))),
+            Arc::new(Element::map(
+                key.clone(),
+                ElemData::Verdict(Verdict::Goto(chain)),
+            )),
         )],
         key,
         classes: Vec::new(),
@@ -305,7 +310,7 @@ fn route_claim(
         ),
     };
     let mut claim = Claim {
-        elements: vec![(dispatch.into(), Element::key(key.clone()))],
+        elements: vec![(dispatch.into(), Arc::new(Element::key(key.clone())))],
         key,
         classes: Vec::new(),
         served: true,
@@ -356,7 +361,7 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
         };
         claim
             .elements
-            .push((FIREWALL_IPS.into(), Element::key(key.clone())));
+            .push((FIREWALL_IPS.into(), Arc::new(Element::key(key.clone()))));
         let mut srcs: Vec<(IpAddr, IpAddr)> = ranges.iter().map(|r| (r.addr, r.last())).collect();
         if allow_from_node {
             srcs.extend(lb_ips.iter().map(|ip| (*ip, *ip)));
@@ -369,10 +374,10 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
             e.push(fam_value(&z));
             claim.elements.push((
                 allow.clone(),
-                Element {
+                Arc::new(Element {
                     key_end: Some(e),
                     ..Element::key(k)
-                },
+                }),
             ));
         }
     }

@@ -16,11 +16,30 @@ use super::skeleton::Skeleton;
 use crate::names::{PortId, TABLE};
 use crate::RulesetError;
 
-/// Identity of an element in its set.
-pub type ElemKey = (Vec<Value>, Option<Vec<Value>>);
+/// An element ordered and compared by its identity in its set (key and range end), not
+/// its data: shared with the fragments that add it, never copied.
+#[derive(Debug, Clone)]
+pub struct ByKey(pub Arc<Element>);
 
-fn elem_key(e: &Element) -> ElemKey {
-    (e.key.clone(), e.key_end.clone())
+impl PartialEq for ByKey {
+    fn eq(&self, other: &ByKey) -> bool {
+        self.0.key == other.0.key && self.0.key_end == other.0.key_end
+    }
+}
+impl Eq for ByKey {}
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &ByKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ByKey {
+    fn cmp(&self, other: &ByKey) -> std::cmp::Ordering {
+        (&self.0.key, &self.0.key_end).cmp(&(&other.0.key, &other.0.key_end))
+    }
+}
+
+fn by_key(e: &Element) -> (&Vec<Value>, &Option<Vec<Value>>) {
+    (&e.key, &e.key_end)
 }
 
 /// A claimant of a destination.
@@ -33,8 +52,8 @@ struct Claimant {
 /// The state of objects before their first change since the journal was last taken.
 #[derive(Debug, Default)]
 struct Journal {
-    /// set -> element key -> the element before (None: absent)
-    elements: BTreeMap<SetName, BTreeMap<ElemKey, Option<Element>>>,
+    /// set -> element (by key) -> the element before (None: absent)
+    elements: BTreeMap<SetName, BTreeMap<ByKey, Option<Arc<Element>>>>,
     /// skeleton or per-port sets whose declaration (or, for per-port sets, content) changed
     sets: BTreeMap<String, Option<Set>>,
     chains: BTreeMap<String, Option<Chain>>,
@@ -48,7 +67,7 @@ pub struct Mirror {
     family: Family,
     skeleton: Skeleton,
     /// Elements added by fragments (winning claims and shared elements), counted.
-    elements: BTreeMap<SetName, BTreeMap<ElemKey, (Element, u32)>>,
+    elements: BTreeMap<SetName, BTreeMap<ByKey, u32>>,
     /// Per-port sets and chains (session affinity), counted.
     sets: BTreeMap<String, (Set, u32)>,
     chains: BTreeMap<String, (Chain, u32)>,
@@ -97,7 +116,7 @@ impl Mirror {
 
     // -- journaled primitives ---------------------------------------------------------
 
-    fn note_element(&mut self, set: &SetName, key: &ElemKey) {
+    fn note_element(&mut self, set: &SetName, key: &ByKey) {
         let Some(j) = self.journal.as_mut() else {
             return;
         };
@@ -109,15 +128,15 @@ impl Mirror {
             let before = self
                 .elements
                 .get(&**set)
-                .and_then(|m| m.get(key))
-                .map(|(e, _)| e.clone());
+                .and_then(|m| m.get_key_value(key))
+                .map(|(e, _)| Arc::clone(&e.0));
             per.insert(key.clone(), before);
         }
     }
 
-    fn add_element(&mut self, set: &SetName, e: &Element) {
-        let k = elem_key(e);
-        if let Some((_, n)) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) {
+    fn add_element(&mut self, set: &SetName, e: &Arc<Element>) {
+        let k = ByKey(Arc::clone(e));
+        if let Some(n) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) {
             *n += 1;
             return;
         }
@@ -126,12 +145,12 @@ impl Mirror {
             Some(m) => m,
             None => self.elements.entry(set.clone()).or_default(),
         }
-        .insert(k, (e.clone(), 1));
+        .insert(k, 1);
     }
 
-    fn remove_element(&mut self, set: &SetName, e: &Element) {
-        let k = elem_key(e);
-        let Some((_, n)) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) else {
+    fn remove_element(&mut self, set: &SetName, e: &Arc<Element>) {
+        let k = ByKey(Arc::clone(e));
+        let Some(n) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) else {
             return;
         };
         if *n > 1 {
@@ -321,8 +340,8 @@ impl Mirror {
         let decl = self.skeleton.sets.iter().find(|s| s.name == name)?;
         let mut s = decl.clone();
         if let Some(m) = self.elements.get(name) {
-            s.elements.extend(m.values().map(|(e, _)| e.clone()));
-            s.elements.sort_by_key(elem_key);
+            s.elements.extend(m.keys().map(|e| (*e.0).clone()));
+            s.elements.sort_by(|a, b| by_key(a).cmp(&by_key(b)));
         }
         Some(s)
     }
@@ -407,9 +426,9 @@ impl Mirror {
                 let mut b = d.clone();
                 let mut n = d;
                 for (k, was) in touched.into_iter().flatten() {
-                    b.elements.extend(was.iter().cloned());
-                    if let Some((e, _)) = self.elements.get(name).and_then(|m| m.get(k)) {
-                        n.elements.push(e.clone());
+                    b.elements.extend(was.iter().map(|e| (**e).clone()));
+                    if let Some((e, _)) = self.elements.get(name).and_then(|m| m.get_key_value(k)) {
+                        n.elements.push((*e.0).clone());
                     }
                 }
                 old.sets.push(b);
@@ -418,18 +437,24 @@ impl Mirror {
             }
             // created, deleted, re-declared or per-port (small): whole in both views
             if let Some(mut b) = j.sets[name].clone() {
-                let mut m: BTreeMap<ElemKey, Element> =
-                    b.elements.drain(..).map(|e| (elem_key(&e), e)).collect();
+                let mut m: BTreeMap<ByKey, ()> = b
+                    .elements
+                    .drain(..)
+                    .map(|e| (ByKey(Arc::new(e)), ()))
+                    .collect();
                 if let Some(cur) = self.elements.get(name) {
-                    m.extend(cur.iter().map(|(k, (e, _))| (k.clone(), e.clone())));
+                    for k in cur.keys() {
+                        m.remove(k);
+                        m.insert(k.clone(), ());
+                    }
                 }
                 for (k, was) in touched.into_iter().flatten() {
-                    match was {
-                        Some(e) => m.insert(k.clone(), e.clone()),
-                        None => m.remove(k),
-                    };
+                    m.remove(k);
+                    if let Some(e) = was {
+                        m.insert(ByKey(Arc::clone(e)), ());
+                    }
                 }
-                b.elements = m.into_values().collect();
+                b.elements = m.into_keys().map(|e| (*e.0).clone()).collect();
                 old.sets.push(b);
             }
             if let Some(n) = self.set_now(name) {

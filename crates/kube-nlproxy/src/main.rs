@@ -596,7 +596,7 @@ fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode>
         .context("writing to stdout")?;
     info!(
         services = cluster.services.len(),
-        slices = cluster.slices.len(),
+        slices = cluster.slices().len(),
         tables = compiled.tables.len(),
         invalid = problems.len(),
         "dry run: ruleset printed, nothing changed"

@@ -284,7 +284,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             }
             Event::SliceApplied(slice) => {
                 let key = ns_key(&slice.metadata);
-                let before = self.cluster.slices.get(&key).cloned();
+                let before = self.cluster.slice(&key).cloned();
                 let mut warnings = Vec::new();
                 let r = self.cluster.upsert_slice(&slice, &mut warnings);
                 self.note_errors(
@@ -292,7 +292,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     warnings.iter().map(ToString::to_string).collect(),
                     r.err().map(|e| e.to_string()),
                 );
-                if self.cluster.slices.get(&key) != before.as_ref() {
+                if self.cluster.slice(&key) != before.as_ref() {
                     self.queue();
                 }
             }

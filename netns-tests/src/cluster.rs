@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::{addr, veth, wait_until, Netns};
+use crate::{addr, scaled, veth, wait_until, Netns};
 
 /// Port every pod's echo-server listens on (TCP and UDP).
 pub const TARGET_PORT: u16 = 8080;
@@ -476,7 +476,7 @@ impl Cluster {
         for p in &built {
             for ip in [p.v4, p.v6] {
                 let dst = SocketAddr::new(ip, TARGET_PORT);
-                let ok = wait_until(Duration::from_secs(10), || {
+                let ok = wait_until(scaled(Duration::from_secs(10)), || {
                     probe(&node_a, Proto::Udp, dst, None, Duration::from_millis(200)).pod()
                         == Some(p.name.as_str())
                 });
@@ -485,7 +485,7 @@ impl Cluster {
         }
         for ip in [NODE_A4, NODE_A6] {
             let dst = sa(ip, UNUSED_PORT);
-            let ok = wait_until(Duration::from_secs(10), || {
+            let ok = wait_until(scaled(Duration::from_secs(10)), || {
                 probe(&client, Proto::Udp, dst, None, Duration::from_millis(200))
                     == Outcome::Refused
             });
@@ -618,14 +618,14 @@ impl Cluster {
         );
         // One change may take more than one sync (the objects arrive as separate events
         // and a sync may start after the first one): wait until no sync has followed
-        // for 3 x minSyncPeriod.
+        // for 3 x minSyncPeriod (times the time scale).
         let mut last = (p.syncs(), Instant::now());
         let settled = wait_until(timeout, || {
             let n = p.syncs();
             if n != last.0 {
                 last = (n, Instant::now());
             }
-            last.1.elapsed() >= Duration::from_millis(300)
+            last.1.elapsed() >= scaled(Duration::from_millis(300))
         });
         assert!(settled, "the proxy keeps syncing: {:?}", p.lines());
     }
@@ -645,7 +645,7 @@ fn echo_server(bins: Bins, ns: &Netns, name: &str, ports: &[u16]) -> Proc {
     args.extend(ports.iter().map(u16::to_string));
     let mut p = Proc::spawn(ns, name, bins.echo_server, &args);
     assert!(
-        p.wait_line(Duration::from_secs(10), |l| l == "ready"),
+        p.wait_line(scaled(Duration::from_secs(10)), |l| l == "ready"),
         "echo-server {name} did not start: {:?}",
         p.lines()
     );

@@ -7,6 +7,7 @@
 //! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
 
 pub mod bulk;
+pub mod churn;
 pub mod cluster;
 pub mod ct;
 pub mod engine;

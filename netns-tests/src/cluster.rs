@@ -350,6 +350,11 @@ impl Cluster {
         let node_b = new_ns("nodeb");
         let client = new_ns("ext");
 
+        // Bridged traffic goes through netfilter only with br_netfilter, which a node's
+        // network setup loads (a module on Debian's kernels, built in on some others).
+        if !std::path::Path::new("/proc/sys/net/bridge").exists() {
+            let _ = Command::new("modprobe").arg("br_netfilter").output();
+        }
         for n in [&node_a, &node_b] {
             n.sysctl("net.ipv4.ip_forward", "1");
             n.sysctl("net.ipv6.conf.all.forwarding", "1");

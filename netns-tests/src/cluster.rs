@@ -301,6 +301,18 @@ fn is_sync_line(l: &str) -> bool {
         || l.contains("] \"synced\"")
 }
 
+/// How long a reported sync took: its `compile_ms`, `commit_ms` and `conntrack_ms`
+/// (both the daemon and engine-runner print them).
+fn sync_duration(line: &str) -> Duration {
+    let ms: f64 = line
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter(|(k, _)| matches!(*k, "compile_ms" | "commit_ms" | "conntrack_ms"))
+        .filter_map(|(_, v)| v.trim_matches('"').parse::<f64>().ok())
+        .sum();
+    Duration::from_secs_f64(ms.max(0.0) / 1000.0)
+}
+
 impl Proxy {
     /// Number of completed syncs so far.
     pub fn syncs(&self) -> usize {
@@ -623,14 +635,24 @@ impl Cluster {
         );
         // One change may take more than one sync (the objects arrive as separate events
         // and a sync may start after the first one): wait until no sync has followed
-        // for 3 x minSyncPeriod (times the time scale).
+        // for 3 x minSyncPeriod (times the time scale) plus twice the longest sync so
+        // far (a sync is reported when it ends, conntrack cleanup included, and on a
+        // loaded machine that cleanup alone can take seconds).
         let mut last = (p.syncs(), Instant::now());
         let settled = wait_until(timeout, || {
             let n = p.syncs();
             if n != last.0 {
                 last = (n, Instant::now());
             }
-            last.1.elapsed() >= scaled(Duration::from_millis(300))
+            let longest = p
+                .proc
+                .lines()
+                .iter()
+                .filter(|l| is_sync_line(l))
+                .map(|l| sync_duration(l))
+                .max()
+                .unwrap_or_default();
+            last.1.elapsed() >= scaled(Duration::from_millis(300)) + 2 * longest
         });
         assert!(settled, "the proxy keeps syncing: {:?}", p.lines());
     }
@@ -1198,4 +1220,20 @@ pub fn http_get(ns: &Netns, dst: SocketAddr, path: &str) -> Result<(u16, String)
             .unwrap_or_default();
         Ok((code, body))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_durations_of_the_daemon_and_engine_runner() {
+        let daemon = "proxy: 2026-11-30T17:56:08.901082Z  INFO kube_nlproxy: synced kind=\"partial\" services=1 endpoints=5 ops=9 bytes=1292 compile_ms=0.1 commit_ms=0.314 conntrack_ms=710.169 conntrack_deleted=0";
+        assert!(is_sync_line(daemon));
+        assert_eq!(sync_duration(daemon).as_micros(), 710_583);
+        let runner = "synced full=true ops=12 targets=0 deleted=0 errors=0 compile_ms=3 commit_ms=1 conntrack_ms=0";
+        assert!(is_sync_line(runner));
+        assert_eq!(sync_duration(runner), Duration::from_millis(4));
+        assert_eq!(sync_duration("repaired"), Duration::ZERO);
+    }
 }

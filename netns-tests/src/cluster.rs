@@ -1231,6 +1231,12 @@ mod tests {
         let daemon = "proxy: 2026-11-30T17:56:08.901082Z  INFO kube_nlproxy: synced kind=\"partial\" services=1 endpoints=5 ops=9 bytes=1292 compile_ms=0.1 commit_ms=0.314 conntrack_ms=710.169 conntrack_deleted=0";
         assert!(is_sync_line(daemon));
         assert_eq!(sync_duration(daemon).as_micros(), 710_583);
+        let klog = r#"I1130 18:34:05.725053    8949 main.rs:252] "synced" kind="partial" services=1 endpoints=5 ops=9 bytes=1292 compile_ms=0.1 commit_ms=0.314 conntrack_ms=710.169 conntrack_deleted=0"#;
+        assert!(is_sync_line(klog));
+        assert_eq!(sync_duration(klog).as_micros(), 710_583);
+        assert!(!is_sync_line(
+            r#"I1130 18:34:05.725233    8949 operate.rs:137] "serving /healthz and /livez""#
+        ));
         let runner = "synced full=true ops=12 targets=0 deleted=0 errors=0 compile_ms=3 commit_ms=1 conntrack_ms=0";
         assert!(is_sync_line(runner));
         assert_eq!(sync_duration(runner), Duration::from_millis(4));

@@ -4,7 +4,7 @@
 
 use crate::{addr, kernel_release, kernel_version, wait_until, Line, Netns};
 use ct_netlink::{
-    Config, Conntrack, DeleteReport, Family, Filter, Strategy, IPPROTO_TCP, IPPROTO_UDP,
+    Config, Conntrack, DeleteReport, Family, Filter, Outcome, Strategy, IPPROTO_TCP, IPPROTO_UDP,
 };
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -377,10 +377,15 @@ pub fn every_filter_every_strategy(v6: bool) {
             let _tcp = s.make_flows(&f);
             let before = oracle(&s.line.router, f.name());
             let filter = Filter::udp_nodeport(f.family(), NODE_PORT);
-            let err = ct
+            let rep = ct
                 .delete(&[filter])
-                .expect_err("a strategy the kernel lacks must be refused");
-            eprintln!("kernel {release}: {strategy} refused: {err}");
+                .expect("a refusal is reported per filter");
+            eprintln!("kernel {release}: {strategy} refused: {rep:?}");
+            assert_eq!(
+                rep.outcomes(),
+                vec![Outcome::Failed(libc::EINVAL)],
+                "kernel {release}: {strategy} must be refused"
+            );
             assert_eq!(oracle(&s.line.router, f.name()), before, "{strategy}");
             continue;
         }

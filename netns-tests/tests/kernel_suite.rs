@@ -58,6 +58,17 @@ fn transport_rejected_batch_changes_nothing_and_names_the_object() {
 
 #[test]
 #[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
+fn transport_check_answers_as_a_commit_would_and_changes_nothing() {
+    require_root!();
+    let _t = Timed(
+        "transport_check_answers_as_a_commit_would_and_changes_nothing",
+        Instant::now(),
+    );
+    transport::check_answers_as_a_commit_would_and_changes_nothing();
+}
+
+#[test]
+#[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
 fn transport_generation_guard_detects_other_writers() {
     require_root!();
     let _t = Timed(
@@ -265,6 +276,28 @@ fn kernel_rejection_changes_nothing_and_a_later_sync_converges() {
         Instant::now(),
     );
     engine::kernel_rejection_changes_nothing_and_a_later_sync_converges(bins!());
+}
+
+#[test]
+#[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
+fn sigkill_between_commit_and_cleanup_resumes_the_cleanup() {
+    require_root!();
+    let _t = Timed(
+        "sigkill_between_commit_and_cleanup_resumes_the_cleanup",
+        Instant::now(),
+    );
+    engine::sigkill_between_commit_and_cleanup_resumes_the_cleanup(bins!());
+}
+
+#[test]
+#[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
+fn a_service_port_the_kernel_refuses_is_skipped_and_the_rest_stays_in_sync() {
+    require_root!();
+    let _t = Timed(
+        "a_service_port_the_kernel_refuses_is_skipped_and_the_rest_stays_in_sync",
+        Instant::now(),
+    );
+    engine::a_service_port_the_kernel_refuses_is_skipped_and_the_rest_stays_in_sync(bins!());
 }
 
 // --- the daemon on the two-node cluster ----------------------------------------------------

@@ -25,7 +25,7 @@ use ruleset::{compile, diff, Config};
 /// sender cannot keep that pace). Flows move only when their endpoint goes, so the
 /// final re-balancing check fails by chance when no flow of a family happens to pick
 /// the new endpoint: about (5/8)^flows per family, 0.4 % with 12 flows (seen once in
-/// six guest runs), 1e-5 with 24. The window is stretched by the time scale.
+/// eight guest runs), 1e-5 with 24. The window is stretched by the time scale.
 const LOAD: Load = Load {
     flows: 24,
     tick: std::time::Duration::from_millis(120),

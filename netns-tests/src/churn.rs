@@ -284,7 +284,7 @@ fn deletion_objects(c: &Cluster, with_gone: bool) -> Vec<Value> {
         ));
     }
     if with_gone {
-        // NodePort and session affinity: an external chain and per-endpoint chains, all
+        // NodePort and session affinity: its service chains and per-endpoint chains,
         // referenced from map elements, go with the service.
         let mut gone = Svc::new("gone", &GONE).node_port(GONE_NODE_PORT);
         gone.affinity_timeout = Some(300);
@@ -334,7 +334,7 @@ pub fn service_deletion_under_udp_load(c: &mut Cluster, load: Load) {
     c.start_proxy(&deletion_objects(c, true), scaled(Duration::from_secs(60)));
     let before = tables(c);
     let gone_chains = chains_with(&before, "conf/gone/");
-    for kind in ["svc-", "ext-", "ep-"] {
+    for kind in ["svc-", "ep-"] {
         assert!(
             gone_chains.iter().any(|c| c.starts_with(kind)),
             "no {kind} chain of gone before the deletion: {gone_chains:?}"

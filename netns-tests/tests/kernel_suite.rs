@@ -102,11 +102,11 @@ fn transport_every_object_kind_programs_reads_back_and_round_trips() {
 
 // --- cold load and bulk deletion -----------------------------------------------------
 
-/// 300 ClusterIP services x 5 endpoints (every tenth with session affinity, so with
-/// per-endpoint chains) compiled and loaded in one batch over netlink; read back equal
-/// (our decoder) and listed by `nft` as rendered. Then 100 services are deleted in one
-/// batch: their map elements and the chains those elements point to go in the same
-/// transaction.
+/// 300 ClusterIP services x 5 endpoints (every tenth with session affinity, so with a
+/// service chain and per-endpoint chains) compiled and loaded in one batch over
+/// netlink; read back equal (our decoder) and listed by `nft` as rendered. Then 100
+/// services are deleted in one batch: their elements, and for the ten with affinity
+/// their chains with the map elements pointing to them, in the same transaction.
 #[test]
 #[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
 fn cold_load_300_services_then_delete_100() {
@@ -148,12 +148,8 @@ fn cold_load_300_services_then_delete_100() {
 
     let mut smaller = c.clone();
     for i in 100..200 {
-        smaller
-            .services
-            .remove(&ServiceKey::new("ns", format!("svc-{i}")));
-        smaller
-            .slices
-            .remove(&ServiceKey::new("ns", format!("svc-{i}-1")));
+        smaller.remove_service(&ServiceKey::new("ns", format!("svc-{i}")));
+        smaller.remove_slice(&ServiceKey::new("ns", format!("svc-{i}-1")));
     }
     let after = compile(&smaller, &cfg).expect("compile").tables;
     let ops = diff(&full, &after);
@@ -161,7 +157,9 @@ fn cold_load_300_services_then_delete_100() {
         .iter()
         .filter(|o| matches!(o, nft_model::Op::DeleteChain { .. }))
         .count();
-    assert!(deleted_chains >= 100, "{deleted_chains} chain deletes");
+    // Plain services are elements only; the ten with session affinity among them go
+    // with their chains (service and per-endpoint ones, referenced from map elements).
+    assert!(deleted_chains >= 10, "{deleted_chains} chain deletes");
     let t = Instant::now();
     ns.run(|| Nft::open().unwrap().commit(&ops, None))
         .unwrap_or_else(|e| panic!("deleting 100 services refused: {e}"));

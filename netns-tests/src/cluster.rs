@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::{addr, veth, wait_until, Netns};
+use crate::{addr, scaled, veth, wait_until, Netns};
 
 /// Port every pod's echo-server listens on (TCP and UDP).
 pub const TARGET_PORT: u16 = 8080;
@@ -301,6 +301,18 @@ fn is_sync_line(l: &str) -> bool {
         || l.contains("] \"synced\"")
 }
 
+/// How long a reported sync took: its `compile_ms`, `commit_ms` and `conntrack_ms`
+/// (both the daemon and engine-runner print them).
+fn sync_duration(line: &str) -> Duration {
+    let ms: f64 = line
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter(|(k, _)| matches!(*k, "compile_ms" | "commit_ms" | "conntrack_ms"))
+        .filter_map(|(_, v)| v.trim_matches('"').parse::<f64>().ok())
+        .sum();
+    Duration::from_secs_f64(ms.max(0.0) / 1000.0)
+}
+
 impl Proxy {
     /// Number of completed syncs so far.
     pub fn syncs(&self) -> usize {
@@ -350,6 +362,11 @@ impl Cluster {
         let node_b = new_ns("nodeb");
         let client = new_ns("ext");
 
+        // Bridged traffic goes through netfilter only with br_netfilter, which a node's
+        // network setup loads (a module on Debian's kernels, built in on some others).
+        if !std::path::Path::new("/proc/sys/net/bridge").exists() {
+            let _ = Command::new("modprobe").arg("br_netfilter").output();
+        }
         for n in [&node_a, &node_b] {
             n.sysctl("net.ipv4.ip_forward", "1");
             n.sysctl("net.ipv6.conf.all.forwarding", "1");
@@ -476,7 +493,7 @@ impl Cluster {
         for p in &built {
             for ip in [p.v4, p.v6] {
                 let dst = SocketAddr::new(ip, TARGET_PORT);
-                let ok = wait_until(Duration::from_secs(10), || {
+                let ok = wait_until(scaled(Duration::from_secs(10)), || {
                     probe(&node_a, Proto::Udp, dst, None, Duration::from_millis(200)).pod()
                         == Some(p.name.as_str())
                 });
@@ -485,7 +502,7 @@ impl Cluster {
         }
         for ip in [NODE_A4, NODE_A6] {
             let dst = sa(ip, UNUSED_PORT);
-            let ok = wait_until(Duration::from_secs(10), || {
+            let ok = wait_until(scaled(Duration::from_secs(10)), || {
                 probe(&client, Proto::Udp, dst, None, Duration::from_millis(200))
                     == Outcome::Refused
             });
@@ -618,14 +635,24 @@ impl Cluster {
         );
         // One change may take more than one sync (the objects arrive as separate events
         // and a sync may start after the first one): wait until no sync has followed
-        // for 3 x minSyncPeriod.
+        // for 3 x minSyncPeriod (times the time scale) plus twice the longest sync so
+        // far (a sync is reported when it ends, conntrack cleanup included, and on a
+        // loaded machine that cleanup alone can take seconds).
         let mut last = (p.syncs(), Instant::now());
         let settled = wait_until(timeout, || {
             let n = p.syncs();
             if n != last.0 {
                 last = (n, Instant::now());
             }
-            last.1.elapsed() >= Duration::from_millis(300)
+            let longest = p
+                .proc
+                .lines()
+                .iter()
+                .filter(|l| is_sync_line(l))
+                .map(|l| sync_duration(l))
+                .max()
+                .unwrap_or_default();
+            last.1.elapsed() >= scaled(Duration::from_millis(300)) + 2 * longest
         });
         assert!(settled, "the proxy keeps syncing: {:?}", p.lines());
     }
@@ -645,7 +672,7 @@ fn echo_server(bins: Bins, ns: &Netns, name: &str, ports: &[u16]) -> Proc {
     args.extend(ports.iter().map(u16::to_string));
     let mut p = Proc::spawn(ns, name, bins.echo_server, &args);
     assert!(
-        p.wait_line(Duration::from_secs(10), |l| l == "ready"),
+        p.wait_line(scaled(Duration::from_secs(10)), |l| l == "ready"),
         "echo-server {name} did not start: {:?}",
         p.lines()
     );
@@ -1193,4 +1220,26 @@ pub fn http_get(ns: &Netns, dst: SocketAddr, path: &str) -> Result<(u16, String)
             .unwrap_or_default();
         Ok((code, body))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_durations_of_the_daemon_and_engine_runner() {
+        let daemon = "proxy: 2026-11-30T17:56:08.901082Z  INFO kube_nlproxy: synced kind=\"partial\" services=1 endpoints=5 ops=9 bytes=1292 compile_ms=0.1 commit_ms=0.314 conntrack_ms=710.169 conntrack_deleted=0";
+        assert!(is_sync_line(daemon));
+        assert_eq!(sync_duration(daemon).as_micros(), 710_583);
+        let klog = r#"I1130 18:34:05.725053    8949 main.rs:252] "synced" kind="partial" services=1 endpoints=5 ops=9 bytes=1292 compile_ms=0.1 commit_ms=0.314 conntrack_ms=710.169 conntrack_deleted=0"#;
+        assert!(is_sync_line(klog));
+        assert_eq!(sync_duration(klog).as_micros(), 710_583);
+        assert!(!is_sync_line(
+            r#"I1130 18:34:05.725233    8949 operate.rs:137] "serving /healthz and /livez""#
+        ));
+        let runner = "synced full=true ops=12 targets=0 deleted=0 errors=0 compile_ms=3 commit_ms=1 conntrack_ms=0";
+        assert!(is_sync_line(runner));
+        assert_eq!(sync_duration(runner), Duration::from_millis(4));
+        assert_eq!(sync_duration("repaired"), Duration::ZERO);
+    }
 }

@@ -6,9 +6,14 @@
 //!
 //! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
 
+pub mod bulk;
+pub mod churn;
 pub mod cluster;
+pub mod ct;
+pub mod engine;
 pub mod oracle;
 pub mod sample;
+pub mod transport;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -152,6 +157,25 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Start a thread that enters this namespace and runs `f` (sockets it opens live
+    /// there); unlike [`Netns::run`] it is not joined here.
+    pub fn spawn<F, R>(&self, f: F) -> std::thread::JoinHandle<R>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            // SAFETY: a valid namespace fd; setns affects only this thread.
+            let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip")
@@ -177,6 +201,39 @@ pub fn addr(ns: &Netns, ifname: &str, cidr: &str) {
     } else {
         ns.ip(&["addr", "add", cidr, "dev", ifname]);
     }
+}
+
+/// How much slower than this machine the tests run: `NLP_TIME_SCALE` (a whole number,
+/// default 1). The kernel suite sets it inside an emulated guest (see docs/kernels.md),
+/// where everything is an order of magnitude slower; timeouts and waits of the shared
+/// scenarios go through [`scaled`], so on the host they are exactly as written.
+pub fn time_scale() -> u32 {
+    std::env::var("NLP_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+/// `d` times [`time_scale`].
+pub fn scaled(d: Duration) -> Duration {
+    d * time_scale()
+}
+
+/// The running kernel's release (`uname -r`), e.g. `6.1.0-57-cloud-amd64`.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Major and minor version of a kernel release string (`6.12.118+deb13-cloud-amd64` ->
+/// (6, 12)); `None` when it does not start with `N.N`.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 /// Poll `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.

@@ -53,3 +53,27 @@ fn line_forwards_udp_both_families() {
         assert_eq!(&buf[..4], b"ping");
     }
 }
+
+#[test]
+fn kernel_versions_parse() {
+    use netns_tests::kernel_version;
+    assert_eq!(kernel_version("6.1.0-57-cloud-amd64"), Some((6, 1)));
+    assert_eq!(kernel_version("6.12.118+deb13-cloud-amd64"), Some((6, 12)));
+    assert_eq!(kernel_version("6.18.44-fc-v669"), Some((6, 18)));
+    assert_eq!(kernel_version("5.10"), Some((5, 10)));
+    assert_eq!(kernel_version("6"), None);
+    assert_eq!(kernel_version("linux"), None);
+    assert!(kernel_version(&netns_tests::kernel_release()).is_some());
+}
+
+#[test]
+fn conntrack_strategy_expected_per_kernel() {
+    use ct_netlink::Strategy;
+    use netns_tests::ct::expected_strategy;
+    assert_eq!(expected_strategy((6, 18)), Strategy::FilteredFlush);
+    assert_eq!(expected_strategy((6, 12)), Strategy::FilteredFlush);
+    assert_eq!(expected_strategy((6, 11)), Strategy::FilteredDump);
+    assert_eq!(expected_strategy((6, 1)), Strategy::FilteredDump);
+    assert_eq!(expected_strategy((5, 8)), Strategy::FilteredDump);
+    assert_eq!(expected_strategy((5, 4)), Strategy::FullDump);
+}

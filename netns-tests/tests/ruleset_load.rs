@@ -2,13 +2,10 @@
 //! input) loads with `nft -f` of its rendering and lists identically; diff batches
 //! rendered as nft scripts apply and reach the target. Root only (skipped otherwise).
 
-use std::net::IpAddr;
 use std::time::Instant;
 
-use kube_model::{
-    Cluster, Endpoint, EndpointSlice, IpFamily, Protocol, Service, ServiceKey, ServicePort,
-    SlicePort,
-};
+use kube_model::ServiceKey;
+use netns_tests::bulk::big_cluster;
 use netns_tests::{normalize_listing, require_root, Netns};
 use nft_model::{render, Table};
 use nft_netlink::Nft;
@@ -131,55 +128,6 @@ fn diff_batches_apply_in_the_kernel() {
             render::script(&ops)
         );
     }
-}
-
-fn big_cluster(services: u32, endpoints: u32) -> Cluster {
-    let mut c = Cluster::new();
-    for i in 0..services {
-        let key = ServiceKey::new("ns", format!("svc-{i}"));
-        let n = 0x00ff_ffff & (i + 1);
-        c.services.insert(
-            key.clone(),
-            Service::new_cluster_ip(
-                key.clone(),
-                IpAddr::from([198, 18, (n >> 8) as u8, n as u8]),
-                ServicePort {
-                    name: "http".into(),
-                    protocol: Protocol::Tcp,
-                    port: 80,
-                    node_port: None,
-                },
-            ),
-        );
-        let eps = (0..endpoints)
-            .map(|j| {
-                let k = 0x4000 + i * endpoints + j;
-                Endpoint {
-                    addr: IpAddr::from([198, 18 + (k >> 16) as u8, (k >> 8) as u8, k as u8]),
-                    ready: true,
-                    serving: true,
-                    terminating: false,
-                    node_name: Some("node-b".into()),
-                    zone: None,
-                    zone_hints: Default::default(),
-                    node_hints: Default::default(),
-                }
-            })
-            .collect();
-        let sk = ServiceKey::new("ns", format!("svc-{i}-1"));
-        c.insert_slice(EndpointSlice {
-            key: sk,
-            service: key,
-            family: IpFamily::V4,
-            ports: vec![SlicePort {
-                name: "http".into(),
-                protocol: Protocol::Tcp,
-                port: 8080,
-            }],
-            endpoints: eps,
-        });
-    }
-    c
 }
 
 /// Cold load of 10,000 services x 10 endpoints with `nft -f`, and a one-service update.

@@ -28,6 +28,9 @@
 //! `--pause-before-cleanup-ms N`: the first conntrack cleanup call prints
 //! `cleanup-pause` and waits N ms first (after the batch that made the targets was
 //! committed), so a test can kill the engine between the commit and the cleanup.
+//!
+//! After a failed sync it retries after 200 ms, doubling up to 2 s, both times
+//! `NLP_TIME_SCALE` (see `netns_tests::time_scale`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -320,8 +323,10 @@ fn main() {
             std::process::exit(1)
         })
         .config;
-    cfg.retry_initial = Duration::from_millis(200);
-    cfg.retry_max = Duration::from_secs(2);
+    // Retry backoff stretched by NLP_TIME_SCALE like the tests' waits (see
+    // netns_tests::time_scale), so that a slow machine still sees the failed state.
+    cfg.retry_initial = netns_tests::scaled(Duration::from_millis(200));
+    cfg.retry_max = netns_tests::scaled(Duration::from_secs(2));
     let nft = nft_netlink::Nft::open().expect("open nftables socket");
     let mut engine = Engine::with_conntrack_opener(
         cfg,

@@ -256,6 +256,7 @@ fn metrics_have_upstream_names_types_and_move_after_syncs() {
         deleted: 3,
         took: Duration::from_millis(2),
         pending: 5,
+        filters: vec![],
     });
     obs.failed(&std::io::Error::other("test"));
     obs.repaired();

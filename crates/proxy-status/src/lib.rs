@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use kube_model::ServiceKey;
+use kube_model::{IpFamily, ServiceKey};
 
 /// What one successful sync did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -27,6 +27,27 @@ pub struct SyncReport {
     pub conntrack_pending: usize,
     /// Invalid objects (skipped or partly skipped).
     pub errors: Vec<String>,
+    /// When the batch was committed (wall clock; the end of network programming).
+    pub committed_at: Option<SystemTime>,
+    /// The `endpoints.kubernetes.io/last-change-trigger-time` of each EndpointSlice
+    /// change this sync applied (changes since the engine started), with the slice's
+    /// family: kube-proxy's network programming latency runs from there to the commit.
+    pub trigger_times: Vec<(IpFamily, SystemTime)>,
+    /// What the conntrack cleanup did with each target of this sync, and how.
+    pub conntrack_filters: Vec<FilterWork>,
+}
+
+/// How the conntrack cleanup served one target (one filter of a delete call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterWork {
+    pub family: IpFamily,
+    /// The strategy actually used (`filtered-flush`, `filtered-dump`, `full-dump`;
+    /// `None` when the kernel side does not say).
+    pub strategy: Option<&'static str>,
+    /// `deleted`, `already-gone`, `capped`, `incomplete` or `failed`.
+    pub outcome: &'static str,
+    /// Entries deleted, when known (a filtered flush is not counted by the kernel).
+    pub deleted: Option<u64>,
 }
 
 /// What one conntrack cleanup slice between syncs did (the slice run by a sync is in
@@ -42,6 +63,8 @@ pub struct CleanupReport {
     pub took: Duration,
     /// Targets still pending.
     pub pending: usize,
+    /// Each target worked on, and how.
+    pub filters: Vec<FilterWork>,
 }
 
 /// Metrics hooks of the engine (default: no-op).

@@ -62,6 +62,11 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) our_gens: Vec<u32>,
     /// Service ports left out because the kernel refused their rules.
     pub(crate) skipped: BTreeMap<PortId, Skip>,
+    /// Trigger times of the EndpointSlice changes not yet synced (for the network
+    /// programming latency), and when the engine started (older ones are not counted,
+    /// as in kube-proxy).
+    pub(crate) trigger_times: Vec<(kube_model::IpFamily, SystemTime)>,
+    pub(crate) started_wall: SystemTime,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -117,6 +122,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             pending: Pending::default(),
             our_gens: Vec::new(),
             skipped: BTreeMap::new(),
+            trigger_times: Vec::new(),
+            started_wall: SystemTime::now(),
         }
     }
 
@@ -290,6 +297,14 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     r.err().map(|e| e.to_string()),
                 );
                 if self.cluster.slices.get(&key) != before.as_ref() {
+                    // kube-proxy's network programming latency starts at the change
+                    // behind this update (not for deletions)
+                    let t = kube_model::last_change_trigger_time(&slice.metadata);
+                    if let (Some(t), Some(s)) = (t, self.cluster.slices.get(&key)) {
+                        if t > self.started_wall {
+                            self.trigger_times.push((s.family, t));
+                        }
+                    }
                     self.queue();
                 }
             }

@@ -161,12 +161,18 @@ pub struct Status {
     /// How long the pending repair waits (backoff while our tables are fought over).
     pub repair_delay: Duration,
     pub node: Option<NodeHealth>,
+    /// The node's primary IPs (health-check node ports listen there when
+    /// nodePortAddresses says `primary`).
+    pub node_primary_ips: Vec<std::net::IpAddr>,
     /// Services with a healthCheckNodePort, and their endpoints on this node.
     pub health_checks: BTreeMap<ServiceKey, HealthCheck>,
     /// Services with a Local internal / external traffic policy that have ready
     /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
     pub no_local_internal: usize,
     pub no_local_external: usize,
+    /// The same per IP family and service port (internal, external), as kube-proxy's
+    /// per-family proxiers report them.
+    pub no_local: BTreeMap<IpFamily, (usize, usize)>,
 }
 
 impl Status {

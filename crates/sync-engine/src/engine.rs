@@ -348,6 +348,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             warnings.iter().map(ToString::to_string).collect(),
             r.err().map(|e| e.to_string()),
         );
+        let primary = self
+            .cluster
+            .node
+            .as_ref()
+            .map(|n| n.primary_ips.clone())
+            .unwrap_or_default();
+        self.status.update(|s| s.node_primary_ips = primary);
         if self.cluster.node != before {
             self.queue();
         }
@@ -426,6 +433,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 let checks = status::health_checks(&self.cluster, node);
                 let (no_local_internal, no_local_external) =
                     status::no_local_endpoints(&self.cluster, node);
+                let no_local = status::no_local_endpoints_by_family(&self.cluster, node);
                 let wall = SystemTime::now();
                 let r = report.clone();
                 self.status.update(|s| {
@@ -438,6 +446,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     s.health_checks = checks;
                     s.no_local_internal = no_local_internal;
                     s.no_local_external = no_local_external;
+                    s.no_local = no_local;
                     if repaired {
                         s.repairs += 1;
                     }

@@ -134,3 +134,27 @@ fn each_cleanup_target_is_reported_with_family_outcome_and_count() {
         3
     );
 }
+
+/// `no_local_endpoints_total` per family: a service counts only in the families of its
+/// ClusterIPs, so the two families' series add up to the services, not twice as many.
+#[test]
+fn no_local_endpoints_per_family_count_each_service_once() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    let mut svc: serde_json::Value = serde_json::to_value(udp_lb()).unwrap();
+    svc["spec"]["externalTrafficPolicy"] = serde_json::json!("Local");
+    svc["spec"]["internalTrafficPolicy"] = serde_json::json!("Local");
+    svc["spec"]["healthCheckNodePort"] = serde_json::json!(32000);
+    e.handle(Event::ServiceApplied(serde_json::from_value(svc).unwrap()));
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    listed(&mut e);
+    e.sync().unwrap();
+    let s = e.status().snapshot();
+    assert_eq!(s.no_local.get(&IpFamily::V4), Some(&(1, 1)));
+    assert_eq!(s.no_local.get(&IpFamily::V6), Some(&(0, 0)));
+    let total: usize = s.no_local.values().map(|v| v.0).sum();
+    assert_eq!(total, s.no_local_internal);
+}

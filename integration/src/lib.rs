@@ -576,6 +576,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(args: &[&str], log: PathBuf) -> Daemon {
+        Daemon::start_wrapped(&[], args, log)
+    }
+
+    /// The daemon started through `wrapper` (a command that execs the rest, e.g.
+    /// `prlimit --nofile=1024:1024 --`).
+    pub fn start_wrapped(wrapper: &[&str], args: &[&str], log: PathBuf) -> Daemon {
         let f = std::fs::File::create(&log).expect("log file");
         // Unless a test picks them, the health and metrics servers listen on free
         // loopback ports, so parallel daemons never compete for kube-proxy's ports (port
@@ -593,7 +599,15 @@ impl Daemon {
         {
             args.push("--v=2".into());
         }
-        let child = Command::new(daemon_binary())
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(daemon_binary());
+                c
+            }
+            None => Command::new(daemon_binary()),
+        };
+        let child = cmd
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

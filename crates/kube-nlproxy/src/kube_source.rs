@@ -58,7 +58,11 @@ pub async fn client(s: &KubeSettings) -> anyhow::Result<Client> {
     cfg.read_timeout = None;
     let qps = if s.qps == 0.0 { 5.0 } else { s.qps };
     let burst = if s.burst <= 0 { 10 } else { s.burst };
-    let builder = kube::client::ClientBuilder::try_from(cfg).context("building the API client")?;
+    let builder = kube::client::ClientBuilder::try_from(cfg.clone())
+        .context("building the API client")?
+        .with_layer(&crate::rest_metrics::RestMetricsLayer::new(
+            &cfg.cluster_url,
+        ));
     let client = if qps < 0.0 {
         builder.build()
     } else {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context as _};
 use ops_server::hcport::HealthCheckPorts;
 use ops_server::observer::MetricsObserver;
-use ops_server::server::{serve_forever, Limits, OnBindError};
+use ops_server::server::{serve_forever, Limits, OnBindError, ServerKind};
 use ops_server::{Metrics, ProxyInfo};
 use ruleset::config::{NodePortAddrs, ParsedConfig};
 use sync_engine::{CleanupReport, Event, ForeignWriter, Observer, StatusHandle, SyncReport};
@@ -170,7 +170,7 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
         let router =
             ops_server::health_router(s.status.clone(), s.families, Some(s.metrics.clone()));
         rt.spawn(serve_forever(
-            "healthz",
+            ServerKind::Healthz,
             s.healthz_addr,
             router,
             limits,
@@ -180,7 +180,7 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
     if !s.metrics_addr.is_empty() {
         let router = ops_server::metrics_router(s.metrics.clone(), s.info);
         rt.spawn(serve_forever(
-            "metrics",
+            ServerKind::Metrics,
             s.metrics_addr,
             router,
             limits,

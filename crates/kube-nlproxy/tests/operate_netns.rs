@@ -283,7 +283,13 @@ fn servers_start_independently_and_retry_binding() {
         "the health-check node port did not start while the health port was taken:\n{}",
         logs()
     );
-    assert!(logs().contains("healthz server failed"), "{}", logs());
+    assert!(
+        logs().contains(
+            "\"Healthz server failed\" err=\"failed to start proxy healthz on 127.0.0.1:10256"
+        ),
+        "{}",
+        logs()
+    );
     // the port comes free: the health server binds at its next try (every 5 s)
     drop(holder);
     let t0 = std::time::Instant::now();
@@ -315,7 +321,7 @@ fn servers_start_independently_and_retry_binding() {
     assert_eq!(status.unwrap().code(), Some(1));
     let text = std::fs::read_to_string(&log2).unwrap();
     assert!(
-        text.contains("\"Error running ProxyServer\"") && text.contains("127.0.0.1:10249"),
+        text.contains("\"Error running ProxyServer\" err=\"starting metrics server failed: listen tcp 127.0.0.1:10249"),
         "{text}"
     );
     drop(holder);

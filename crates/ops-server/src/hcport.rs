@@ -139,7 +139,7 @@ impl<S: StatusSource> HealthCheckPorts<S> {
             if let Some(o) = self.open.remove(&p) {
                 o.task.abort();
                 let _ = o.task.await;
-                tracing::info!(port = p, service = %o.key, "Closing healthcheck");
+                tracing::debug!(port = p, service = %o.key, "Closing healthcheck");
             }
         }
         self.failed.retain(|p, _| want.contains_key(p));
@@ -186,7 +186,7 @@ impl<S: StatusSource> HealthCheckPorts<S> {
                 }
                 while set.join_next().await.is_some() {}
             });
-            tracing::info!(port, service = %key, "Opening healthcheck");
+            tracing::debug!(port, service = %key, "Opening healthcheck");
             self.open.insert(
                 port,
                 Open {

@@ -14,7 +14,7 @@ use crate::StatusSource;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::any;
 use axum::Router;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -80,8 +80,9 @@ pub fn health_router<S: StatusSource>(
         metrics,
     });
     Router::new()
-        .route("/healthz", get(healthz::<S>))
-        .route("/livez", get(livez::<S>))
+        .route("/healthz", any(healthz::<S>))
+        .route("/livez", any(livez::<S>))
+        .fallback(crate::metrics_server::not_found)
         .with_state(ctx)
 }
 

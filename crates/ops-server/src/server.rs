@@ -315,11 +315,42 @@ pub enum OnBindError {
     Fail(Arc<dyn Fn(String) + Send + Sync>),
 }
 
+/// kube-proxy's two servers, for its log lines and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    Healthz,
+    Metrics,
+}
+
+impl ServerKind {
+    /// The log message and the error kube-proxy reports when the server cannot bind
+    /// (`"Healthz server failed"`, and the metrics server's `utilruntime.HandleError`).
+    fn failure(self, addr: &str, e: &std::io::Error) -> (&'static str, String) {
+        match self {
+            ServerKind::Healthz => (
+                "Healthz server failed",
+                format!("failed to start proxy healthz on {addr}: {e}"),
+            ),
+            ServerKind::Metrics => (
+                "Unhandled Error",
+                format!("starting metrics server failed: listen tcp {addr}: {e}"),
+            ),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            ServerKind::Healthz => "healthz",
+            ServerKind::Metrics => "metrics",
+        }
+    }
+}
+
 /// Bind `addr` and serve `router`, as kube-proxy runs each of its servers: when binding
-/// (or serving) fails, log `what` failed and try again after [`BIND_RETRY`]. Never
-/// returns unless `on_error` is [`OnBindError::Fail`].
+/// (or serving) fails, log it and try again after [`BIND_RETRY`] (the first failure at
+/// error level, the following ones at debug level). Never returns unless `on_error` is
+/// [`OnBindError::Fail`], which gets kube-proxy's error text.
 pub async fn serve_forever(
-    what: &'static str,
+    kind: ServerKind,
     addr: String,
     router: Router,
     limits: Limits,
@@ -329,22 +360,26 @@ pub async fn serve_forever(
     loop {
         match TcpListener::bind(&addr).await {
             Ok(l) => {
-                tracing::info!(address = %addr, "Starting {what} server");
+                tracing::info!(address = %addr, "Starting {} server", kind.name());
                 failed_before = false;
                 serve(l, router.clone(), limits).await;
             }
             Err(e) => {
-                let msg = format!("failed to start {what} server on {addr}: {e}");
+                let (msg, err) = kind.failure(&addr, &e);
                 match &on_error {
                     OnBindError::Fail(f) => {
-                        f(msg);
+                        let err = match kind {
+                            ServerKind::Healthz => format!("healthz server failed: {err}"),
+                            ServerKind::Metrics => err,
+                        };
+                        f(err);
                         return;
                     }
                     OnBindError::Retry => {
                         if failed_before {
-                            tracing::debug!(err = %msg, "{what} server still cannot bind; retrying");
+                            tracing::debug!(err = %err, "{msg}");
                         } else {
-                            tracing::error!(err = %msg, retry_s = BIND_RETRY.as_secs(), "{what} server failed; retrying");
+                            tracing::error!(err = %err, retry_s = BIND_RETRY.as_secs(), "{msg}");
                         }
                         failed_before = true;
                     }

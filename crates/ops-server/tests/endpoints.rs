@@ -127,6 +127,11 @@ fn healthz_and_livez_follow_upstream_fields_and_status_codes() {
         "{body}"
     );
     assert_eq!(v["status"]["IPv4"]["healthy"], true);
+    assert_eq!(
+        get(&format!("{base}/metrics"), "x"),
+        (404, None, "404 page not found\n".into()),
+        "only /healthz and /livez, as Go's mux"
+    );
     let (code, _, body) = get(&format!("{base}/livez"), "content-type");
     assert_eq!(code, 200);
     assert!(serde_json::from_str::<serde_json::Value>(&body)

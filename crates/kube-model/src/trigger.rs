@@ -137,6 +137,16 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// An annotation is input from outside: any text is a time or none, never a
+        /// panic.
+        #[test]
+        fn any_text_parses_or_is_refused(s in "\\PC{0,40}", t in "[0-9T:.Z+-]{0,40}") {
+            let _ = parse_rfc3339(&s);
+            let _ = parse_rfc3339(&t);
+        }
+    }
+
     #[test]
     fn annotation_is_read_from_the_metadata() {
         let mut meta = ObjectMeta::default();

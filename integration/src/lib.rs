@@ -6,8 +6,10 @@
 //!   (`ADDED`/`MODIFIED`/`DELETED`), send `BOOKMARK`s when asked, answer a compacted
 //!   resourceVersion with a `410 Expired` ERROR event, and can drop every connection or
 //!   refuse service for a while (an outage).
-//! - [`daemon_binary`] and [`Daemon`]: the built `kube-nlproxy` binary, run as a child
-//!   process and killed on drop.
+//! - [`daemon_binary!`] and [`Daemon`]: the `kube-nlproxy` binary cargo built for the
+//!   test, run as a child process and killed on drop.
+
+pub mod scale;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,6 +28,7 @@ pub enum Res {
     Services,
     EndpointSlices,
     Nodes,
+    ServiceCidrs,
 }
 
 impl Res {
@@ -34,6 +37,7 @@ impl Res {
             "/api/v1/services" => Some(Res::Services),
             "/apis/discovery.k8s.io/v1/endpointslices" => Some(Res::EndpointSlices),
             "/api/v1/nodes" => Some(Res::Nodes),
+            "/apis/networking.k8s.io/v1/servicecidrs" => Some(Res::ServiceCidrs),
             _ => None,
         }
     }
@@ -42,6 +46,7 @@ impl Res {
             Some("Service") => Res::Services,
             Some("EndpointSlice") => Res::EndpointSlices,
             Some("Node") => Res::Nodes,
+            Some("ServiceCIDR") => Res::ServiceCidrs,
             k => panic!("the double does not serve kind {k:?}"),
         }
     }
@@ -50,6 +55,7 @@ impl Res {
             Res::Services => ("ServiceList", "v1"),
             Res::EndpointSlices => ("EndpointSliceList", "discovery.k8s.io/v1"),
             Res::Nodes => ("NodeList", "v1"),
+            Res::ServiceCidrs => ("ServiceCIDRList", "networking.k8s.io/v1"),
         }
     }
     fn kind(self) -> &'static str {
@@ -57,6 +63,7 @@ impl Res {
             Res::Services => "Service",
             Res::EndpointSlices => "EndpointSlice",
             Res::Nodes => "Node",
+            Res::ServiceCidrs => "ServiceCIDR",
         }
     }
 }
@@ -95,7 +102,14 @@ struct State {
     epoch: u64,
     /// Request lines received (for assertions).
     requests: Vec<String>,
+    /// Bodies of the POST requests received, with their paths.
+    posts: Vec<(String, Value)>,
     bookmark_every: Option<Duration>,
+    /// A dead peer: requests are read and never answered, open watches go silent.
+    hang: bool,
+    /// Watches answer their headers, then send nothing at all (no event, no bookmark,
+    /// no end) while this is set; lists are answered.
+    silent_watches: bool,
 }
 
 /// The API-server double. Stops when dropped.
@@ -210,6 +224,24 @@ impl ApiServer {
     /// The request lines received so far.
     pub fn requests(&self) -> Vec<String> {
         self.with(|s| s.requests.clone())
+    }
+
+    /// The POST requests received so far: (path, JSON body).
+    pub fn posts(&self) -> Vec<(String, Value)> {
+        self.with(|s| s.posts.clone())
+    }
+
+    /// Start or end a hang: while hanging, connections are accepted and requests read
+    /// but never answered, and open watches go silent (a dead peer, a stuck load
+    /// balancer). Those connections stay open and silent for good; after the hang, new
+    /// connections are served.
+    pub fn set_hang(&self, hang: bool) {
+        self.with(|s| s.hang = hang);
+    }
+
+    /// Make watches silent (headers, then nothing) or normal again.
+    pub fn set_silent_watches(&self, silent: bool) {
+        self.with(|s| s.silent_watches = silent);
     }
 }
 
@@ -340,8 +372,8 @@ fn serve(
             }
         }
     }
+    let mut body = vec![0u8; content_length];
     if content_length > 0 {
-        let mut body = vec![0u8; content_length];
         reader.read_exact(&mut body)?;
     }
     let target = request_line
@@ -353,7 +385,30 @@ fn serve(
         .unwrap_or_else(|e| e.into_inner())
         .requests
         .push(request_line.trim().to_string());
+    // A dead peer: hold the request unanswered while the hang lasts.
+    {
+        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        if s.hang {
+            // Held open and unanswered for good, like a connection to a dead peer
+            // (until the double stops).
+            while !stop.load(Ordering::SeqCst) {
+                s = cv
+                    .wait_timeout(s, Duration::from_millis(100))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            return Ok(());
+        }
+    }
     let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+    if request_line.starts_with("POST ") {
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        m.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .posts
+            .push((path.to_string(), v.clone()));
+        return write_response(&mut conn, 201, "Created", &v);
+    }
     let mut q: BTreeMap<String, String> = BTreeMap::new();
     for kv in query.split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
@@ -378,10 +433,23 @@ fn serve(
             .filter(|(k, o)| k.0 == res && selected(o, &labels, &fields))
             .map(|(_, o)| o.clone())
             .collect();
+        // Pages of `limit` items, as the API server serves them (`continue` is the
+        // offset of the next page here).
+        let from: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+        let limit: usize = q
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(usize::MAX);
+        let more = items.len() > from.saturating_add(limit);
+        let items: Vec<Value> = items.into_iter().skip(from).take(limit).collect();
+        let mut meta = json!({"resourceVersion": s.rv.to_string()});
+        if more {
+            meta["continue"] = json!((from + limit).to_string());
+        }
         let (kind, api) = res.list_kind();
         let body = json!({
             "kind": kind, "apiVersion": api,
-            "metadata": {"resourceVersion": s.rv.to_string()},
+            "metadata": meta,
             "items": items,
         });
         drop(s);
@@ -419,21 +487,26 @@ fn serve(
     let start = Instant::now();
     let mut last = from;
     let mut last_bookmark = Instant::now();
+    let mut dead = false; // saw a hang: silent for good
     loop {
         let (pending, bm, gone) = {
             let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
             loop {
-                let gone = s.epoch != epoch || s.down || stop.load(Ordering::SeqCst);
+                dead |= s.hang;
+                let gone = !dead && (s.epoch != epoch || s.down) || stop.load(Ordering::SeqCst);
+                let mute = dead || s.silent_watches;
                 let pending: Vec<WatchEvent> = s
                     .events
                     .iter()
-                    .filter(|e| e.rv > last && e.res == res)
+                    .filter(|e| e.rv > last && e.res == res && !mute)
                     .cloned()
                     .collect();
                 let bm_due = bookmarks
+                    && !mute
                     && s.bookmark_every
                         .is_some_and(|d| last_bookmark.elapsed() >= d);
-                if gone || !pending.is_empty() || bm_due || start.elapsed() >= timeout {
+                let ends = start.elapsed() >= timeout && !mute;
+                if gone || !pending.is_empty() || bm_due || ends {
                     let rv = s.rv;
                     break (pending, if bm_due { Some(rv) } else { None }, gone);
                 }
@@ -463,7 +536,8 @@ fn serve(
                     "apiVersion": res.list_kind().1, "metadata":{"resourceVersion": rv.to_string()}}}),
             )?;
         }
-        if start.elapsed() >= timeout {
+        let mute = dead || m.lock().unwrap_or_else(|e| e.into_inner()).silent_watches;
+        if start.elapsed() >= timeout && !mute {
             write!(conn, "0\r\n\r\n")?;
             return conn.flush();
         }
@@ -511,38 +585,15 @@ pub fn slice(ns: &str, service: &str, name: &str, addrs: &[&str], port: u16, nod
 // ---------------------------------------------------------------------------------------
 // the daemon
 
-/// The `kube-nlproxy` binary of this build (cargo builds it for the workspace's tests
-/// because its package has integration tests). Fails when it is missing or older than
-/// the daemon's sources.
-pub fn daemon_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    // <target>/<profile>/deps/<test> -> <target>/<profile>/kube-nlproxy
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|p| p.join("kube-nlproxy"))
-        .expect("target dir");
-    let Ok(meta) = std::fs::metadata(&bin) else {
-        panic!(
-            "{} is missing: run `cargo test --workspace` (or `cargo build -p kube-nlproxy` first)",
-            bin.display()
-        );
+/// The `kube-nlproxy` binary cargo built for the calling test target
+/// (`CARGO_BIN_EXE_kube-nlproxy`): the daemon-level tests are test targets of the
+/// `kube-nlproxy` package (see its Cargo.toml), so cargo rebuilds the daemon, with every
+/// crate it depends on, before running them.
+#[macro_export]
+macro_rules! daemon_binary {
+    () => {
+        ::std::path::Path::new(env!("CARGO_BIN_EXE_kube-nlproxy"))
     };
-    let built = meta.modified().expect("mtime");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/kube-nlproxy/src");
-    if let Ok(rd) = std::fs::read_dir(&src) {
-        for e in rd.flatten() {
-            if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
-                assert!(
-                    m <= built,
-                    "{} is older than {}: run `cargo build -p kube-nlproxy` (or `cargo test --workspace`)",
-                    bin.display(),
-                    e.path().display()
-                );
-            }
-        }
-    }
-    bin
 }
 
 /// A scratch directory removed on drop.
@@ -575,13 +626,13 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn start(args: &[&str], log: PathBuf) -> Daemon {
-        Daemon::start_wrapped(&[], args, log)
+    pub fn start(bin: &Path, args: &[&str], log: PathBuf) -> Daemon {
+        Daemon::start_wrapped(bin, &[], args, log)
     }
 
     /// The daemon started through `wrapper` (a command that execs the rest, e.g.
     /// `prlimit --nofile=1024:1024 --`).
-    pub fn start_wrapped(wrapper: &[&str], args: &[&str], log: PathBuf) -> Daemon {
+    pub fn start_wrapped(bin: &Path, wrapper: &[&str], args: &[&str], log: PathBuf) -> Daemon {
         let f = std::fs::File::create(&log).expect("log file");
         // Unless a test picks them, the health and metrics servers listen on free
         // loopback ports, so parallel daemons never compete for kube-proxy's ports (port
@@ -602,10 +653,10 @@ impl Daemon {
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(daemon_binary());
+                c.args(rest).arg(bin);
                 c
             }
-            None => Command::new(daemon_binary()),
+            None => Command::new(bin),
         };
         let child = cmd
             .args(&args)

@@ -15,6 +15,7 @@ fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
     let url = server.url();
     let out = dir.path("ruleset.nft");
     Daemon::start(
+        daemon_binary!(),
         &[
             "--master",
             &url,
@@ -176,7 +177,7 @@ fn once_against_the_api() {
     let server = seeded();
     let dir = TempDir::new("api-once");
     let out = dir.path("ruleset.nft");
-    let status = std::process::Command::new(daemon_binary())
+    let status = std::process::Command::new(daemon_binary!())
         .args([
             "--master",
             &server.url(),

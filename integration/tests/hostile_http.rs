@@ -109,6 +109,7 @@ fn health_answers_within_100ms_under_1100_hostile_connections() {
     let out = dir.path("ruleset.nft");
     let limit = format!("--nofile={DAEMON_FDS}:{DAEMON_FDS}");
     let d = Daemon::start_wrapped(
+        daemon_binary!(),
         &["prlimit", &limit, "--"],
         &[
             "--manifests",

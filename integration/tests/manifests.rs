@@ -18,6 +18,7 @@ fn yaml(objs: &[Value]) -> String {
 fn start(dir: &TempDir, manifests: &str) -> Daemon {
     let out = dir.path("ruleset.nft");
     Daemon::start(
+        daemon_binary!(),
         &[
             "--manifests",
             manifests,
@@ -137,7 +138,7 @@ fn invalid_object_is_reported_and_the_rest_programmed() {
 }
 
 fn dry_run(args: &[&str]) -> String {
-    let out = Command::new(daemon_binary())
+    let out = Command::new(daemon_binary!())
         .args(args)
         .output()
         .expect("run kube-nlproxy");
@@ -281,7 +282,7 @@ fn unknown_but_valid_kube_proxy_flags_are_accepted() {
     let dir = TempDir::new("man-flags");
     let f = dir.path("cluster.yaml");
     std::fs::write(&f, yaml(&[service("demo", "web", "198.18.100.1", 80)])).unwrap();
-    let out = Command::new(daemon_binary())
+    let out = Command::new(daemon_binary!())
         .args([
             "--manifests",
             f.to_str().unwrap(),
@@ -305,7 +306,7 @@ fn unknown_but_valid_kube_proxy_flags_are_accepted() {
     assert!(err.contains("--log-dir"), "{err}");
     assert!(err.contains("SomeGate"), "{err}");
     // A flag kube-proxy does not have is an error.
-    let out = Command::new(daemon_binary())
+    let out = Command::new(daemon_binary!())
         .args(["--no-such-flag"])
         .output()
         .unwrap();
@@ -317,7 +318,7 @@ fn json_logging() {
     let dir = TempDir::new("man-json");
     let f = dir.path("cluster.yaml");
     std::fs::write(&f, yaml(&[service("demo", "web", "198.18.100.1", 80)])).unwrap();
-    let out = Command::new(daemon_binary())
+    let out = Command::new(daemon_binary!())
         .args([
             "--manifests",
             f.to_str().unwrap(),
@@ -356,7 +357,7 @@ fn service_cidr_objects_enable_the_unallocated_cluster_ip_drop() {
     ];
     let dry = |text: &str| {
         std::fs::write(&f, text).unwrap();
-        let out = Command::new(daemon_binary())
+        let out = Command::new(daemon_binary!())
             .args([
                 "--manifests",
                 f.to_str().unwrap(),

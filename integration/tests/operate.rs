@@ -46,6 +46,7 @@ fn health_and_metrics_follow_syncs_stalls_and_node_state() {
     let (hz, mz) = (format!("127.0.0.1:{hp}"), format!("127.0.0.1:{mp}"));
     let out = dir.path("ruleset.nft");
     let d = Daemon::start(
+        daemon_binary!(),
         &[
             "--manifests",
             mdir.to_str().unwrap(),
@@ -227,7 +228,7 @@ fn explain_shows_path_verdict_and_reason() {
     )
     .unwrap();
     let run = |dst: &str| {
-        let out = std::process::Command::new(daemon_binary())
+        let out = std::process::Command::new(daemon_binary!())
             .args([
                 "explain",
                 "--manifests",
@@ -264,7 +265,7 @@ fn explain_shows_path_verdict_and_reason() {
         wrong.contains("rejected: ClusterIP on a port that no service uses"),
         "{wrong}"
     );
-    let bad = std::process::Command::new(daemon_binary())
+    let bad = std::process::Command::new(daemon_binary!())
         .args([
             "explain",
             "--manifests",

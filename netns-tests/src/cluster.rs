@@ -940,22 +940,31 @@ fn udp_probe(dst: SocketAddr, src: Option<IpAddr>, timeout: Duration) -> Outcome
     if let Err(e) = sock.connect(dst) {
         return Outcome::Error(format!("connect {dst}: {e}"));
     }
-    sock.set_read_timeout(Some(timeout)).unwrap();
-    if let Err(e) = sock.send(b"probe") {
-        return match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => Outcome::Refused,
-            _ => Outcome::Error(format!("send {dst}: {e}")),
-        };
-    }
+    // Like a real UDP client, resend on silence (three sends within `timeout`, on the
+    // same flow): an ICMP error can be lost to the kernel's ICMP rate limits, which
+    // are shared with every namespace (the global token bucket), so a single
+    // datagram under load can time out where the stack did refuse. A flow that is
+    // dropped still times out.
+    const SENDS: u32 = 3;
+    sock.set_read_timeout(Some(timeout / SENDS)).unwrap();
     let mut buf = [0u8; 600];
-    match sock.recv(&mut buf) {
-        Ok(n) => parse_reply(&String::from_utf8_lossy(&buf[..n])),
-        Err(e) => match e.kind() {
-            std::io::ErrorKind::ConnectionRefused => Outcome::Refused,
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Outcome::Timeout,
-            _ => Outcome::Error(format!("recv {dst}: {e}")),
-        },
+    for _ in 0..SENDS {
+        if let Err(e) = sock.send(b"probe") {
+            return match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => Outcome::Refused,
+                _ => Outcome::Error(format!("send {dst}: {e}")),
+            };
+        }
+        match sock.recv(&mut buf) {
+            Ok(n) => return parse_reply(&String::from_utf8_lossy(&buf[..n])),
+            Err(e) => match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => return Outcome::Refused,
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => continue,
+                _ => return Outcome::Error(format!("recv {dst}: {e}")),
+            },
+        }
     }
+    Outcome::Timeout
 }
 
 fn sockaddr(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {

@@ -1015,9 +1015,32 @@ fn many_filters_take_one_walk_per_family() {
             5,
         ),
     );
+    // TCP to a target's address and port: no UDP filter may touch it, and the full dump
+    // asks the kernel for UDP entries only (nothing else is copied to user space).
+    let tcp: Vec<SyntheticFlow> = flows_to(&[v4[0], v6[0]], 3)
+        .into_iter()
+        .map(|f| SyntheticFlow {
+            proto: IPPROTO_TCP,
+            ..f
+        })
+        .collect();
+    fill(&mut ct, &tcp);
     let filters: Vec<Filter> = v4.iter().chain(&v6).map(|&a| udp_to(a)).collect();
     let rep = ct.delete(&filters).unwrap();
     assert_eq!(rep.walks, 2, "{:?}", rep.plans);
+    assert_eq!(
+        rep.scanned,
+        400 + 10,
+        "only UDP entries are dumped: {rep:?}"
+    );
+    for a in [v4[0], v6[0]] {
+        let tcp_filter = Filter::OrigDst {
+            addr: a,
+            port: Some(VIP_PORT),
+            proto: IPPROTO_TCP,
+        };
+        assert_eq!(left(&ns, &tcp_filter), 3, "TCP entries to {a} were touched");
+    }
     assert!(rep.plans.iter().all(|p| p.strategy == Strategy::FullDump));
     assert_eq!(rep.deleted, 400);
     assert!(rep.all_done());

@@ -4,6 +4,7 @@
 //! upstream-style baseline for benchmarks. Every failure is recorded on the filters it
 //! concerns; one filter's failure never stops the others.
 
+use crate::exec::KernelFilter;
 use crate::filter::{families, Filter, Matcher};
 use crate::plan::{TableSize, Walks};
 use crate::report::{FamilyPlan, FilterReport};
@@ -206,17 +207,23 @@ impl Conntrack {
         let wanted: HashSet<Vec<u8>> = first.into_iter().map(|(t, _)| t.orig_raw).collect();
         let mut second = Vec::new();
         for af in families(filters) {
-            self.dump_retrying(af, None, "upstream second dump", &mut rep, &mut |e, _| {
-                if let Some(raw) = e.orig_raw {
-                    if wanted.contains(raw) {
-                        if let (Some(t), Some(i)) =
-                            (Target::of(e), filters.iter().position(|f| f.matches(e)))
-                        {
-                            second.push((t, i));
+            self.dump_retrying(
+                af,
+                KernelFilter::All,
+                "upstream second dump",
+                &mut rep,
+                &mut |e, _| {
+                    if let Some(raw) = e.orig_raw {
+                        if wanted.contains(raw) {
+                            if let (Some(t), Some(i)) =
+                                (Target::of(e), filters.iter().position(|f| f.matches(e)))
+                            {
+                                second.push((t, i));
+                            }
                         }
                     }
-                }
-            })?;
+                },
+            )?;
         }
         self.delete_targets(&second, filters, &mut rep);
         rep.finish();
@@ -230,7 +237,7 @@ impl Conntrack {
         let with_addr = self.kernel_addr_ok(filter);
         self.dump_retrying(
             filter.af(),
-            Some((filter, with_addr)),
+            KernelFilter::Filter(filter, with_addr),
             "count dump",
             &mut rep,
             &mut |e, _| {
@@ -320,7 +327,7 @@ impl Conntrack {
             rep.walks += 1;
             let r = self.dump_retrying(
                 f.af(),
-                Some((f, with_addr)),
+                KernelFilter::Filter(f, with_addr),
                 "filtered dump",
                 rep,
                 &mut |e, _| {
@@ -370,8 +377,17 @@ impl Conntrack {
         let mut out = Vec::new();
         let mut capped = vec![false; sub.len()];
         let mut scanned = 0u64;
+        // When every filter names one protocol and the kernel honours CTA_FILTER, only
+        // that protocol's entries are copied to user space.
+        let protos: HashSet<u8> = sub.iter().map(Filter::proto).collect();
+        let kernel = match protos.iter().next() {
+            Some(&p) if protos.len() == 1 && self.probe.strategy != Strategy::FullDump => {
+                KernelFilter::Proto(p)
+            }
+            _ => KernelFilter::All,
+        };
         rep.walks += 1;
-        let r = self.dump_retrying(af, None, "full dump", rep, &mut |e, _| {
+        let r = self.dump_retrying(af, kernel, "full dump", rep, &mut |e, _| {
             scanned += 1;
             let Some(k) = matcher.find(e) else {
                 return;

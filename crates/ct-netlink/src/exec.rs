@@ -10,6 +10,28 @@ use nl_core::{AckWait, Control, NlaWriter, OnLoss, ReadError, ReadOpts};
 use nl_core::{NLM_F_DUMP, NLM_F_DUMP_FILTERED, NLM_F_REQUEST};
 use std::collections::HashSet;
 
+/// What a dump asks the kernel to filter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum KernelFilter<'a> {
+    /// Every entry of the family.
+    All,
+    /// Entries of one L4 protocol (CTA_FILTER with PROTO_NUM only): a full dump for
+    /// filters that all name that protocol copies nothing else to user space.
+    Proto(u8),
+    /// A filter's partial tuple and CTA_FILTER, with its address or not.
+    Filter(&'a Filter, bool),
+}
+
+impl KernelFilter<'_> {
+    fn name(&self) -> String {
+        match self {
+            KernelFilter::All => "all entries".to_string(),
+            KernelFilter::Proto(p) => format!("all entries of protocol {p}"),
+            KernelFilter::Filter(f, _) => f.to_string(),
+        }
+    }
+}
+
 /// How one dump went.
 #[derive(Debug, Default)]
 pub(crate) struct DumpStats {
@@ -59,12 +81,12 @@ impl Conntrack {
     pub(crate) fn dump(
         &mut self,
         af: u8,
-        filter: Option<(&Filter, bool)>,
+        filter: KernelFilter<'_>,
         op: &'static str,
         retries: u32,
         f: &mut dyn FnMut(&EntryView<'_>, u16),
     ) -> Result<DumpStats, Error> {
-        let fname = || filter.map_or_else(|| "all entries".to_string(), |f| f.0.to_string());
+        let fname = || filter.name();
         let opts = ReadOpts {
             on_loss: OnLoss::Drain,
             limit: Some(self.cfg.dump_timeout),
@@ -77,8 +99,10 @@ impl Conntrack {
                 &opts,
                 |w, seq| {
                     let s = w.begin_nfnl(MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, af);
-                    if let Some((fl, with_addr)) = filter {
-                        fl.put_kernel_filter(w, with_addr);
+                    match filter {
+                        KernelFilter::All => {}
+                        KernelFilter::Proto(p) => put_proto_filter(w, p),
+                        KernelFilter::Filter(fl, with_addr) => fl.put_kernel_filter(w, with_addr),
                     }
                     w.end_msg(s);
                 },
@@ -120,7 +144,7 @@ impl Conntrack {
     pub(crate) fn dump_retrying(
         &mut self,
         af: u8,
-        filter: Option<(&Filter, bool)>,
+        filter: KernelFilter<'_>,
         op: &'static str,
         rep: &mut DeleteReport,
         f: &mut dyn FnMut(&EntryView<'_>, u16),

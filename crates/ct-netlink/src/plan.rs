@@ -38,7 +38,8 @@ impl TableSize {
     };
 }
 
-/// Measured costs, nanoseconds (2-vCPU VM, Linux 6.18; docs/conntrack.md).
+/// Measured costs, nanoseconds (2-vCPU VM, Linux 6.18, thread CPU time; `ct-bench
+/// --targets` prints them; docs/conntrack.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
     /// One walk of the hash table: per bucket (empty ones included) ...
@@ -56,8 +57,8 @@ impl Default for CostModel {
     fn default() -> Self {
         CostModel {
             walk_bucket_ns: 16.0,
-            walk_entry_ns: 450.0,
-            dump_entry_ns: 1000.0,
+            walk_entry_ns: 400.0,
+            dump_entry_ns: 1300.0,
             request_ns: 20_000.0,
         }
     }

@@ -1,6 +1,7 @@
 //! Choosing the strategy once, at open: which kernel-side filters this kernel honours
 //! (see docs/conntrack.md, "Probing").
 
+use crate::exec::KernelFilter;
 use crate::filter::Filter;
 use crate::wire::*;
 use crate::{Conntrack, DeleteReport, Error, Probe, Strategy, IPPROTO_UDP};
@@ -41,7 +42,7 @@ impl Conntrack {
         let mut unfiltered = false;
         let out = self.dump(
             PROBE_FILTER.af(),
-            Some((&PROBE_FILTER, true)),
+            KernelFilter::Filter(&PROBE_FILTER, true),
             "probe filtered dump",
             0,
             &mut |e, flags| {
@@ -128,11 +129,17 @@ impl Conntrack {
         let find =
             |this: &mut Self, kernel: bool, op: &'static str| -> Result<Option<Target>, Error> {
                 let mut t = None;
-                this.dump(AF_INET6, Some((&probe, kernel)), op, 0, &mut |e, _| {
-                    if e.orig.src == Some(src) && probe.matches(e) {
-                        t = Target::of(e);
-                    }
-                })?;
+                this.dump(
+                    AF_INET6,
+                    KernelFilter::Filter(&probe, kernel),
+                    op,
+                    0,
+                    &mut |e, _| {
+                        if e.orig.src == Some(src) && probe.matches(e) {
+                            t = Target::of(e);
+                        }
+                    },
+                )?;
                 Ok(t)
             };
         let found = find(self, true, "probe ipv6 filtered dump")?;

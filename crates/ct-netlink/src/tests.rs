@@ -369,3 +369,25 @@ fn the_matcher_finds_every_filter_an_entry_matches() {
     assert_eq!(all, vec![0, 1, 2, 3]);
     assert!(m.find(&e).is_some_and(|i| i < 4));
 }
+
+#[test]
+fn the_protocol_dump_filter_carries_a_partial_tuple() {
+    let mut m = NlaWriter::new();
+    wire::put_proto_filter(&mut m, IPPROTO_UDP);
+    let attrs: Vec<_> = NlaIter::new(&m.buf).collect();
+    assert_eq!(attrs.len(), 2);
+    assert_eq!(attrs[0].kind, CTA_TUPLE_ORIG);
+    let t = wire::parse_tuple(attrs[0].data);
+    assert_eq!(
+        (t.proto, t.src, t.dst, t.dport),
+        (Some(IPPROTO_UDP), None, None, None)
+    );
+    assert_eq!(attrs[1].kind, CTA_FILTER);
+    let flags: Vec<_> = attrs[1].nested().collect();
+    assert_eq!(flags[0].ne32(), Some(F_PROTO_NUM));
+    // Both nests flagged.
+    assert_eq!(
+        u16::from_ne_bytes([m.buf[2], m.buf[3]]) & NLA_F_NESTED,
+        NLA_F_NESTED
+    );
+}

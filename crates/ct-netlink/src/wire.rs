@@ -197,6 +197,14 @@ pub(crate) fn put_partial_tuple(
     m.end(t);
 }
 
+/// A dump filter for one L4 protocol: the partial tuple (protocol only) and CTA_FILTER
+/// with PROTO_NUM. Used on dumps only (a kernel without CTA_FILTER returns every entry,
+/// which user-space matching then sorts out).
+pub(crate) fn put_proto_filter(m: &mut NlaWriter, proto: u8) {
+    put_partial_tuple(m, CTA_TUPLE_ORIG, None, None, proto, None, None);
+    put_filter(m, F_PROTO_NUM, 0);
+}
+
 /// Append CTA_FILTER { CTA_FILTER_ORIG_FLAGS / CTA_FILTER_REPLY_FLAGS } (host-endian).
 pub(crate) fn put_filter(m: &mut NlaWriter, orig_flags: u32, reply_flags: u32) {
     let f = m.begin(CTA_FILTER);

@@ -9,7 +9,7 @@ pub use crate::convert::{
     node_from_k8s, service_from_k8s, slice_from_k8s, DEFAULT_AFFINITY_TIMEOUT,
 };
 use crate::model::*;
-use crate::{Kind, ModelError, ObjectRef};
+use crate::{Kind, ObjectError, ObjectRef};
 
 /// Validated services and slices, keyed by identity (ordered, so everything derived from
 /// a `Cluster` is deterministic).
@@ -42,7 +42,7 @@ impl Cluster {
         services: &[core::Service],
         slices: &[discovery::EndpointSlice],
         node: Option<&core::Node>,
-    ) -> (Cluster, Vec<ModelError>) {
+    ) -> (Cluster, Vec<ObjectError>) {
         let mut c = Cluster::new();
         let mut errors = Vec::new();
         for s in services {
@@ -69,15 +69,9 @@ impl Cluster {
     pub fn upsert_service(
         &mut self,
         svc: &core::Service,
-        warnings: &mut Vec<ModelError>,
-    ) -> Result<Upsert, ModelError> {
-        let key = ServiceKey::new(
-            svc.metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            svc.metadata.name.clone().unwrap_or_default(),
-        );
+        warnings: &mut Vec<ObjectError>,
+    ) -> Result<Upsert, ObjectError> {
+        let key = crate::ns_key(&svc.metadata);
         self.services.remove(&key);
         match service_from_k8s(svc, warnings)? {
             Some(s) => {
@@ -96,16 +90,9 @@ impl Cluster {
     pub fn upsert_slice(
         &mut self,
         slice: &discovery::EndpointSlice,
-        warnings: &mut Vec<ModelError>,
-    ) -> Result<Upsert, ModelError> {
-        let key = ServiceKey::new(
-            slice
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".into()),
-            slice.metadata.name.clone().unwrap_or_default(),
-        );
+        warnings: &mut Vec<ObjectError>,
+    ) -> Result<Upsert, ObjectError> {
+        let key = crate::ns_key(&slice.metadata);
         self.slices.remove(&key);
         match slice_from_k8s(slice, warnings)? {
             Some(s) => {
@@ -123,19 +110,19 @@ impl Cluster {
     pub fn set_node(
         &mut self,
         node: &core::Node,
-        warnings: &mut Vec<ModelError>,
-    ) -> Result<(), ModelError> {
+        warnings: &mut Vec<ObjectError>,
+    ) -> Result<(), ObjectError> {
         self.node = Some(node_from_k8s(node, warnings)?);
         Ok(())
     }
 
     /// One error per slice whose service is not (or not validly) known. Such slices are
     /// skipped by [`Cluster::endpoint_index`]; they are used as soon as the service appears.
-    pub fn orphan_slice_errors(&self) -> Vec<ModelError> {
+    pub fn orphan_slice_errors(&self) -> Vec<ObjectError> {
         self.slices
             .values()
             .filter(|s| !self.services.contains_key(&s.service))
-            .map(|s| ModelError::MissingService {
+            .map(|s| ObjectError::MissingService {
                 object: ObjectRef::new(
                     Kind::EndpointSlice,
                     s.key.namespace.clone(),

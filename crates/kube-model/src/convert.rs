@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::ip::{parse_cidr_sloppy, parse_ip_sloppy};
 use crate::model::*;
-use crate::{Kind, ModelError, ObjectRef};
+use crate::{Kind, ObjectError, ObjectRef};
 
 /// Services and slices carrying this label belong to another proxy and are ignored.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
@@ -26,29 +26,23 @@ pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10800;
 pub const MAX_AFFINITY_TIMEOUT: u32 = 86400;
 
 fn obj_ref(kind: Kind, meta: &ObjectMeta) -> ObjectRef {
-    ObjectRef::new(
-        kind,
-        meta.namespace.clone().unwrap_or_else(|| {
-            if kind == Kind::Node {
-                String::new()
-            } else {
-                "default".into()
-            }
-        }),
-        meta.name.clone().unwrap_or_default(),
-    )
+    if kind == Kind::Node {
+        return ObjectRef::new(kind, "", meta.name.clone().unwrap_or_default());
+    }
+    let k = crate::ns_key(meta);
+    ObjectRef::new(kind, k.namespace, k.name)
 }
 
 fn has_label(meta: &ObjectMeta, label: &str) -> bool {
     meta.labels.as_ref().is_some_and(|l| l.contains_key(label))
 }
 
-fn check_name(object: &ObjectRef) -> Result<(), ModelError> {
+fn check_name(object: &ObjectRef) -> Result<(), ObjectError> {
     let ok = |s: &str| {
         !s.is_empty() && s.len() <= 253 && !s.chars().any(|c| c.is_whitespace() || c == '"')
     };
     if !ok(&object.name) || (object.kind != Kind::Node && !ok(&object.namespace)) {
-        return Err(ModelError::Invalid {
+        return Err(ObjectError::Invalid {
             object: object.clone(),
             reason: "missing or invalid name or namespace".into(),
         });
@@ -56,11 +50,11 @@ fn check_name(object: &ObjectRef) -> Result<(), ModelError> {
     Ok(())
 }
 
-fn port_u16(object: &ObjectRef, field: String, v: i32) -> Result<u16, ModelError> {
+fn port_u16(object: &ObjectRef, field: String, v: i32) -> Result<u16, ObjectError> {
     if (1..=65535).contains(&v) {
         Ok(v as u16)
     } else {
-        Err(ModelError::BadPort {
+        Err(ObjectError::BadPort {
             object: object.clone(),
             field,
             value: i64::from(v),
@@ -72,15 +66,15 @@ fn port_u16(object: &ObjectRef, field: String, v: i32) -> Result<u16, ModelError
 /// Tolerated problems in parts of the object are pushed to `warnings`.
 pub fn service_from_k8s(
     svc: &core::Service,
-    warnings: &mut Vec<ModelError>,
-) -> Result<Option<Service>, ModelError> {
+    warnings: &mut Vec<ObjectError>,
+) -> Result<Option<Service>, ObjectError> {
     let object = obj_ref(Kind::Service, &svc.metadata);
     check_name(&object)?;
     if has_label(&svc.metadata, LABEL_SERVICE_PROXY_NAME) {
         return Ok(None);
     }
     let Some(spec) = &svc.spec else {
-        return Err(ModelError::Invalid {
+        return Err(ObjectError::Invalid {
             object,
             reason: "no spec".into(),
         });
@@ -91,7 +85,7 @@ pub fn service_from_k8s(
         Some("LoadBalancer") => ServiceType::LoadBalancer,
         Some("ExternalName") => return Ok(None),
         Some(t) => {
-            return Err(ModelError::Invalid {
+            return Err(ObjectError::Invalid {
                 object,
                 reason: format!("unknown service type {t:?}"),
             })
@@ -107,7 +101,7 @@ pub fn service_from_k8s(
         return Ok(None); // headless
     }
     if raw_ips.is_empty() || raw_ips.iter().all(|ip| ip.trim().is_empty()) {
-        return Err(ModelError::Invalid {
+        return Err(ObjectError::Invalid {
             object,
             reason: "no cluster ip".into(),
         });
@@ -119,14 +113,14 @@ pub fn service_from_k8s(
         .unwrap_or_default();
     let mut cluster_ips = Vec::new();
     for (i, raw) in raw_ips.iter().enumerate() {
-        let ip = parse_ip_sloppy(raw).ok_or_else(|| ModelError::BadIp {
+        let ip = parse_ip_sloppy(raw).ok_or_else(|| ObjectError::BadIp {
             object: object.clone(),
             field: "spec.clusterIPs",
             value: raw.clone(),
         })?;
         if let Some(Some(fam)) = families.get(i) {
             if IpFamily::of(&ip) != *fam {
-                return Err(ModelError::WrongFamily {
+                return Err(ObjectError::WrongFamily {
                     object,
                     field: "spec.clusterIPs",
                     value: ip.to_string(),
@@ -135,7 +129,7 @@ pub fn service_from_k8s(
             }
         }
         if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
-            return Err(ModelError::BadIp {
+            return Err(ObjectError::BadIp {
                 object,
                 field: "spec.clusterIPs",
                 value: raw.clone(),
@@ -145,7 +139,7 @@ pub fn service_from_k8s(
             .iter()
             .any(|c: &IpAddr| c.is_ipv4() == ip.is_ipv4())
         {
-            return Err(ModelError::Invalid {
+            return Err(ObjectError::Invalid {
                 object,
                 reason: "two cluster ips of one family".into(),
             });
@@ -158,7 +152,7 @@ pub fn service_from_k8s(
     let mut names = BTreeSet::new();
     let raw_ports = spec.ports.as_deref().unwrap_or_default();
     if raw_ports.is_empty() {
-        return Err(ModelError::Invalid {
+        return Err(ObjectError::Invalid {
             object,
             reason: "no ports".into(),
         });
@@ -166,20 +160,20 @@ pub fn service_from_k8s(
     for (i, p) in raw_ports.iter().enumerate() {
         let name = p.name.clone().unwrap_or_default();
         if !names.insert(name.clone()) {
-            return Err(ModelError::DuplicatePortName { object, port: name });
+            return Err(ObjectError::DuplicatePortName { object, port: name });
         }
         if name.len() > 63
             || name
                 .chars()
                 .any(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'))
         {
-            return Err(ModelError::Invalid {
+            return Err(ObjectError::Invalid {
                 object,
                 reason: format!("bad port name {name:?}"),
             });
         }
         let protocol = Protocol::from_k8s(p.protocol.as_deref()).ok_or_else(|| {
-            ModelError::UnknownProtocol {
+            ObjectError::UnknownProtocol {
                 object: object.clone(),
                 field: format!("spec.ports[{i}].protocol"),
                 value: p.protocol.clone().unwrap_or_default(),
@@ -209,7 +203,7 @@ pub fn service_from_k8s(
                     external_ips.push(ip)
                 }
             }
-            _ => warnings.push(ModelError::BadIp {
+            _ => warnings.push(ObjectError::BadIp {
                 object: object.clone(),
                 field: "spec.externalIPs",
                 value: raw.clone(),
@@ -236,7 +230,7 @@ pub fn service_from_k8s(
                         load_balancer_ips.push(ip)
                     }
                 }
-                _ => warnings.push(ModelError::BadIp {
+                _ => warnings.push(ObjectError::BadIp {
                     object: object.clone(),
                     field: "status.loadBalancer.ingress",
                     value: raw.clone(),
@@ -250,7 +244,7 @@ pub fn service_from_k8s(
                         source_ranges.push(c)
                     }
                 }
-                None => warnings.push(ModelError::BadCidr {
+                None => warnings.push(ObjectError::BadCidr {
                     object: object.clone(),
                     field: "spec.loadBalancerSourceRanges",
                     value: raw.clone(),
@@ -259,11 +253,11 @@ pub fn service_from_k8s(
         }
     }
 
-    let policy = |v: Option<&str>, field: &str, warnings: &mut Vec<ModelError>| match v {
+    let policy = |v: Option<&str>, field: &str, warnings: &mut Vec<ObjectError>| match v {
         None | Some("Cluster") => TrafficPolicy::Cluster,
         Some("Local") => TrafficPolicy::Local,
         Some(other) => {
-            warnings.push(ModelError::Invalid {
+            warnings.push(ObjectError::Invalid {
                 object: object.clone(),
                 reason: format!("unknown {field} {other:?}, using Cluster"),
             });
@@ -295,7 +289,7 @@ pub fn service_from_k8s(
                 None => DEFAULT_AFFINITY_TIMEOUT,
                 Some(t) if t >= 1 && t as u32 <= MAX_AFFINITY_TIMEOUT => t as u32,
                 Some(t) => {
-                    warnings.push(ModelError::Invalid {
+                    warnings.push(ObjectError::Invalid {
                         object: object.clone(),
                         reason: format!(
                             "affinity timeout {t} out of range, using {DEFAULT_AFFINITY_TIMEOUT}"
@@ -337,8 +331,8 @@ pub fn service_from_k8s(
 /// Convert an EndpointSlice. `Ok(None)`: ignored (FQDN, headless, another proxy's).
 pub fn slice_from_k8s(
     slice: &discovery::EndpointSlice,
-    warnings: &mut Vec<ModelError>,
-) -> Result<Option<EndpointSlice>, ModelError> {
+    warnings: &mut Vec<ObjectError>,
+) -> Result<Option<EndpointSlice>, ObjectError> {
     let object = obj_ref(Kind::EndpointSlice, &slice.metadata);
     check_name(&object)?;
     if has_label(&slice.metadata, LABEL_SERVICE_PROXY_NAME)
@@ -351,7 +345,7 @@ pub fn slice_from_k8s(
         "IPv6" => IpFamily::V6,
         "FQDN" => return Ok(None),
         t => {
-            return Err(ModelError::Invalid {
+            return Err(ObjectError::Invalid {
                 object,
                 reason: format!("unknown address type {t:?}"),
             })
@@ -363,7 +357,7 @@ pub fn slice_from_k8s(
         .as_ref()
         .and_then(|l| l.get(LABEL_SERVICE_NAME))
         .filter(|n| !n.is_empty())
-        .ok_or_else(|| ModelError::Invalid {
+        .ok_or_else(|| ObjectError::Invalid {
             object: object.clone(),
             reason: format!("no {LABEL_SERVICE_NAME} label"),
         })?;
@@ -371,7 +365,7 @@ pub fn slice_from_k8s(
     for (i, p) in slice.ports.iter().flatten().enumerate() {
         let name = p.name.clone().unwrap_or_default();
         let Some(protocol) = Protocol::from_k8s(p.protocol.as_deref()) else {
-            warnings.push(ModelError::UnknownProtocol {
+            warnings.push(ObjectError::UnknownProtocol {
                 object: object.clone(),
                 field: format!("ports[{i}].protocol"),
                 value: p.protocol.clone().unwrap_or_default(),
@@ -392,7 +386,7 @@ pub fn slice_from_k8s(
             .iter()
             .any(|q: &SlicePort| q.name == name && q.protocol == protocol)
         {
-            warnings.push(ModelError::DuplicatePortName {
+            warnings.push(ObjectError::DuplicatePortName {
                 object: object.clone(),
                 port: name,
             });
@@ -410,7 +404,7 @@ pub fn slice_from_k8s(
             continue;
         };
         let Some(addr) = parse_ip_sloppy(raw) else {
-            warnings.push(ModelError::BadIp {
+            warnings.push(ObjectError::BadIp {
                 object: object.clone(),
                 field: "endpoints.addresses",
                 value: raw.clone(),
@@ -418,7 +412,7 @@ pub fn slice_from_k8s(
             continue;
         };
         if IpFamily::of(&addr) != family {
-            warnings.push(ModelError::WrongFamily {
+            warnings.push(ObjectError::WrongFamily {
                 object: object.clone(),
                 field: "endpoints.addresses",
                 value: addr.to_string(),
@@ -427,7 +421,7 @@ pub fn slice_from_k8s(
             continue;
         }
         if addr.is_unspecified() || addr.is_loopback() || addr.is_multicast() {
-            warnings.push(ModelError::BadIp {
+            warnings.push(ObjectError::BadIp {
                 object: object.clone(),
                 field: "endpoints.addresses",
                 value: raw.clone(),
@@ -468,8 +462,8 @@ pub fn slice_from_k8s(
 /// Convert the proxier's own Node.
 pub fn node_from_k8s(
     node: &core::Node,
-    warnings: &mut Vec<ModelError>,
-) -> Result<Node, ModelError> {
+    warnings: &mut Vec<ObjectError>,
+) -> Result<Node, ObjectError> {
     let object = obj_ref(Kind::Node, &node.metadata);
     check_name(&object)?;
     let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
@@ -489,7 +483,7 @@ pub fn node_from_k8s(
                 pod_cidrs.push(c)
             }
             Some(_) => {}
-            None => warnings.push(ModelError::BadCidr {
+            None => warnings.push(ObjectError::BadCidr {
                 object: object.clone(),
                 field: "spec.podCIDRs",
                 value: r,
@@ -513,7 +507,7 @@ pub fn node_from_k8s(
                         primary_ips.push(ip)
                     }
                 }
-                None => warnings.push(ModelError::BadIp {
+                None => warnings.push(ObjectError::BadIp {
                     object: object.clone(),
                     field: "status.addresses",
                     value: a.address.clone(),

@@ -2,11 +2,13 @@
 //! internal, validated model.
 //!
 //! This is the only crate (besides the daemon) that knows the `k8s-openapi` types. Every
-//! conversion validates its input: a malformed object yields a [`ModelError`] naming the
+//! conversion validates its input: a malformed object yields an [`ObjectError`] naming the
 //! object and the reason, and is skipped; it never blocks other objects and never panics.
 //! Sub-parts that upstream kube-proxy tolerates (one bad external IP, one bad source range,
-//! one bad endpoint address) are skipped with a warning (also a [`ModelError`]) while the
+//! one bad endpoint address) are skipped with a warning (also an [`ObjectError`]) while the
 //! rest of the object is used.
+//!
+//! Manifests (JSON or YAML text) are read by the one parser in [`manifest`].
 //!
 //! Pure code: no I/O, no clock, no threads.
 
@@ -24,6 +26,25 @@ pub use model::*;
 pub use trigger::{last_change_trigger_time, ANNOTATION_LAST_CHANGE_TRIGGER_TIME};
 
 use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The namespace of a namespaced object that names none (or names ""), as Kubernetes
+/// fills it in (kubectl's default context namespace; the API server always sets one).
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Namespace and name of a namespaced object, the namespace defaulted to
+/// [`DEFAULT_NAMESPACE`]. The one place that decides an object's identity: sources,
+/// engine, conversion and tools all key objects with it.
+pub fn ns_key(meta: &ObjectMeta) -> ServiceKey {
+    ServiceKey::new(
+        meta.namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(DEFAULT_NAMESPACE),
+        meta.name.as_deref().unwrap_or_default(),
+    )
+}
 
 /// Kind of an object, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -73,7 +94,7 @@ impl fmt::Display for ObjectRef {
 
 /// Why an object (or a part of it) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ModelError {
+pub enum ObjectError {
     #[error("{object}: bad ip address {value:?} in {field}")]
     BadIp {
         object: ObjectRef,
@@ -111,23 +132,20 @@ pub enum ModelError {
     MissingService { object: ObjectRef, service: String },
     #[error("{object}: {reason}")]
     Invalid { object: ObjectRef, reason: String },
-    #[error("manifest document {index}: {reason}")]
-    Manifest { index: usize, reason: String },
 }
 
-impl ModelError {
-    /// The object this error is about, when there is one.
-    pub fn object(&self) -> Option<&ObjectRef> {
+impl ObjectError {
+    /// The object this error is about.
+    pub fn object(&self) -> &ObjectRef {
         match self {
-            ModelError::BadIp { object, .. }
-            | ModelError::BadCidr { object, .. }
-            | ModelError::BadPort { object, .. }
-            | ModelError::UnknownProtocol { object, .. }
-            | ModelError::DuplicatePortName { object, .. }
-            | ModelError::WrongFamily { object, .. }
-            | ModelError::MissingService { object, .. }
-            | ModelError::Invalid { object, .. } => Some(object),
-            ModelError::Manifest { .. } => None,
+            ObjectError::BadIp { object, .. }
+            | ObjectError::BadCidr { object, .. }
+            | ObjectError::BadPort { object, .. }
+            | ObjectError::UnknownProtocol { object, .. }
+            | ObjectError::DuplicatePortName { object, .. }
+            | ObjectError::WrongFamily { object, .. }
+            | ObjectError::MissingService { object, .. }
+            | ObjectError::Invalid { object, .. } => object,
         }
     }
 }

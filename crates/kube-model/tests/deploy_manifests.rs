@@ -7,18 +7,34 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use serde::Deserialize;
+use kube_model::manifest;
 
-fn docs(name: &str) -> Vec<serde_yaml::Value> {
+/// The objects of a file of docs/deploy, read by the project's one manifest parser, as
+/// (kind, JSON text).
+fn docs(name: &str) -> Vec<(String, String)> {
     let path = format!("{}/../../docs/deploy/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).expect("valid YAML"))
+    yaml_objects(&text)
+}
+
+fn yaml_objects(text: &str) -> Vec<(String, String)> {
+    let docs = manifest::documents(text).expect("valid YAML");
+    docs.entries()
+        .into_iter()
+        .map(|e| {
+            let e = e.expect("a Kubernetes object");
+            let raw: serde_json::Value = e.decode().expect("JSON");
+            (e.kind.clone(), raw.to_string())
+        })
         .collect()
 }
 
-fn kind(v: &serde_yaml::Value) -> &str {
-    v.get("kind").and_then(|k| k.as_str()).unwrap_or("")
+fn kind(v: &(String, String)) -> &str {
+    &v.0
+}
+
+fn decode<T: serde::de::DeserializeOwned>(v: &(String, String)) -> Result<T, serde_json::Error> {
+    serde_json::from_str(&v.1)
 }
 
 #[test]
@@ -36,18 +52,16 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
     );
     for d in &docs {
         let r = match kind(d) {
-            "ServiceAccount" => serde_yaml::from_value::<ServiceAccount>(d.clone()).map(|_| ()),
-            "ClusterRole" => serde_yaml::from_value::<ClusterRole>(d.clone()).map(|_| ()),
-            "ClusterRoleBinding" => {
-                serde_yaml::from_value::<ClusterRoleBinding>(d.clone()).map(|_| ())
-            }
-            "DaemonSet" => serde_yaml::from_value::<DaemonSet>(d.clone()).map(|_| ()),
+            "ServiceAccount" => decode::<ServiceAccount>(d).map(|_| ()),
+            "ClusterRole" => decode::<ClusterRole>(d).map(|_| ()),
+            "ClusterRoleBinding" => decode::<ClusterRoleBinding>(d).map(|_| ()),
+            "DaemonSet" => decode::<DaemonSet>(d).map(|_| ()),
             other => panic!("unexpected kind {other}"),
         };
         r.unwrap_or_else(|e| panic!("{} does not parse: {e}", kind(d)));
     }
 
-    let role: ClusterRole = serde_yaml::from_value(docs[1].clone()).unwrap();
+    let role: ClusterRole = decode(&docs[1]).unwrap();
     let rules = role.rules.unwrap_or_default();
     let grants = |res: &str| -> Vec<String> {
         rules
@@ -64,7 +78,7 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
     let ev = grants("events");
     assert!(ev.contains(&"create".to_string()) && ev.contains(&"patch".to_string()));
 
-    let ds: DaemonSet = serde_yaml::from_value(docs[3].clone()).unwrap();
+    let ds: DaemonSet = decode(&docs[3]).unwrap();
     let pod = ds.spec.template.spec.expect("pod spec");
     assert_eq!(pod.host_network, Some(true));
     assert_eq!(pod.dns_policy, None, "the node's resolver, not cluster DNS");
@@ -110,14 +124,16 @@ fn deploy_manifests_are_valid_kubernetes_objects() {
 fn configmap_has_kubeadms_layout() {
     let docs = docs("kube-proxy-configmap.yaml");
     assert_eq!(docs.len(), 1);
-    let cm: ConfigMap = serde_yaml::from_value(docs[0].clone()).unwrap();
+    let cm: ConfigMap = decode(&docs[0]).unwrap();
     assert_eq!(cm.metadata.name.as_deref(), Some("kube-proxy"));
     let data = cm.data.unwrap();
     let mut keys: Vec<&String> = data.keys().collect();
     keys.sort();
     assert_eq!(keys, ["config.conf", "kubeconfig.conf"]);
-    let conf: serde_yaml::Value = serde_yaml::from_str(&data["config.conf"]).unwrap();
-    assert_eq!(conf["kind"].as_str(), Some("KubeProxyConfiguration"));
+    let conf = yaml_objects(&data["config.conf"]);
+    assert_eq!(conf.len(), 1);
+    assert_eq!(kind(&conf[0]), "KubeProxyConfiguration");
+    let conf: serde_json::Value = decode(&conf[0]).unwrap();
     assert_eq!(
         conf["clientConnection"]["kubeconfig"].as_str(),
         Some("/var/lib/kube-proxy/kubeconfig.conf")

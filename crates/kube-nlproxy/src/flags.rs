@@ -295,6 +295,10 @@ pub struct Flags {
     /// How often the manifests are checked for changes (test mode).
     #[arg(long, hide = true, default_value = "1s")]
     pub manifests_poll: GoDuration,
+    /// Server-side timeout of API watches; every other API time bound derives from it
+    /// (see api_client::Timing). Hidden: for tests.
+    #[arg(long, hide = true, default_value = "60s")]
+    pub api_watch_timeout: GoDuration,
 
     /// The flags given on the command line: clap id and value as written.
     #[arg(skip)]

@@ -1,335 +1,505 @@
-//! The Kubernetes source: kube-rs watchers on Services, EndpointSlices and this node.
+//! The Kubernetes source: kube-rs watchers on this node, ServiceCIDRs, Services and
+//! EndpointSlices, turned into engine events.
 //!
-//! Each watcher lists, then watches from the list's resourceVersion; after a 410 Gone or
-//! a broken watch it relists (kube-runtime's watcher) with exponential backoff. A relist
-//! is diffed against what this source had sent, so objects deleted during an outage are
-//! deleted then, and nothing else changes: an API outage never flushes rules.
+//! - Each watcher lists, then watches from the list's resourceVersion (bookmarks asked,
+//!   server-side `timeoutSeconds` = the watch timeout); a broken watch resumes, a 410 Gone
+//!   relists. A relist is diffed against what this source had sent, so objects deleted
+//!   during an outage are deleted then, and nothing else changes: an API outage never
+//!   flushes rules.
+//! - Nothing of an object is kept after it is sent: per object its key and
+//!   resourceVersion (and this node's Node, the ServiceCIDRs' `spec.cidrs`).
+//! - Objects are decoded one by one ([`Lenient`]): one that does not decode is skipped
+//!   and named (namespace/name, the field error), never fails its list or watch; if a
+//!   version of it was sent before, it is deleted, as an invalid object is.
+//! - A kind with no progress (no list completed, no event, no bookmark, no response
+//!   bytes) for [`Timing::stall_after`] is stalled: logged, reported to the engine
+//!   ([`Event::SourceStalled`], which /healthz counts as a change queued since the last
+//!   progress), and its watcher restarted (a relist). Progress again: logged, reported
+//!   ([`Event::SourceRecovered`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::mpsc::Sender;
-use std::task::{Context, Poll};
+use std::fmt::Debug;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::watcher::{self, watcher, Event as WEvent};
 use kube::runtime::WatchStreamExt;
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
-use crate::settings::KubeSettings;
+use crate::api_client::{Progress, Timing};
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
     "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 
-/// A client from `--kubeconfig` / `--master` / in-cluster configuration, rate limited by
-/// `--kube-api-qps` / `--kube-api-burst`.
-pub async fn client(s: &KubeSettings) -> anyhow::Result<Client> {
-    let mut cfg = match (&s.kubeconfig, &s.master) {
-        (Some(path), master) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {path}"))?;
-            let mut c = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .with_context(|| format!("kubeconfig {path}"))?;
-            if let Some(m) = master {
-                c.cluster_url = m.parse().with_context(|| format!("--master {m}"))?;
-            }
-            c
-        }
-        (None, Some(m)) => kube::Config::new(m.parse().with_context(|| format!("--master {m}"))?),
-        (None, None) => match kube::Config::incluster() {
-            Ok(c) => c,
-            Err(e) => {
-                debug!(error = %e, "not in a cluster; trying the default kubeconfig");
-                kube::Config::infer()
-                    .await
-                    .context("no in-cluster configuration and no kubeconfig (use --kubeconfig, --master or --manifests)")?
-            }
-        },
-    };
-    // Watches are long polls: no read timeout on the connection (the server ends them).
-    cfg.read_timeout = None;
-    let qps = if s.qps == 0.0 { 5.0 } else { s.qps };
-    let burst = if s.burst <= 0 { 10 } else { s.burst };
-    let builder = kube::client::ClientBuilder::try_from(cfg.clone())
-        .context("building the API client")?
-        .with_layer(&crate::rest_metrics::RestMetricsLayer::new(
-            &cfg.cluster_url,
-        ));
-    let client = if qps < 0.0 {
-        builder.build()
-    } else {
-        builder
-            .with_layer(&RateLimitLayer::new(f64::from(qps), burst as u32))
-            .build()
-    };
-    Ok(client)
-}
-
-/// A token bucket in front of the API client (client-go's QPS and burst).
+/// An object as it came from the API: its identity, and the object or why it does not
+/// decode. Decoding never fails, so one bad object cannot fail a list or a watch.
 #[derive(Debug, Clone)]
-pub struct RateLimitLayer {
-    qps: f64,
-    burst: u32,
+pub struct Lenient<K> {
+    meta: ObjectMeta,
+    decoded: Result<K, Arc<serde_json::Error>>,
 }
 
-impl RateLimitLayer {
-    pub fn new(qps: f64, burst: u32) -> Self {
-        RateLimitLayer {
-            qps,
-            burst: burst.max(1),
-        }
+#[derive(Deserialize, Default)]
+struct Head {
+    #[serde(default)]
+    metadata: HeadMeta,
+}
+
+#[derive(Deserialize, Default)]
+struct HeadMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // A watch event's object reaches us through serde's buffered content (the event
+        // is an adjacently tagged enum), so the object is read as a JSON value first:
+        // transient, one object at a time.
+        let v = serde_json::Value::deserialize(d)?;
+        let head = Head::deserialize(&v).unwrap_or_default();
+        let meta = ObjectMeta {
+            name: head.metadata.name,
+            namespace: head.metadata.namespace,
+            resource_version: head.metadata.resource_version,
+            ..ObjectMeta::default()
+        };
+        let decoded = K::deserialize(v).map_err(Arc::new);
+        Ok(Lenient { meta, decoded })
     }
 }
 
-impl<S> tower_layer::Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
-    fn layer(&self, inner: S) -> RateLimit<S> {
-        RateLimit {
-            inner,
-            qps: self.qps,
-            burst: f64::from(self.burst),
-            tokens: f64::from(self.burst),
-            last: Instant::now(),
-            ready: false,
-            sleep: None,
-        }
+impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
     }
 }
 
-pub struct RateLimit<S> {
-    inner: S,
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-    ready: bool,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S, R> tower_service::Service<R> for RateLimit<S>
-where
-    S: tower_service::Service<R>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        while !self.ready {
-            if let Some(s) = self.sleep.as_mut() {
-                if s.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                self.sleep = None;
+/// Send to the engine without blocking the runtime: wait while the queue is full.
+/// False when the engine is gone.
+async fn send(tx: &SyncSender<Event>, mut ev: Event) -> bool {
+    loop {
+        match tx.try_send(ev) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) => {
+                ev = back;
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            let now = Instant::now();
-            let refill = now.duration_since(self.last).as_secs_f64() * self.qps;
-            self.tokens = (self.tokens + refill).min(self.burst);
-            self.last = now;
-            if self.tokens >= 1.0 {
-                self.tokens -= 1.0;
-                self.ready = true;
-            } else {
-                let wait = (1.0 - self.tokens) / self.qps;
-                self.sleep = Some(Box::pin(tokio::time::sleep(Duration::from_secs_f64(
-                    wait.clamp(0.001, 3600.0),
-                ))));
-            }
         }
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: R) -> Self::Future {
-        self.ready = false;
-        self.inner.call(req)
     }
 }
 
-fn key_of<K: Resource>(o: &K) -> String {
-    format!(
-        "{}/{}",
-        o.meta().namespace.as_deref().unwrap_or(""),
-        o.meta().name.as_deref().unwrap_or("")
-    )
+/// Backoff between attempts: 0.5 s doubling up to [`Timing::backoff_max`]; back to
+/// 0.5 s only after a quiet period of 4 x the maximum (a watcher reports a success at
+/// the start of each attempt, which must not reset a failing series).
+struct Backoff {
+    next: Duration,
+    max: Duration,
+    last: Option<Instant>,
 }
+
+impl Backoff {
+    fn new(max: Duration) -> Backoff {
+        Backoff {
+            next: Duration::from_millis(500).min(max),
+            max,
+            last: None,
+        }
+    }
+}
+
+impl Iterator for Backoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        self.last = Some(Instant::now());
+        Some(d)
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        if self.last.is_none_or(|t| t.elapsed() > self.max * 4) {
+            self.next = Duration::from_millis(500).min(self.max);
+        }
+    }
+}
+
+/// The event for a deleted object, from its namespace and name.
+type Deleted = dyn FnMut(Option<&str>, &str) -> Option<Event> + Send;
 
 /// How one resource kind maps to engine events.
 struct Kind<K> {
     name: &'static str,
-    applied: fn(K) -> Event,
-    deleted: fn(K) -> Event,
+    /// The event for a new or changed object (None: nothing to send).
+    applied: Box<dyn FnMut(K) -> Option<Event> + Send>,
+    /// The event for a deleted object, from its namespace and name.
+    deleted: Box<Deleted>,
+    /// Sent after every complete list.
     listed: Option<Event>,
+    /// Whether a missing or forbidden resource is normal (ServiceCIDR on older servers):
+    /// then it never counts as stalled before its first list.
+    optional: bool,
 }
 
-/// Forward one watcher stream to the engine. `first_list` fires after the first
-/// complete list.
-async fn pump<K, St>(
-    stream: St,
-    kind: Kind<K>,
-    tx: Sender<Event>,
-    mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
-) where
-    K: Resource + Clone,
-    St: Stream<Item = Result<WEvent<K>, watcher::Error>>,
-{
-    let mut store: BTreeMap<String, K> = BTreeMap::new();
-    let mut seen: Option<BTreeSet<String>> = None;
-    let mut lists = 0u64;
-    let send = |ev: Event| tx.send(ev).is_ok();
-    futures::pin_mut!(stream);
-    while let Some(item) = stream.next().await {
-        let ok = match item {
-            Ok(WEvent::Init) => {
-                seen = Some(BTreeSet::new());
-                true
-            }
-            Ok(WEvent::InitApply(o)) => {
-                let k = key_of(&o);
-                if let Some(s) = seen.as_mut() {
-                    s.insert(k.clone());
+fn key(meta: &ObjectMeta) -> String {
+    match &meta.namespace {
+        Some(_) => kube_model::ns_key(meta).to_string(),
+        None => meta.name.clone().unwrap_or_default(),
+    }
+}
+
+/// What a pump knows of its kind: the objects sent (key -> resourceVersion), and the
+/// undecodable versions already reported.
+#[derive(Default)]
+struct Known {
+    sent: BTreeMap<String, String>,
+    reported: BTreeSet<(String, String)>,
+    seen: Option<BTreeSet<String>>,
+    lists: u64,
+}
+
+impl<K> Kind<K> {
+    /// One object from a list or a watch; the events to send.
+    fn object(&mut self, known: &mut Known, o: Lenient<K>, out: &mut Vec<Event>) {
+        let k = key(&o.meta);
+        let rv = o.meta.resource_version.clone().unwrap_or_default();
+        if let Some(s) = known.seen.as_mut() {
+            s.insert(k.clone());
+        }
+        match o.decoded {
+            Ok(obj) => {
+                if known.sent.get(&k) == Some(&rv) && known.seen.is_some() {
+                    return; // relisted, unchanged
                 }
-                let same = store
-                    .get(&k)
-                    .is_some_and(|old| old.resource_version() == o.resource_version());
-                store.insert(k, o.clone());
-                same || send((kind.applied)(o))
-            }
-            Ok(WEvent::InitDone) => {
-                let seen = seen.take().unwrap_or_default();
-                let gone: Vec<String> = store
-                    .keys()
-                    .filter(|k| !seen.contains(*k))
-                    .cloned()
-                    .collect();
-                let mut ok = true;
-                for k in &gone {
-                    if let Some(o) = store.remove(k) {
-                        ok &= send((kind.deleted)(o));
-                    }
-                }
-                lists += 1;
-                if lists == 1 {
-                    info!(kind = kind.name, objects = store.len(), "listed");
-                } else {
-                    info!(
-                        kind = kind.name,
-                        objects = store.len(),
-                        deleted = gone.len(),
-                        "relisted"
-                    );
-                }
-                if let Some(l) = &kind.listed {
-                    ok &= send(l.clone());
-                }
-                if let Some(f) = first_list.take() {
-                    let _ = f.send(());
-                }
-                ok
-            }
-            Ok(WEvent::Apply(o)) => {
-                store.insert(key_of(&o), o.clone());
-                send((kind.applied)(o))
-            }
-            Ok(WEvent::Delete(o)) => {
-                store.remove(&key_of(&o));
-                send((kind.deleted)(o))
+                known.sent.insert(k, rv);
+                out.extend((self.applied)(obj));
             }
             Err(e) => {
-                warn!(kind = kind.name, error = %e, "watch failed; retrying with backoff (rules unchanged)");
-                true
+                if known.reported.insert((k.clone(), rv)) {
+                    warn!(kind = self.name, object = %k, error = %e, "object does not decode; skipped");
+                }
+                if known.sent.remove(&k).is_some() {
+                    out.extend((self.deleted)(
+                        o.meta.namespace.as_deref(),
+                        o.meta.name.as_deref().unwrap_or(""),
+                    ));
+                }
             }
-        };
-        if !ok {
-            return; // the engine is gone
+        }
+    }
+
+    fn gone(&mut self, known: &mut Known, meta: &ObjectMeta, out: &mut Vec<Event>) {
+        let k = key(meta);
+        if known.sent.remove(&k).is_some() {
+            out.extend((self.deleted)(
+                meta.namespace.as_deref(),
+                meta.name.as_deref().unwrap_or(""),
+            ));
+        }
+    }
+
+    fn list_done(&mut self, known: &mut Known, out: &mut Vec<Event>) {
+        let seen = known.seen.take().unwrap_or_default();
+        let gone: Vec<String> = known
+            .sent
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for k in &gone {
+            known.sent.remove(k);
+            let (ns, name) = match k.split_once('/') {
+                Some((ns, n)) => (Some(ns), n),
+                None => (None, k.as_str()),
+            };
+            out.extend((self.deleted)(ns, name));
+        }
+        known.reported.retain(|(k, _)| seen.contains(k));
+        known.lists += 1;
+        if known.lists == 1 {
+            info!(kind = self.name, objects = known.sent.len(), "listed");
+        } else {
+            info!(
+                kind = self.name,
+                objects = known.sent.len(),
+                deleted = gone.len(),
+                "relisted"
+            );
+        }
+        out.extend(self.listed.clone());
+    }
+}
+
+/// Watch one kind and forward it to the engine, restarting the watcher (a relist) when
+/// it makes no progress. `first_list` fires after the first complete list (or, for an
+/// optional kind, its first failure).
+async fn pump<K>(
+    api: Api<Lenient<K>>,
+    config: watcher::Config,
+    mut kind: Kind<K>,
+    t: Timing,
+    progress: Arc<Progress>,
+    tx: SyncSender<Event>,
+    mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut known = Known::default();
+    let mut last_progress = Instant::now();
+    let mut stalled = false;
+    let mut last_error: Option<String> = None;
+    loop {
+        let stream = watcher(
+            api.clone(),
+            config.clone().timeout(t.watch.as_secs() as u32),
+        )
+        .backoff(Backoff::new(t.backoff_max));
+        futures::pin_mut!(stream);
+        let started = Instant::now();
+        loop {
+            let api_progress = progress.last(kind.name).unwrap_or(last_progress);
+            let since = last_progress.max(api_progress);
+            let deadline = since.max(started) + t.stall_after;
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = tokio::time::sleep_until(deadline.into()) => {
+                    if progress.last(kind.name).is_some_and(|p| p > since) {
+                        continue; // bytes arrived meanwhile
+                    }
+                    if !(kind.optional && known.lists == 0) {
+                        if !stalled {
+                            stalled = true;
+                            warn!(
+                                kind = kind.name,
+                                no_progress_s = since.elapsed().as_secs(),
+                                last_error = last_error.as_deref().unwrap_or("none"),
+                                "source stalled: no progress from the API; relisting (rules unchanged)"
+                            );
+                            if !send(&tx, Event::SourceStalled { source: kind.name.into(), since }).await {
+                                return;
+                            }
+                        } else {
+                            debug!(kind = kind.name, "still stalled; relisting");
+                        }
+                    }
+                    break; // a new watcher: relist
+                }
+            };
+            let Some(item) = item else { break };
+            let mut out = Vec::new();
+            match item {
+                Ok(WEvent::Init) => known.seen = Some(BTreeSet::new()),
+                Ok(ev) => {
+                    last_progress = Instant::now();
+                    last_error = None;
+                    if stalled {
+                        stalled = false;
+                        info!(kind = kind.name, "source recovered");
+                        out.push(Event::SourceRecovered {
+                            source: kind.name.into(),
+                        });
+                    }
+                    match ev {
+                        WEvent::Init => {}
+                        WEvent::InitApply(o) | WEvent::Apply(o) => {
+                            kind.object(&mut known, o, &mut out)
+                        }
+                        WEvent::Delete(o) => kind.gone(&mut known, &o.meta, &mut out),
+                        WEvent::InitDone => {
+                            kind.list_done(&mut known, &mut out);
+                            if let Some(f) = first_list.take() {
+                                let _ = f.send(());
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    if kind.optional && known.lists == 0 {
+                        if last_error.is_none() {
+                            info!(kind = kind.name, error = %msg, "not available; retrying in the background");
+                        }
+                        if let Some(f) = first_list.take() {
+                            let _ = f.send(());
+                        }
+                    } else {
+                        warn!(kind = kind.name, error = %msg, "watch failed; retrying with backoff (rules unchanged)");
+                    }
+                    last_error = Some(msg);
+                }
+            }
+            for ev in out {
+                if !send(&tx, ev).await {
+                    return; // the engine is gone
+                }
+            }
         }
     }
 }
 
-fn node_deleted(mut n: Node) -> Event {
-    if n.metadata.deletion_timestamp.is_none() {
-        n.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        ));
+fn stub_meta(ns: Option<&str>, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        namespace: ns.map(str::to_string),
+        name: Some(name.to_string()),
+        ..ObjectMeta::default()
     }
-    Event::NodeApplied(n)
 }
 
-/// Watch this node, then Services and EndpointSlices, forwarding everything to `tx`.
-/// The node's first list completes before the others start, so the engine knows the
-/// node (addresses, labels, podCIDRs) before its first sync.
-pub async fn run(client: Client, node_name: String, tx: Sender<Event>) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node_stream = watcher(
-        nodes,
-        watcher::Config::default().fields(&format!("metadata.name={node_name}")),
-    )
-    .default_backoff();
+/// Watch this node, the ServiceCIDRs, then Services and EndpointSlices, forwarding
+/// everything to `tx`. The node's and the ServiceCIDRs' first lists complete before the
+/// others start, so the engine knows the node (addresses, labels, podCIDRs) and the
+/// service CIDRs before its first sync.
+pub async fn run(
+    client: Client,
+    node_name: String,
+    t: Timing,
+    progress: Arc<Progress>,
+    tx: SyncSender<Event>,
+) {
+    let node_last: Arc<std::sync::Mutex<Option<Node>>> = Arc::default();
+    let (n1, n2) = (node_last.clone(), node_last);
+    let node_kind = Kind::<Node> {
+        name: "node",
+        applied: Box::new(move |n| {
+            *n1.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.clone());
+            Some(Event::NodeApplied(n))
+        }),
+        // No NodeDeleted event: the engine sees this node being deleted.
+        deleted: Box::new(move |_, _| {
+            let mut n = n2.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+            n.metadata
+                .deletion_timestamp
+                .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+            Some(Event::NodeApplied(n))
+        }),
+        listed: None,
+        optional: false,
+    };
+    let cidrs: Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
+    let (c1, c2) = (cidrs.clone(), cidrs);
+    let aggregate = |m: &BTreeMap<String, Vec<String>>| {
+        let mut v: Vec<String> = m.values().flatten().cloned().collect();
+        v.sort();
+        v.dedup();
+        Event::ServiceCidrs(v)
+    };
+    let cidr_kind = Kind::<ServiceCIDR> {
+        name: "servicecidr",
+        applied: Box::new(move |c: ServiceCIDR| {
+            let mut m = c1.lock().unwrap_or_else(|e| e.into_inner());
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let v = c.spec.and_then(|s| s.cidrs).unwrap_or_default();
+            (m.insert(name, v.clone()) != Some(v)).then(|| aggregate(&m))
+        }),
+        deleted: Box::new(move |_, name| {
+            let mut m = c2.lock().unwrap_or_else(|e| e.into_inner());
+            m.remove(name).map(|_| aggregate(&m))
+        }),
+        listed: None,
+        optional: true,
+    };
+    let svc_kind = Kind::<Service> {
+        name: "service",
+        applied: Box::new(|s| Some(Event::ServiceApplied(s))),
+        deleted: Box::new(|ns, name| {
+            Some(Event::ServiceDeleted(Service {
+                metadata: stub_meta(ns, name),
+                ..Default::default()
+            }))
+        }),
+        listed: Some(Event::ServicesListed),
+        optional: false,
+    };
+    let slice_kind = Kind::<EndpointSlice> {
+        name: "endpointslice",
+        applied: Box::new(|s| Some(Event::SliceApplied(s))),
+        deleted: Box::new(|ns, name| {
+            Some(Event::SliceDeleted(EndpointSlice {
+                metadata: stub_meta(ns, name),
+                ..Default::default()
+            }))
+        }),
+        listed: Some(Event::SlicesListed),
+        optional: false,
+    };
+
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let node_task = tokio::spawn(pump(
-        node_stream,
-        Kind {
-            name: "node",
-            applied: Event::NodeApplied,
-            deleted: node_deleted,
-            listed: None,
-        },
+        Api::<Lenient<Node>>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={node_name}")),
+        node_kind,
+        t,
+        progress.clone(),
         tx.clone(),
         Some(first_tx),
     ));
     if first_rx.await.is_err() {
         return;
     }
-    let services: Api<Service> = Api::all(client.clone());
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+    let cidr_task = tokio::spawn(pump(
+        Api::<Lenient<ServiceCIDR>>::all(client.clone()),
+        watcher::Config::default(),
+        cidr_kind,
+        t,
+        progress.clone(),
+        tx.clone(),
+        Some(first_tx),
+    ));
+    let _ = first_rx.await;
     let svc_task = tokio::spawn(pump(
-        watcher(services, watcher::Config::default().labels(LABEL_SELECTOR)).default_backoff(),
-        Kind {
-            name: "service",
-            applied: Event::ServiceApplied,
-            deleted: Event::ServiceDeleted,
-            listed: Some(Event::ServicesListed),
-        },
+        Api::<Lenient<Service>>::all(client.clone()),
+        watcher::Config::default().labels(LABEL_SELECTOR),
+        svc_kind,
+        t,
+        progress.clone(),
         tx.clone(),
         None,
     ));
-    let slices: Api<EndpointSlice> = Api::all(client);
     let slice_task = tokio::spawn(pump(
-        watcher(slices, watcher::Config::default().labels(LABEL_SELECTOR)).default_backoff(),
-        Kind {
-            name: "endpointslice",
-            applied: Event::SliceApplied,
-            deleted: Event::SliceDeleted,
-            listed: Some(Event::SlicesListed),
-        },
+        Api::<Lenient<EndpointSlice>>::all(client),
+        watcher::Config::default().labels(LABEL_SELECTOR),
+        slice_kind,
+        t,
+        progress,
         tx,
         None,
     ));
-    let _ = futures::join!(node_task, svc_task, slice_task);
-}
-
-/// The service CIDRs of the cluster, from its `ServiceCIDR` objects
-/// (networking.k8s.io/v1), listed once at start: traffic to an address inside them that
-/// no Service holds is dropped. An API server without them (or without permission) gives
-/// none, and that check is left out, as in kube-proxy.
-pub async fn service_cidrs(client: &kube::Client) -> Vec<String> {
-    use k8s_openapi::api::networking::v1::ServiceCIDR;
-    let api: kube::Api<ServiceCIDR> = kube::Api::all(client.clone());
-    match api.list(&Default::default()).await {
-        Ok(list) => list
-            .items
-            .into_iter()
-            .flat_map(|s| s.spec.and_then(|sp| sp.cidrs).unwrap_or_default())
-            .collect(),
-        Err(e) => {
-            tracing::info!(error = %e, "no ServiceCIDR objects listed; unallocated ClusterIPs are not dropped");
-            Vec::new()
-        }
-    }
+    let _ = futures::join!(node_task, cidr_task, svc_task, slice_task);
 }

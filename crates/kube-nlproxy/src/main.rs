@@ -2,6 +2,7 @@
 //! and configuration file; desired state from the Kubernetes API (kube-rs watchers) or
 //! from manifest files; the sync engine on its own thread. Never spawns a process.
 
+mod api_client;
 mod config;
 #[cfg(test)]
 mod deploy_tests;
@@ -11,6 +12,7 @@ mod host;
 mod kube_source;
 mod logging;
 mod manifests;
+mod node_event;
 mod node_ip;
 mod operate;
 mod rest_metrics;
@@ -20,12 +22,10 @@ mod sink;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context as _};
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use nft_model::{Family, Op, TableRef};
 use sync_engine::{
     Clock, ConntrackKernel, Engine, EngineConfig, Event, NftKernel, Observer, SyncReport,
@@ -80,6 +80,10 @@ fn print_and_exit(text: &str, code: u8) -> ExitCode {
     }
     ExitCode::from(code)
 }
+
+/// Events in flight from the sources to the engine: a source that is faster than the
+/// engine waits (an event holds a whole Kubernetes object).
+const EVENT_QUEUE: usize = 256;
 
 /// Whether this run talks to the kernel (not `--dry-run`, not `--render-to`).
 fn touches_kernel(f: &Flags) -> bool {
@@ -161,8 +165,8 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .collect();
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
     rest_metrics::install(metrics.rest_client());
-    let (tx, rx) = channel::<Event>();
-    settings.ruleset.service_cidrs = start_source(flags, settings, &rt, tx.clone())?;
+    let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
+    start_source(flags, settings, &rt, tx.clone())?;
     let rx = node_ip::map_events(rx, settings.node_ip_override);
 
     if flags.dry_run {
@@ -207,39 +211,40 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Start the source of desired state; returns the cluster's service CIDRs (from
-/// `ServiceCIDR` objects) for the unallocated-ClusterIP check.
+/// Start the source of desired state on its own thread or task: it sends the objects,
+/// the service CIDRs and the "listed" markers to `tx`.
 fn start_source(
     flags: &Flags,
     settings: &Settings,
     rt: &tokio::runtime::Runtime,
-    tx: Sender<Event>,
-) -> anyhow::Result<Vec<String>> {
+    tx: SyncSender<Event>,
+) -> anyhow::Result<()> {
     match &flags.manifests {
         Some(path) => {
-            let cidrs = manifests::service_cidrs(std::path::Path::new(path));
-            let mut reader = manifests::Reader::new(path, &settings.node_name);
-            let snap = reader.read().map_err(|e| anyhow!("manifests: {e}"))?;
-            for ev in manifests::initial(&snap) {
-                let _ = tx.send(ev);
-            }
-            if !flags.once && !flags.dry_run {
-                let poll = flags.manifests_poll.std();
-                std::thread::Builder::new()
-                    .name("manifests".into())
-                    .spawn(move || manifests::watch(reader, snap, poll, tx))
-                    .context("starting the manifests watcher")?;
-            }
-            Ok(cidrs)
+            let poll = flags.manifests_poll.std();
+            let reader = manifests::Reader::new(path, &settings.node_name, poll);
+            reader.check()?;
+            let poll = (!flags.once && !flags.dry_run).then_some(poll);
+            std::thread::Builder::new()
+                .name("manifests".into())
+                .spawn(move || manifests::run(reader, poll, tx))
+                .context("starting the manifests watcher")?;
+            Ok(())
         }
         None => {
-            let ks = settings.kube.clone();
             let node = settings.node_name.clone();
-            let client = rt.block_on(kube_source::client(&ks))?;
-            info!("kubernetes API client ready");
-            let cidrs = rt.block_on(kube_source::service_cidrs(&client));
-            rt.spawn(kube_source::run(client, node, tx));
-            Ok(cidrs)
+            let timing = api_client::Timing::from_watch(flags.api_watch_timeout.std());
+            let progress = std::sync::Arc::new(api_client::Progress::default());
+            let cfg = rt.block_on(api_client::config(&settings.kube))?;
+            let client = {
+                let _guard = rt.enter();
+                api_client::client(cfg, &settings.kube, timing, progress.clone())?
+            };
+            if !flags.dry_run {
+                rt.spawn(node_event::post(client.clone(), node.clone()));
+            }
+            rt.spawn(kube_source::run(client, node, timing, progress, tx));
+            Ok(())
         }
     }
 }
@@ -306,7 +311,7 @@ fn drive<N, C, K>(
     mut engine: Engine<N, C, K>,
     flags: &Flags,
     rt: &tokio::runtime::Runtime,
-    tx: Sender<Event>,
+    tx: SyncSender<Event>,
     rx: Receiver<Event>,
     ops: Operate,
 ) -> anyhow::Result<ExitCode>
@@ -344,7 +349,7 @@ where
     rt.spawn(async move {
         shutdown_signal().await;
         info!("shutting down");
-        let _ = tx.send(Event::Shutdown);
+        let _ = tokio::task::spawn_blocking(move || tx.send(Event::Shutdown).is_ok()).await;
     });
     if flags.once {
         let (mut services, mut slices) = (false, false);
@@ -367,6 +372,8 @@ where
         }
         return match engine.sync() {
             Ok(r) => {
+                // The rest of a large cleanup backlog, before exiting.
+                engine.drain_cleanup();
                 if !synced.load(Ordering::SeqCst) {
                     log_report(&r);
                 }
@@ -447,22 +454,6 @@ fn cleanup_dry_run() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Objects gathered from the source's events (for `--dry-run`).
-#[derive(Default)]
-struct Collected {
-    services: BTreeMap<String, core::Service>,
-    slices: BTreeMap<String, discovery::EndpointSlice>,
-    node: Option<core::Node>,
-}
-
-fn ns_name(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or("default"),
-        m.name.as_deref().unwrap_or("")
-    )
-}
-
 /// `kube-nlproxy explain --src IP[:PORT] --dst IP:PORT/PROTO [--iif NAME] [--from-host]`:
 /// the packet's path through our ruleset as the kernel holds it, or, with `--manifests
 /// PATH --dry-run`, as it would be compiled from those manifests.
@@ -518,8 +509,8 @@ fn explain(
             .enable_all()
             .build()
             .context("starting the async runtime")?;
-        let (tx, rx) = channel::<Event>();
-        settings.ruleset.service_cidrs = start_source(flags, &settings, &rt, tx)?;
+        let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
+        start_source(flags, &settings, &rt, tx)?;
         let rx = node_ip::map_events(rx, settings.node_ip_override);
         let (cluster, compiled, _) = collect_and_compile(&settings, rx)?
             .ok_or_else(|| anyhow!("the manifests source stopped before its initial lists"))?;
@@ -539,40 +530,72 @@ fn explain(
 }
 
 /// The initial lists from `rx`, compiled exactly as the engine compiles them, with the
-/// problems found (sorted). `None` if the source stopped first.
+/// problems found (sorted). `None` if the source stopped first. Objects are converted
+/// as they arrive (no Kubernetes object is kept).
 fn collect_and_compile(
     settings: &Settings,
     rx: Receiver<Event>,
 ) -> anyhow::Result<Option<(kube_model::Cluster, ruleset::Compiled, Vec<String>)>> {
-    let mut c = Collected::default();
+    let mut cluster = kube_model::Cluster::new();
+    let mut config = settings.ruleset.clone();
+    // The latest problems per object, as the engine keeps them.
+    let mut errors: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut note = |object: String,
+                    mut w: Vec<kube_model::ObjectError>,
+                    r: Option<kube_model::ObjectError>| {
+        w.extend(r);
+        errors.insert(object, w.iter().map(ToString::to_string).collect());
+    };
     let (mut services, mut slices) = (false, false);
     while !(services && slices) {
+        let mut w = Vec::new();
         match rx.recv() {
             Ok(Event::ServiceApplied(s)) => {
-                c.services.insert(ns_name(&s.metadata), s);
+                let r = cluster.upsert_service(&s, &mut w).err();
+                note(format!("service {}", kube_model::ns_key(&s.metadata)), w, r);
             }
             Ok(Event::ServiceDeleted(s)) => {
-                c.services.remove(&ns_name(&s.metadata));
+                let key = kube_model::ns_key(&s.metadata);
+                cluster.remove_service(&key);
+                note(format!("service {key}"), w, None);
             }
             Ok(Event::SliceApplied(s)) => {
-                c.slices.insert(ns_name(&s.metadata), s);
+                let r = cluster.upsert_slice(&s, &mut w).err();
+                note(
+                    format!("endpointslice {}", kube_model::ns_key(&s.metadata)),
+                    w,
+                    r,
+                );
             }
             Ok(Event::SliceDeleted(s)) => {
-                c.slices.remove(&ns_name(&s.metadata));
+                let key = kube_model::ns_key(&s.metadata);
+                cluster.remove_slice(&key);
+                note(format!("endpointslice {key}"), w, None);
             }
-            Ok(Event::NodeApplied(n)) => c.node = Some(n),
+            Ok(Event::NodeApplied(n)) => {
+                let r = cluster.set_node(&n, &mut w).err();
+                note(
+                    format!("node {}", n.metadata.name.as_deref().unwrap_or("")),
+                    w,
+                    r,
+                );
+            }
+            Ok(Event::ServiceCidrs(c)) => config.service_cidrs = c,
             Ok(Event::ServicesListed) => services = true,
             Ok(Event::SlicesListed) => slices = true,
-            Ok(Event::Resync) => {}
+            Ok(Event::Resync | Event::SourceStalled { .. } | Event::SourceRecovered { .. }) => {}
             Ok(Event::Shutdown) | Err(_) => return Ok(None),
         }
     }
-    let svcs: Vec<_> = c.services.into_values().collect();
-    let slcs: Vec<_> = c.slices.into_values().collect();
-    let (cluster, errors) = kube_model::Cluster::from_objects(&svcs, &slcs, c.node.as_ref());
     let compiled =
-        ruleset::compile(&cluster, &settings.ruleset).map_err(|e| anyhow!("configuration: {e}"))?;
-    let mut problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        ruleset::compile(&cluster, &config).map_err(|e| anyhow!("configuration: {e}"))?;
+    let mut problems: Vec<String> = errors.into_values().flatten().collect();
+    problems.extend(
+        cluster
+            .orphan_slice_errors()
+            .iter()
+            .map(ToString::to_string),
+    );
     problems.extend(compiled.errors.iter().map(ToString::to_string));
     problems.sort();
     problems.dedup();

@@ -1,440 +1,484 @@
-//! The manifests source: Service, EndpointSlice and Node objects from a YAML/JSON file or
-//! a directory of them, watched for changes (polled), turned into engine events.
+//! The manifests source: Service, EndpointSlice, Node and ServiceCIDR objects from a
+//! YAML/JSON file or a directory of them (`kube_model::manifest`, the one parser), polled
+//! for changes and turned into engine events.
 //!
-//! A document that does not decode is reported (file, document, kind, namespace/name
-//! when readable, reason) and skipped; the rest of the file is used. A file that cannot
-//! be read or is not YAML at all keeps its previous objects (it may be mid-write).
+//! Nothing of a Kubernetes object is kept after it is sent: per object only its key,
+//! its file and a hash of its text (plus this node's Node object and the ServiceCIDRs'
+//! `spec.cidrs`). Only entries whose text changed are decoded, one at a time.
+//!
+//! Never a torn read:
+//! - a changed file is read once its version (size, times, inode) stayed the same for one
+//!   poll interval, and again only if it did not change while being read;
+//! - a file that does not parse (or cannot be read) keeps the objects read from it
+//!   before, and is not read again until it changes;
+//! - a file that becomes empty keeps its objects until it has stayed empty for
+//!   [`EMPTY_GRACE`] (a slow `>` rewrite first truncates);
+//! - removing a file removes its objects at once.
+//!
+//! Problems are logged once each while they last: a path skipped (symlink loop, dangling
+//! link, FIFO, socket, device, directory named like a manifest), a file that cannot be
+//! read or parsed, an object that does not decode (file, document, kind, namespace/name,
+//! reason), an object defined twice (the later file, or the later document, wins).
 
-use std::collections::{BTreeMap, HashSet};
+mod files;
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::Sender;
-use std::time::{Duration, SystemTime};
+use std::sync::mpsc::SyncSender;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
-use serde::Deserialize;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube_model::manifest::{self, Entry, Object};
+use kube_model::ServiceKey;
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
-/// One object, by identity.
+use files::Stamp;
+
+/// How long a file that became empty keeps its objects.
+pub const EMPTY_GRACE: Duration = Duration::from_secs(5);
+
+/// The manifests path cannot be read at all.
+#[derive(Debug, thiserror::Error)]
+#[error("manifests {path}: {source}")]
+pub struct ManifestsError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// One object, by identity; the order is the order of the events (node first).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Key {
+enum Key {
     Node(String),
-    Service(String, String),
-    Slice(String, String),
+    Service(ServiceKey),
+    Slice(ServiceKey),
+    ServiceCidr(String),
 }
 
-#[derive(Debug, Clone)]
-pub enum Object {
-    Node(Box<core::Node>),
-    Service(Box<core::Service>),
-    Slice(Box<discovery::EndpointSlice>),
-}
-
-impl Object {
-    fn json(&self) -> String {
-        match self {
-            Object::Node(o) => serde_json::to_string(o),
-            Object::Service(o) => serde_json::to_string(o),
-            Object::Slice(o) => serde_json::to_string(o),
-        }
-        .unwrap_or_default()
-    }
-}
-
-/// The objects of all files, with the text they were read from (to detect changes).
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    pub objects: BTreeMap<Key, (Object, String)>,
-}
-
-/// The files under `path`: the file itself, or the `.yaml`, `.yml` and `.json` files of
-/// the directory (not recursive, hidden files skipped), sorted.
-pub fn files(path: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let meta = std::fs::metadata(path)?;
-    if !meta.is_dir() {
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(path)? {
-        let p = e?.path();
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if !name.starts_with('.') && matches!(ext, "yaml" | "yml" | "json") && p.is_file() {
-            out.push(p);
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn meta_name(v: &serde_yaml::Value) -> (String, String) {
-    let m = v.get("metadata");
-    let s = |k: &str| {
-        m.and_then(|m| m.get(k))
-            .and_then(|x| x.as_str())
-            .unwrap_or("")
-            .to_string()
-    };
-    (s("namespace"), s("name"))
-}
-
-/// Parse one file's text into objects; problems are returned as messages.
-pub fn parse_text(file: &str, text: &str) -> Result<(Vec<Object>, Vec<String>), String> {
-    let mut objects = Vec::new();
-    let mut problems = Vec::new();
-    let mut docs = Vec::new();
-    for (index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let v = serde_yaml::Value::deserialize(doc)
-            .map_err(|e| format!("{file}: document {index}: not YAML: {e}"))?;
-        if v.is_null() {
-            continue;
-        }
-        if v.get("kind").and_then(|k| k.as_str()) == Some("List") {
-            let items = v
-                .get("items")
-                .and_then(|i| i.as_sequence())
-                .cloned()
-                .unwrap_or_default();
-            for (j, item) in items.into_iter().enumerate() {
-                docs.push((format!("document {index} item {j}"), item));
-            }
-        } else {
-            docs.push((format!("document {index}"), v));
-        }
-    }
-    for (place, v) in docs {
-        let kind = v
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .unwrap_or_default()
-            .to_string();
-        let (ns, name) = meta_name(&v);
-        let who = if ns.is_empty() {
-            format!("{kind} {name}")
-        } else {
-            format!("{kind} {ns}/{name}")
-        };
-        let decoded = match kind.as_str() {
-            "Service" => {
-                serde_yaml::from_value::<core::Service>(v).map(|o| Object::Service(Box::new(o)))
-            }
-            "EndpointSlice" => serde_yaml::from_value::<discovery::EndpointSlice>(v)
-                .map(|o| Object::Slice(Box::new(o))),
-            "Node" => serde_yaml::from_value::<core::Node>(v).map(|o| Object::Node(Box::new(o))),
-            _ => {
-                debug!(file, place, kind, "document of another kind ignored");
-                continue;
-            }
-        };
-        match decoded {
-            Ok(o) => objects.push(o),
-            Err(e) => problems.push(format!("{file}: {place}: {who}: invalid: {e}")),
-        }
-    }
-    Ok((objects, problems))
-}
-
-fn key_of(o: &Object) -> Key {
-    let ns = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        m.namespace.clone().unwrap_or_else(|| "default".into())
-    };
-    match o {
-        Object::Node(n) => Key::Node(n.metadata.name.clone().unwrap_or_default()),
-        Object::Service(s) => {
-            Key::Service(ns(&s.metadata), s.metadata.name.clone().unwrap_or_default())
-        }
-        Object::Slice(s) => {
-            Key::Slice(ns(&s.metadata), s.metadata.name.clone().unwrap_or_default())
+impl Key {
+    fn of(e: &Entry<'_>, node_name: &str) -> Option<Key> {
+        match e.kind.as_str() {
+            "Service" => Some(Key::Service(e.key())),
+            "EndpointSlice" => Some(Key::Slice(e.key())),
+            "Node" if e.name == node_name => Some(Key::Node(e.name.clone())),
+            "ServiceCIDR" => Some(Key::ServiceCidr(e.name.clone())),
+            _ => None,
         }
     }
 }
 
-/// Reads the manifests and remembers what it saw per file.
+fn hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    h.write(text.as_bytes());
+    h.finish()
+}
+
+/// What is known of one file.
+#[derive(Debug, Default)]
+struct FileState {
+    /// The version whose objects are in use.
+    used: Option<Stamp>,
+    /// Its objects (only the kinds the proxy reads), by key: the hash of their text.
+    objects: BTreeMap<Key, u64>,
+    /// A version that could not be read or parsed: not read again until it changes.
+    failed: Option<Stamp>,
+    /// A new version, and when it was first seen: read once it stays the same.
+    seen: Option<(Stamp, Instant)>,
+}
+
+/// One file parsed in this round: its text, decoded entry by entry afterwards.
+struct Parsed {
+    text: String,
+}
+
+/// Reads the manifests and remembers what it told the engine.
 pub struct Reader {
     path: PathBuf,
     node_name: String,
-    /// Per file: its mtime and length when last read, and its objects.
-    per_file: BTreeMap<PathBuf, (Option<SystemTime>, u64, Vec<Object>)>,
-    /// Problems already reported (each is logged once while it persists).
-    reported: HashSet<String>,
+    /// A changed file is read once it has been the same for this long.
+    settle: Duration,
+    files: BTreeMap<PathBuf, FileState>,
+    /// What the engine has been told: per key, the file it came from and its hash.
+    sent: BTreeMap<Key, (PathBuf, u64)>,
+    /// This node's Node object as last sent (for its deletion event).
+    node: Option<core::Node>,
+    /// `spec.cidrs` of each ServiceCIDR object sent, and the list the engine has.
+    cidr_objects: BTreeMap<String, Vec<String>>,
+    cidrs_sent: Option<Vec<String>>,
+    /// Problems logged, per file (forgotten when the file is read again or goes), and
+    /// the skipped paths: each is logged once while it lasts.
+    logged: BTreeMap<PathBuf, BTreeSet<String>>,
+    skipped: BTreeSet<String>,
+    duplicates: BTreeSet<String>,
     warned_no_node: bool,
+    /// How long a file that became empty keeps its objects.
+    empty_grace: Duration,
+    /// Files read since start (for tests; each read is logged at debug level).
+    parses: u64,
 }
 
 impl Reader {
-    pub fn new(path: impl Into<PathBuf>, node_name: &str) -> Reader {
+    pub fn new(path: impl Into<PathBuf>, node_name: &str, settle: Duration) -> Reader {
         Reader {
             path: path.into(),
             node_name: node_name.to_string(),
-            per_file: BTreeMap::new(),
-            reported: HashSet::new(),
+            settle,
+            files: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            node: None,
+            cidr_objects: BTreeMap::new(),
+            cidrs_sent: None,
+            logged: BTreeMap::new(),
+            skipped: BTreeSet::new(),
+            duplicates: BTreeSet::new(),
             warned_no_node: false,
+            empty_grace: EMPTY_GRACE,
+            parses: 0,
         }
     }
 
-    /// Re-read changed files and return the current snapshot. Fails only when the path
-    /// itself cannot be read.
-    pub fn read(&mut self) -> Result<Snapshot, String> {
-        let list = files(&self.path).map_err(|e| format!("{}: {e}", self.path.display()))?;
-        let mut problems = Vec::new();
-        let mut keep = BTreeMap::new();
-        for f in list {
-            let meta = std::fs::metadata(&f).ok();
-            let mtime = meta.as_ref().and_then(|m| m.modified().ok());
-            let len = meta.as_ref().map_or(0, |m| m.len());
-            if let Some(prev) = self.per_file.remove(&f) {
-                if prev.0 == mtime && prev.1 == len && mtime.is_some() {
-                    keep.insert(f, prev);
-                    continue;
-                }
-                let name = f.display().to_string();
-                match std::fs::read_to_string(&f)
-                    .map_err(|e| format!("{name}: {e}"))
-                    .and_then(|t| parse_text(&name, &t))
-                {
-                    Ok((objs, p)) => {
-                        problems.extend(p);
-                        keep.insert(f, (mtime, len, objs));
-                    }
-                    Err(e) => {
-                        problems.push(format!("{e}; keeping the objects read before"));
-                        keep.insert(f, prev);
-                    }
-                }
-            } else {
-                let name = f.display().to_string();
-                match std::fs::read_to_string(&f)
-                    .map_err(|e| format!("{name}: {e}"))
-                    .and_then(|t| parse_text(&name, &t))
-                {
-                    Ok((objs, p)) => {
-                        problems.extend(p);
-                        keep.insert(f, (mtime, len, objs));
-                    }
-                    Err(e) => problems.push(e),
-                }
-            }
-        }
-        self.per_file = keep;
-        // Persisting problems of unchanged files stay reported; new ones are logged.
-        let now: HashSet<String> = problems.into_iter().collect();
-        for p in &now {
-            if !self.reported.contains(p) {
-                warn!(problem = %p, "invalid manifest object skipped");
-            }
-        }
-        // Only forget problems of files that were re-read (others keep theirs).
-        self.reported.retain(|p| now.contains(p));
-        self.reported.extend(now);
+    /// Check that the manifests path can be listed (at start: a wrong path is fatal).
+    pub fn check(&self) -> Result<(), ManifestsError> {
+        files::list(&self.path)
+            .map(|_| ())
+            .map_err(|source| ManifestsError {
+                path: self.path.clone(),
+                source,
+            })
+    }
 
-        let mut snap = Snapshot::default();
-        for (f, (_, _, objs)) in &self.per_file {
-            for o in objs {
-                let k = key_of(o);
-                if let Key::Node(n) = &k {
-                    if *n != self.node_name {
+    /// Log a problem of `file` unless it was logged since the file was last read.
+    fn note(&mut self, file: &Path, msg: String, what: &str) {
+        if self
+            .logged
+            .entry(file.to_path_buf())
+            .or_default()
+            .insert(msg.clone())
+        {
+            warn!(problem = %msg, "{what}");
+        }
+    }
+
+    /// Read what changed and send its events (`send` returns false when the engine is
+    /// gone). `initial`: read every file now, without waiting for it to settle. Returns
+    /// the number of events sent.
+    pub fn poll(
+        &mut self,
+        initial: bool,
+        send: &mut dyn FnMut(Event) -> bool,
+    ) -> Result<usize, ManifestsError> {
+        let listing = files::list(&self.path).map_err(|source| ManifestsError {
+            path: self.path.clone(),
+            source,
+        })?;
+        let skipped: BTreeSet<String> = listing
+            .skipped
+            .iter()
+            .map(|(p, why)| format!("{}: skipped: {why}", p.display()))
+            .collect();
+        for msg in skipped.difference(&self.skipped) {
+            warn!(problem = %msg, "manifest path skipped");
+        }
+        self.skipped = skipped;
+        // Files gone (or no longer regular files) take their objects with them.
+        let present: BTreeSet<&PathBuf> = listing.files.iter().map(|(p, _)| p).collect();
+        self.files.retain(|p, _| present.contains(p));
+        self.logged.retain(|p, _| present.contains(p));
+
+        let now = Instant::now();
+        let mut parsed: BTreeMap<PathBuf, Parsed> = BTreeMap::new();
+        for (p, stamp) in &listing.files {
+            let st = self.files.entry(p.clone()).or_default();
+            if st.used == Some(*stamp) || st.failed == Some(*stamp) {
+                continue;
+            }
+            if !initial {
+                match st.seen {
+                    Some((s, since)) if s == *stamp && now - since >= self.settle => {}
+                    Some((s, _)) if s == *stamp => continue,
+                    _ => {
+                        st.seen = Some((*stamp, now));
                         continue;
                     }
                 }
-                if snap.objects.contains_key(&k) {
-                    let msg = format!("{}: {k:?} defined twice; the last one wins", f.display());
-                    if self.reported.insert(msg.clone()) {
-                        warn!(problem = %msg, "duplicate manifest object");
-                    }
-                }
-                snap.objects.insert(k, (o.clone(), o.json()));
+            }
+            if let Some(pf) = self.read_file(p, initial, now) {
+                parsed.insert(p.clone(), pf);
             }
         }
-        let has_node = snap.objects.keys().any(|k| matches!(k, Key::Node(_)));
-        if !has_node && !self.warned_no_node {
+        Ok(self.apply(&parsed, send))
+    }
+
+    /// Read and parse one file; on success its new objects are recorded and the text is
+    /// returned for decoding. On failure the file keeps its objects.
+    fn read_file(&mut self, p: &Path, initial: bool, now: Instant) -> Option<Parsed> {
+        let name = p.display().to_string();
+        self.logged.remove(p);
+        self.parses += 1;
+        debug!(file = %name, "reading");
+        let (text, stamp) = match files::read(p) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = format!("{name}: {e}; keeping the objects read from it before");
+                self.note(p, msg, "manifest file not read");
+                if let Some(s) = files::stamp(p) {
+                    self.files.entry(p.to_path_buf()).or_default().failed = Some(s);
+                }
+                return None;
+            }
+        };
+        if files::stamp(p) != Some(stamp) {
+            // Written while we read it: read it once it has settled.
+            debug!(file = %name, "changed while being read; reading it again later");
+            self.files.entry(p.to_path_buf()).or_default().seen = Some((stamp, now));
+            return None;
+        }
+        let docs = match manifest::documents(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                let msg = format!("{name}: {e}; keeping the objects read from it before");
+                self.note(p, msg, "manifest file not parsed");
+                self.files.entry(p.to_path_buf()).or_default().failed = Some(stamp);
+                return None;
+            }
+        };
+        let mut objects = BTreeMap::new();
+        for e in docs.entries() {
+            match e {
+                Err(err) => self.note(
+                    p,
+                    format!("{name}: {err}"),
+                    "invalid manifest object skipped",
+                ),
+                Ok(e) => {
+                    if let Some(k) = Key::of(&e, &self.node_name) {
+                        if objects.insert(k.clone(), hash(e.raw)).is_some() {
+                            let msg = format!("{name}: {k:?} defined twice; the last one wins");
+                            self.note(p, msg, "duplicate manifest object");
+                        }
+                    }
+                }
+            }
+        }
+        drop(docs);
+        let st = self.files.entry(p.to_path_buf()).or_default();
+        if objects.is_empty() && !st.objects.is_empty() && !initial {
+            let since = st.seen.map_or(now, |(_, t)| t);
+            if now - since < self.empty_grace {
+                let msg = format!(
+                    "{name}: has no objects now; keeping its objects unless it stays so for {:?}",
+                    self.empty_grace
+                );
+                self.note(p, msg, "manifest file emptied");
+                return None;
+            }
+        }
+        st.used = Some(stamp);
+        st.failed = None;
+        st.seen = None;
+        st.objects = objects;
+        Some(Parsed { text })
+    }
+
+    /// Compare what the files hold with what was sent; send the difference: changed
+    /// objects as they are decoded (file by file, in file order), then deletions, then
+    /// the service CIDR list when it changed. Returns the number of events.
+    fn apply(
+        &mut self,
+        parsed: &BTreeMap<PathBuf, Parsed>,
+        send: &mut dyn FnMut(Event) -> bool,
+    ) -> usize {
+        // The objects in effect: the last file (in name order) defining a key wins.
+        let mut want: BTreeMap<Key, (PathBuf, u64)> = BTreeMap::new();
+        let mut dups = Vec::new();
+        for (p, st) in &self.files {
+            for (k, h) in &st.objects {
+                if let Some((other, _)) = want.insert(k.clone(), (p.clone(), *h)) {
+                    dups.push(format!(
+                        "{}: {k:?} also defined in {}; the last file wins",
+                        p.display(),
+                        other.display()
+                    ));
+                }
+            }
+        }
+        let dups: BTreeSet<String> = dups.into_iter().collect();
+        for msg in dups.difference(&self.duplicates) {
+            warn!(problem = %msg, "duplicate manifest object");
+        }
+        self.duplicates = dups;
+        // Decode the changed objects, file by file. A file whose object now wins without
+        // having been read this round (a duplicate's file changed) is read again.
+        let mut by_file: BTreeMap<PathBuf, BTreeSet<Key>> = BTreeMap::new();
+        for (k, v) in &want {
+            if self.sent.get(k) != Some(v) {
+                by_file.entry(v.0.clone()).or_default().insert(k.clone());
+            }
+        }
+        let mut n = 0;
+        let mut ok = true;
+        let mut emit = |ev: Option<Event>, n: &mut usize| {
+            if let Some(ev) = ev {
+                ok = ok && send(ev);
+                *n += 1;
+            }
+        };
+        for (p, keys) in by_file {
+            let reread;
+            let text = match parsed.get(&p) {
+                Some(pf) => &pf.text,
+                None => match files::read(&p) {
+                    Ok((t, s)) if self.files.get(&p).and_then(|st| st.used) == Some(s) => {
+                        reread = t;
+                        &reread
+                    }
+                    _ => continue, // changed meanwhile: a later poll reads it
+                },
+            };
+            let Ok(docs) = manifest::documents(text) else {
+                continue;
+            };
+            for e in docs.entries().into_iter().flatten() {
+                let Some(k) = Key::of(&e, &self.node_name) else {
+                    continue;
+                };
+                if !keys.contains(&k) || want[&k].1 != hash(e.raw) {
+                    continue; // unchanged, or an earlier duplicate
+                }
+                match e.object() {
+                    Ok(Some(o)) => {
+                        let ev = self.applied(&k, o);
+                        self.sent.insert(k.clone(), want[&k].clone());
+                        emit(ev, &mut n);
+                    }
+                    Ok(None) => {}
+                    Err(err) => {
+                        // Skipped until its file changes; a version sent before is
+                        // deleted, as an invalid object is.
+                        let msg = format!("{}: {err}", p.display());
+                        self.note(&p, msg, "invalid manifest object skipped");
+                        if let Some(st) = self.files.get_mut(&p) {
+                            st.objects.remove(&k);
+                        }
+                        want.remove(&k);
+                    }
+                }
+            }
+        }
+        let gone: Vec<Key> = self
+            .sent
+            .keys()
+            .filter(|k| !want.contains_key(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.sent.remove(&k);
+            let ev = self.deleted(&k);
+            emit(ev, &mut n);
+        }
+        let mut cidrs: Vec<String> = self.cidr_objects.values().flatten().cloned().collect();
+        cidrs.sort();
+        cidrs.dedup();
+        if self.cidrs_sent.as_ref() != Some(&cidrs)
+            && (self.cidrs_sent.is_some() || !cidrs.is_empty())
+        {
+            info!(cidrs = ?cidrs, "service CIDRs");
+            if ok {
+                send(Event::ServiceCidrs(cidrs.clone()));
+            }
+            self.cidrs_sent = Some(cidrs);
+            n += 1;
+        }
+        if self.node.is_none() && !self.warned_no_node {
             self.warned_no_node = true;
             warn!(
                 node = %self.node_name,
                 "no Node object of this name in the manifests: no node addresses, labels or podCIDRs"
             );
         }
-        Ok(snap)
+        n
     }
-}
 
-fn applied(o: &Object) -> Event {
-    match o {
-        Object::Node(n) => Event::NodeApplied((**n).clone()),
-        Object::Service(s) => Event::ServiceApplied((**s).clone()),
-        Object::Slice(s) => Event::SliceApplied((**s).clone()),
-    }
-}
-
-fn deleted(o: &Object) -> Option<Event> {
-    match o {
-        Object::Node(n) => {
-            // No NodeDeleted event: the engine sees a node being deleted.
-            let mut n = (**n).clone();
-            if n.metadata.deletion_timestamp.is_none() {
-                n.metadata.deletion_timestamp =
-                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                        k8s_openapi::jiff::Timestamp::now(),
-                    ));
+    fn applied(&mut self, k: &Key, o: Object) -> Option<Event> {
+        Some(match o {
+            Object::Service(s) => Event::ServiceApplied(*s),
+            Object::EndpointSlice(s) => Event::SliceApplied(*s),
+            Object::Node(n) => {
+                self.node = Some((*n).clone());
+                Event::NodeApplied(*n)
             }
-            Some(Event::NodeApplied(n))
-        }
-        Object::Service(s) => Some(Event::ServiceDeleted((**s).clone())),
-        Object::Slice(s) => Some(Event::SliceDeleted((**s).clone())),
-    }
-}
-
-/// The events that turn `old` into `new`: node first, then services, then slices.
-pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Event> {
-    let mut out = Vec::new();
-    for (k, (o, text)) in &new.objects {
-        match old.objects.get(k) {
-            Some((_, t)) if t == text => {}
-            _ => out.push(applied(o)),
-        }
-    }
-    for (k, (o, _)) in &old.objects {
-        if !new.objects.contains_key(k) {
-            if let Some(ev) = deleted(o) {
-                out.push(ev);
-            }
-        }
-    }
-    out
-}
-
-/// The events of an initial list: every object, then both "listed" markers.
-pub fn initial(snap: &Snapshot) -> Vec<Event> {
-    let mut out = diff(&Snapshot::default(), snap);
-    out.push(Event::ServicesListed);
-    out.push(Event::SlicesListed);
-    out
-}
-
-/// Watch the manifests: send the initial list, then the changes, until the receiver is
-/// gone. Runs on its own thread.
-pub fn watch(mut reader: Reader, mut last: Snapshot, poll: Duration, tx: Sender<Event>) {
-    loop {
-        std::thread::sleep(poll);
-        let snap = match reader.read() {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(error = %e, "cannot read the manifests; keeping the rules as they are");
-                continue;
-            }
-        };
-        let events = diff(&last, &snap);
-        if !events.is_empty() {
-            info!(changes = events.len(), "manifests changed");
-        }
-        for ev in events {
-            if tx.send(ev).is_err() {
-                return;
-            }
-        }
-        last = snap;
-    }
-}
-
-/// The `spec.cidrs` of every `ServiceCIDR` object (networking.k8s.io/v1) in the manifests
-/// under `path`, read once at start (a change needs a restart).
-pub fn service_cidrs(path: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for f in files(path).unwrap_or_default() {
-        let Ok(text) = std::fs::read_to_string(&f) else {
-            continue;
-        };
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let Ok(v) = serde_yaml::Value::deserialize(doc) else {
-                break;
-            };
-            let items: Vec<serde_yaml::Value> =
-                if v.get("kind").and_then(|k| k.as_str()) == Some("List") {
-                    v.get("items")
-                        .and_then(|i| i.as_sequence())
-                        .cloned()
-                        .unwrap_or_default()
-                } else {
-                    vec![v]
+            Object::ServiceCidr(c) => {
+                let Key::ServiceCidr(name) = k else {
+                    return None;
                 };
-            for item in items {
-                if item.get("kind").and_then(|k| k.as_str()) != Some("ServiceCIDR") {
-                    continue;
-                }
-                let cidrs = item
-                    .get("spec")
-                    .and_then(|s| s.get("cidrs"))
-                    .and_then(|c| c.as_sequence());
-                out.extend(
-                    cidrs
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|c| c.as_str().map(str::to_string)),
-                );
+                let cidrs = c.spec.and_then(|s| s.cidrs).unwrap_or_default();
+                self.cidr_objects.insert(name.clone(), cidrs);
+                return None;
+            }
+        })
+    }
+
+    fn deleted(&mut self, k: &Key) -> Option<Event> {
+        let meta = |key: &ServiceKey| ObjectMeta {
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            ..ObjectMeta::default()
+        };
+        match k {
+            Key::Service(key) => Some(Event::ServiceDeleted(core::Service {
+                metadata: meta(key),
+                ..Default::default()
+            })),
+            Key::Slice(key) => Some(Event::SliceDeleted(discovery::EndpointSlice {
+                metadata: meta(key),
+                ..Default::default()
+            })),
+            Key::Node(_) => {
+                // No NodeDeleted event: the engine sees this node being deleted.
+                let mut n = self.node.take()?;
+                n.metadata
+                    .deletion_timestamp
+                    .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+                Some(Event::NodeApplied(n))
+            }
+            Key::ServiceCidr(name) => {
+                self.cidr_objects.remove(name);
+                None
             }
         }
     }
-    out
+}
+
+/// Read the manifests once (every file now) and send every object, then both "listed"
+/// markers; then, unless `poll` is None, poll for changes every `poll` until the engine
+/// is gone. Runs on its own thread, so the engine takes the objects while they are read.
+pub fn run(mut reader: Reader, poll: Option<Duration>, tx: SyncSender<Event>) {
+    let gone = std::cell::Cell::new(false);
+    let mut send = |ev: Event| {
+        let ok = tx.send(ev).is_ok();
+        gone.set(gone.get() || !ok);
+        ok
+    };
+    if let Err(e) = reader.poll(true, &mut send) {
+        warn!(error = %e, "cannot read the manifests");
+    }
+    if !send(Event::ServicesListed) || !send(Event::SlicesListed) {
+        return;
+    }
+    let Some(poll) = poll else { return };
+    while !gone.get() {
+        std::thread::sleep(poll);
+        match reader.poll(false, &mut send) {
+            Ok(0) => {}
+            Ok(n) => info!(changes = n, "manifests changed"),
+            Err(e) => warn!(error = %e, "cannot read the manifests; keeping the rules as they are"),
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TEXT: &str = r#"
-apiVersion: v1
-kind: Service
-metadata: {name: a, namespace: ns}
-spec: {clusterIP: 198.18.100.1, ports: [{port: 80}]}
----
-apiVersion: v1
-kind: Service
-metadata: {name: bad, namespace: ns}
-spec: {clusterIP: 198.18.100.2, ports: [{port: "eighty"}]}
----
-kind: List
-apiVersion: v1
-items:
-- apiVersion: v1
-  kind: Node
-  metadata: {name: node-a}
-- apiVersion: discovery.k8s.io/v1
-  kind: EndpointSlice
-  metadata: {name: a-1, namespace: ns, labels: {kubernetes.io/service-name: a}}
-  addressType: IPv4
-  endpoints: [{addresses: [198.18.1.1]}]
----
-kind: ConfigMap
-apiVersion: v1
-metadata: {name: other}
-"#;
-
-    #[test]
-    fn bad_documents_are_reported_and_skipped() {
-        let (objs, problems) = parse_text("f.yaml", TEXT).unwrap();
-        assert_eq!(objs.len(), 3);
-        assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(problems[0].contains("Service ns/bad"), "{}", problems[0]);
-        assert!(parse_text("f.yaml", "a: [").is_err());
-    }
-
-    #[test]
-    fn diff_emits_changes_only() {
-        let dir = std::env::temp_dir().join(format!("nlp-man-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("m.yaml");
-        std::fs::write(&f, TEXT).unwrap();
-        let mut r = Reader::new(&dir, "node-a");
-        let s1 = r.read().unwrap();
-        let ev = initial(&s1);
-        assert_eq!(ev.len(), 5);
-        assert!(matches!(ev[0], Event::NodeApplied(_)));
-        let s2 = r.read().unwrap();
-        assert!(diff(&s1, &s2).is_empty());
-        std::fs::write(&f, TEXT.replace("198.18.1.1", "198.18.1.2") + "\n").unwrap();
-        let s3 = r.read().unwrap();
-        let d = diff(&s2, &s3);
-        assert_eq!(d.len(), 1);
-        assert!(matches!(d[0], Event::SliceApplied(_)));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

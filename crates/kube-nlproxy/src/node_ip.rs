@@ -7,7 +7,7 @@
 //! node's InternalIPs, which is where the model takes a family's primary IP from.
 
 use std::net::IpAddr;
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver};
 
 use k8s_openapi::api::core::v1 as core;
 use sync_engine::Event;
@@ -29,7 +29,8 @@ pub fn override_primary(node: &mut core::Node, ip: IpAddr) {
 /// `rx` with every Node event carrying the override; `rx` itself when there is none.
 pub fn map_events(rx: Receiver<Event>, ip: Option<IpAddr>) -> Receiver<Event> {
     let Some(ip) = ip else { return rx };
-    let (tx, out) = channel();
+    // Bounded like the sources' queue: a slow engine holds the sources back.
+    let (tx, out) = sync_channel(256);
     let spawned = std::thread::Builder::new()
         .name("node-ip".into())
         .spawn(move || {

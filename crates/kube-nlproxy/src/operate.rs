@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,7 +92,7 @@ pub fn migrate_from_iptables() {
 /// Forward source events to the engine, counting Service and EndpointSlice changes for
 /// the `*_changes_total` and `*_changes_pending` metrics.
 pub fn counting(rx: Receiver<Event>, metrics: Arc<Metrics>) -> anyhow::Result<Receiver<Event>> {
-    let (tx, out): (Sender<Event>, Receiver<Event>) = channel();
+    let (tx, out): (SyncSender<Event>, Receiver<Event>) = sync_channel(crate::EVENT_QUEUE);
     std::thread::Builder::new()
         .name("event-counter".into())
         .spawn(move || {

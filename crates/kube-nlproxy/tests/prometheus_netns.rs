@@ -125,6 +125,12 @@ fn dashboard_queries() -> Vec<(&'static str, String, bool)> {
             format!(r#"sum(rate(rest_client_requests_total{{{sel},code=~"2.."}}[5m]))"#),
             true,
         ),
+        // the node's Starting event is the one POST, at start: its series exists
+        (
+            "Post Request Latency 99th Quantile",
+            format!(r#"histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{{{sel},verb="POST"}}[5m])) by (verb, url, le))"#),
+            false,
+        ),
         (
             "Get Request Latency 99th Quantile",
             format!(r#"histogram_quantile(0.99, sum(rate(rest_client_request_duration_seconds_bucket{{{sel}, verb="GET"}}[5m])) by (verb, url, le))"#),

@@ -89,7 +89,9 @@ pub fn health_router<S: StatusSource>(
 fn answer<S: StatusSource>(ctx: &Ctx<S>, with_node: bool) -> (StatusCode, Body) {
     let status = ctx.source.snapshot();
     let now: Instant = ctx.source.now();
-    let healthy = status.healthy(now);
+    // /healthz also fails for a source stalled beyond the same bound (see
+    // `Status::stale_source`); /livez follows upstream's rule alone.
+    let healthy = status.healthy(now) && (!with_node || status.stale_source(now).is_none());
     let wall_now = SystemTime::now();
     let last = status.last_sync_wall.map(rfc3339);
     let eligible = status.node.as_ref().is_none_or(|n| n.eligible());

@@ -173,9 +173,22 @@ pub struct Status {
     /// The same per IP family and service port (internal, external), as kube-proxy's
     /// per-family proxiers report them.
     pub no_local: BTreeMap<IpFamily, (usize, usize)>,
+    /// Sources that made no progress (e.g. `"service"`), and when each last did.
+    pub stalled_sources: BTreeMap<String, Instant>,
 }
 
 impl Status {
+    /// A source that has made no progress for more than 2 x syncPeriod (upstream's
+    /// bound for a queued change), if any: what it delivered may be stale. `/healthz`
+    /// reports unhealthy for it; `/livez` and the health-check node ports do not (an
+    /// API outage would otherwise fail every node's load-balancer checks at once).
+    pub fn stale_source(&self, now: Instant) -> Option<&str> {
+        self.stalled_sources
+            .iter()
+            .find(|(_, since)| now.saturating_duration_since(**since) > self.sync_period * 2)
+            .map(|(s, _)| s.as_str())
+    }
+
     /// Upstream's rule: unhealthy when a change has been queued for more than
     /// 2 x syncPeriod without being applied.
     pub fn healthy(&self, now: Instant) -> bool {

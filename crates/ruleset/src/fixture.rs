@@ -1,7 +1,9 @@
 //! Fixtures: a multi-document YAML manifest of Services, EndpointSlices, a Node and one
 //! `kind: NlproxyConfig` document (the [`Config`] fields), as the golden tests hold them.
 
-use kube_model::{manifest, Cluster, ModelError};
+use kube_model::{manifest, Cluster, ObjectError};
+
+use serde::Deserialize;
 
 use crate::{Config, RulesetError};
 
@@ -11,18 +13,14 @@ pub struct Fixture {
     pub cluster: Cluster,
     pub config: Config,
     /// Objects refused or partly refused while building the cluster.
-    pub model_errors: Vec<ModelError>,
+    pub model_errors: Vec<ObjectError>,
 }
 
 /// Parse a fixture. The first Node is the proxier's own.
 pub fn parse(text: &str) -> Result<Fixture, RulesetError> {
     let m = manifest::parse(text)?;
-    let config = match m
-        .other
-        .iter()
-        .find(|v| v.get("kind").and_then(|k| k.as_str()) == Some("NlproxyConfig"))
-    {
-        Some(v) => serde_yaml::from_value(v.clone()).map_err(|e| RulesetError::Config {
+    let config = match m.other_of_kind("NlproxyConfig") {
+        Some(v) => Config::deserialize(v).map_err(|e| RulesetError::Config {
             field: "NlproxyConfig".into(),
             value: String::new(),
             reason: e.to_string(),

@@ -37,7 +37,9 @@ pub enum RulesetError {
         reason: String,
     },
     #[error(transparent)]
-    Model(#[from] kube_model::ModelError),
+    Model(#[from] kube_model::ObjectError),
+    #[error(transparent)]
+    Manifest(#[from] kube_model::manifest::ManifestError),
     #[error("service {service} port {port:?}: {what} is already used by service {other}; skipped")]
     Conflict {
         service: String,

@@ -419,7 +419,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             {
                 out.done += 1;
             } else {
-                tracing::trace!(target_filter = %t.filter(), outcome = ?o, "conntrack cleanup target not finished; pending");
+                tracing::trace!(target_filter = %t.filter(), outcome = %o, "conntrack cleanup target not finished; pending");
             }
         }
         if failed > 0 {
@@ -430,7 +430,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
         self.publish_pending();
         out.took = self.clock.now().saturating_duration_since(t0);
-        tracing::debug!(
+        tracing::trace!(
             targets = out.targets,
             done = out.done,
             failed,
@@ -486,6 +486,14 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             filters: c.filters,
         };
         if c.targets > 0 {
+            tracing::debug!(
+                targets = r.targets,
+                done = r.done,
+                deleted = r.deleted,
+                pending = r.pending,
+                took_ms = r.took.as_secs_f64() * 1e3,
+                "conntrack cleanup between syncs"
+            );
             self.observer.cleaned(&r);
         }
         r

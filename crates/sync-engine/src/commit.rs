@@ -171,7 +171,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. }))
                         if tries < 3 =>
                     {
-                        tracing::info!("ruleset changed under us; re-reading and retrying");
+                        tracing::debug!("ruleset changed under us; re-reading and retrying");
                         full = true;
                         continue;
                     }
@@ -201,6 +201,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             }
             self.committed = Some(desired.tables);
             self.applied_eps = Some(desired.endpoints);
+            self.note_conflicts(&desired.errors);
             let now = self.clock.now();
             for t in staged {
                 self.pending.add(t, now);
@@ -242,12 +243,44 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 trigger_times: std::mem::take(&mut self.trigger_times),
                 conntrack_filters: cleaned.filters,
             };
-            tracing::debug!(?report, "synced");
             return Ok(Synced {
                 report,
                 repaired: read.drift && !ops.is_empty(),
                 followup,
             });
         }
+    }
+}
+
+impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+    /// Log each conflict between services (two claiming one address and port) once, at
+    /// WARN with both names, when it appears in the committed rules, and once at INFO
+    /// when it is gone; not on every sync.
+    pub(crate) fn note_conflicts(&mut self, errors: &[ruleset::RulesetError]) {
+        let now: BTreeSet<String> = errors
+            .iter()
+            .filter(|e| {
+                let new = !self.conflicts.contains(&e.to_string());
+                if let (
+                    true,
+                    ruleset::RulesetError::Conflict {
+                        service,
+                        port,
+                        other,
+                        what,
+                    },
+                ) = (new, e)
+                {
+                    tracing::warn!(service = %service, port = %port, other = %other, what = %what,
+                        "two services claim one address and port: the first keeps it, this service port is skipped there");
+                }
+                matches!(e, ruleset::RulesetError::Conflict { .. })
+            })
+            .map(ToString::to_string)
+            .collect();
+        for gone in self.conflicts.difference(&now) {
+            tracing::info!(conflict = %gone, "conflict between services resolved");
+        }
+        self.conflicts = now;
     }
 }

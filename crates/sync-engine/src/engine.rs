@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
-use kube_model::{Cluster, ServiceKey};
+use kube_model::{ns_key, Cluster};
 use nft_model::Table;
 
 use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
@@ -67,6 +67,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// as in kube-proxy).
     pub(crate) trigger_times: Vec<(kube_model::IpFamily, SystemTime)>,
     pub(crate) started_wall: SystemTime,
+    /// Conflicts between services in the committed rules (logged once each).
+    pub(crate) conflicts: std::collections::BTreeSet<String>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -124,6 +126,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             skipped: BTreeMap::new(),
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
+            conflicts: Default::default(),
         }
     }
 
@@ -319,6 +322,18 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Event::ServicesListed => self.schedule.services_listed(),
             Event::SlicesListed => self.schedule.slices_listed(),
             Event::Resync => self.request_repair(),
+            Event::ServiceCidrs(cidrs) => {
+                if self.cfg.ruleset.service_cidrs != cidrs {
+                    self.cfg.ruleset.service_cidrs = cidrs;
+                    self.queue();
+                }
+            }
+            Event::SourceStalled { source, since } => self.status.update(|s| {
+                s.stalled_sources.insert(source, since);
+            }),
+            Event::SourceRecovered { source } => self.status.update(|s| {
+                s.stalled_sources.remove(&source);
+            }),
             Event::Shutdown => {}
         }
     }
@@ -405,6 +420,21 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         Some(work)
     }
 
+    /// Run the cleanup slices that are due now, one after the other (for a one-shot
+    /// run that exits after its sync: what is left, e.g. targets backing off, stays
+    /// recorded in our tables for the next run). Returns the slices run.
+    pub fn drain_cleanup(&mut self) -> usize {
+        let mut n = 0;
+        while let Some((at, Work::Cleanup)) = self.next_work() {
+            if at > self.clock.now() || n >= 1_000_000 {
+                break;
+            }
+            self.cleanup_turn();
+            n += 1;
+        }
+        n
+    }
+
     /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the
     /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
     /// makes the next sync a full one.
@@ -421,6 +451,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 repaired,
                 followup,
             }) => {
+                log_sync(&report);
                 self.schedule.succeeded(now, report.full);
                 match followup {
                     Followup::None => {}
@@ -472,9 +503,22 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     }
 }
 
-fn ns_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> ServiceKey {
-    ServiceKey::new(
-        m.namespace.clone().unwrap_or_else(|| "default".into()),
-        m.name.clone().unwrap_or_default(),
-    )
+/// One DEBUG line per sync (kube-proxy logs its syncs at -v=2), key=value fields.
+fn log_sync(r: &SyncReport) {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    tracing::debug!(
+        full = r.full,
+        services = r.services,
+        endpoints = r.endpoints,
+        ops = r.ops,
+        bytes = r.bytes,
+        compile_ms = ms(r.compile),
+        commit_ms = ms(r.commit),
+        conntrack_ms = ms(r.conntrack),
+        targets = r.conntrack_targets,
+        deleted = r.conntrack_deleted,
+        pending = r.conntrack_pending,
+        invalid = r.errors.len(),
+        "synced"
+    );
 }

@@ -65,6 +65,19 @@ pub enum CleanupOutcome {
     Failed,
 }
 
+impl std::fmt::Display for CleanupOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CleanupOutcome::Deleted { entries: Some(n) } => write!(f, "deleted {n}"),
+            CleanupOutcome::Deleted { entries: None } => f.write_str("deleted"),
+            CleanupOutcome::AlreadyGone => f.write_str("already gone"),
+            CleanupOutcome::Capped => f.write_str("capped"),
+            CleanupOutcome::Incomplete => f.write_str("incomplete"),
+            CleanupOutcome::Failed => f.write_str("failed"),
+        }
+    }
+}
+
 impl CleanupOutcome {
     /// Whether the target is finished (it leaves the pending set).
     pub fn done(&self) -> bool {

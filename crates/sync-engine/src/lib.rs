@@ -31,6 +31,8 @@ pub mod watch;
 /// The k8s-openapi version the events carry.
 pub use k8s_openapi;
 
+use std::time::Instant;
+
 pub use cleanup::ConntrackOpener;
 pub use engine::{Engine, Work};
 pub use kernel::{
@@ -64,6 +66,19 @@ pub enum Event {
     SlicesListed,
     /// Ask for a full resync now (bypasses minSyncPeriod).
     Resync,
+    /// The cluster's service CIDRs (`spec.cidrs` of every ServiceCIDR object) changed:
+    /// the whole list as it is now.
+    ServiceCidrs(Vec<String>),
+    /// A source (e.g. `"service"`) has made no progress since `since`: what it last
+    /// delivered may be stale. Counts as a change queued at `since` for the health check.
+    SourceStalled {
+        source: String,
+        since: Instant,
+    },
+    /// The source made progress again.
+    SourceRecovered {
+        source: String,
+    },
     Shutdown,
 }
 

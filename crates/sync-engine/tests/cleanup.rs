@@ -294,3 +294,24 @@ fn without_conntrack_rules_are_programmed_and_targets_wait() {
     assert_eq!(w.recorded(), vec![]);
     assert!(e.pending_targets().is_empty());
 }
+
+/// A one-shot run (`--once`) works through the whole backlog due now before it exits.
+#[test]
+fn drain_cleanup_runs_every_slice_due_now() {
+    let w = World::new();
+    let mut cfg = w.config(true);
+    cfg.cleanup_slice_targets = 1;
+    let mut e = w.engine_with(cfg);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    listed(&mut e);
+    let r = e.sync().unwrap();
+    assert_eq!((r.conntrack_targets, r.conntrack_pending), (1, 3));
+    assert_eq!(e.drain_cleanup(), 3);
+    assert_eq!(deletes(&w.take()), four_deletes());
+    assert_eq!(w.recorded(), vec![]);
+    assert_eq!(e.drain_cleanup(), 0);
+}

@@ -602,3 +602,49 @@ fn repairs_back_off_while_another_program_fights_over_our_table() {
     assert_eq!(*w.tables.lock().unwrap(), desired);
     assert_eq!(e.status().snapshot().repairs, 7);
 }
+
+#[test]
+fn service_cidr_changes_reach_the_compile_config() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    listed(&mut e);
+    e.sync().unwrap();
+    let cidrs = vec!["198.18.128.0/17".to_string()];
+    e.handle(Event::ServiceCidrs(cidrs.clone()));
+    assert_eq!(e.config().ruleset.service_cidrs, cidrs);
+    assert!(e.is_dirty(), "a new service CIDR list is a change to sync");
+    w.clock.advance(Duration::from_secs(1));
+    e.sync().unwrap();
+    e.handle(Event::ServiceCidrs(cidrs));
+    assert!(!e.is_dirty(), "the same list again is no change");
+}
+
+/// A stalled source is stale (for `/healthz`) once it made no progress for more than
+/// 2 x syncPeriod; upstream's queued-change rule (`healthy`, also behind `/livez` and the
+/// health-check node ports) is not affected.
+#[test]
+fn a_stalled_source_is_stale_after_twice_the_sync_period() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    listed(&mut e);
+    e.sync().unwrap();
+    let since = w.clock.now();
+    assert!(e.status().healthy(since));
+    e.handle(Event::SourceStalled {
+        source: "service".into(),
+        since,
+    });
+    let period = e.config().sync_period;
+    let st = e.status().snapshot();
+    assert_eq!(st.stale_source(since + period * 2), None);
+    let later = since + period * 2 + Duration::from_secs(1);
+    assert_eq!(st.stale_source(later), Some("service"));
+    assert!(
+        st.healthy(later),
+        "livez and health-check node ports stay up"
+    );
+    e.handle(Event::SourceRecovered {
+        source: "service".into(),
+    });
+    assert_eq!(e.status().snapshot().stale_source(since + period * 3), None);
+}

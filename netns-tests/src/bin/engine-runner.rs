@@ -202,11 +202,7 @@ enum Obj {
 }
 
 fn id(kind: &str, m: &ObjectMeta) -> String {
-    format!(
-        "{kind}/{}/{}",
-        m.namespace.as_deref().unwrap_or("default"),
-        m.name.as_deref().unwrap_or("")
-    )
+    format!("{kind}/{}", kube_model::ns_key(m))
 }
 
 fn objects(text: &str) -> Result<BTreeMap<String, Obj>, String> {

@@ -5,13 +5,13 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use kube_model::{Cluster, ModelError};
+use kube_model::{Cluster, ObjectError};
 use ruleset::{compile, Compiled, Config};
 
 pub struct Case {
     pub cluster: Cluster,
     pub config: Config,
-    pub model_errors: Vec<ModelError>,
+    pub model_errors: Vec<ObjectError>,
     pub compiled: Compiled,
 }
 

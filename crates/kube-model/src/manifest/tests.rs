@@ -1,0 +1,254 @@
+use super::*;
+
+const YAML: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: ns}
+spec: {clusterIP: 198.18.100.1, ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: bad, namespace: ns}
+spec: {clusterIP: 198.18.100.2, ports: [{port: "eighty"}]}
+---
+kind: List
+apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: a-1, labels: {kubernetes.io/service-name: a}}
+  addressType: IPv4
+  endpoints: [{addresses: [198.18.1.1]}]
+---
+kind: ConfigMap
+apiVersion: v1
+metadata: {name: other}
+"#;
+
+/// The same objects as one JSON `kind: List`.
+fn json() -> String {
+    let docs = documents(YAML).unwrap();
+    let items: Vec<String> = docs
+        .entries()
+        .into_iter()
+        .map(|e| e.unwrap().raw.to_string())
+        .collect();
+    format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[{}]}}"#,
+        items.join(",")
+    )
+}
+
+fn summary(text: &str) -> Vec<String> {
+    documents(text)
+        .unwrap()
+        .entries()
+        .into_iter()
+        .map(|e| match e {
+            Ok(e) => match e.object() {
+                Ok(_) => format!("{} {}", e.kind, e.key()),
+                Err(err) => format!("error: {err}"),
+            },
+            Err(err) => format!("error: {err}"),
+        })
+        .collect()
+}
+
+#[test]
+fn yaml_and_json_read_the_same_objects() {
+    assert_eq!(format_of(YAML), Format::Yaml);
+    assert_eq!(format_of(&json()), Format::Json);
+    let y = summary(YAML);
+    assert_eq!(y.len(), 5, "{y:#?}");
+    assert_eq!(y[0], "Service ns/a");
+    assert!(
+        y[1].starts_with("error: document 1: Service ns/bad: invalid type: string \"eighty\""),
+        "{}",
+        y[1]
+    );
+    assert_eq!(y[2], "Node default/node-a");
+    assert_eq!(y[3], "EndpointSlice default/a-1", "no namespace is default");
+    assert_eq!(y[4], "ConfigMap default/other");
+    // The JSON list names items by their place in the list, the rest is the same.
+    let j = summary(&json());
+    let strip = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .map(|s| s.split(": ").skip(2).collect::<Vec<_>>().join(": "))
+            .collect()
+    };
+    assert_eq!(strip(&y), strip(&j));
+    assert!(
+        j[1].starts_with("error: document 0 item 1: Service ns/bad"),
+        "{}",
+        j[1]
+    );
+}
+
+#[test]
+fn strict_parse_for_fixtures() {
+    let good = YAML.replace("\"eighty\"", "81");
+    let m = parse(&good).unwrap();
+    assert_eq!(m.services.len(), 2);
+    assert_eq!(m.slices.len(), 1);
+    assert_eq!(m.nodes.len(), 1);
+    assert_eq!(m.other.len(), 1);
+    assert_eq!(
+        m.other_of_kind("ConfigMap").unwrap()["metadata"]["name"],
+        "other"
+    );
+    // The same through JSON.
+    let m2 = parse(&json().replace("\"eighty\"", "81")).unwrap();
+    assert_eq!(m2.services, m.services);
+    assert_eq!(m2.slices, m.slices);
+    let err = parse(YAML).unwrap_err();
+    assert!(
+        matches!(err, ManifestError::Decode { ref name, .. } if name == "bad"),
+        "{err}"
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_document() {
+    let truncated = &json()[..200];
+    let e = documents(truncated).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ManifestError::Syntax {
+                document: 0,
+                format: Format::Json,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = documents("a: 1\n---\nb: [\n").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ManifestError::Syntax {
+                format: Format::Yaml,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Not objects: a scalar document, an object without kind.
+    let s = summary("just text\n---\nmetadata: {name: x}\n");
+    assert_eq!(s.len(), 2);
+    assert!(
+        s[0].contains("document 0: not a Kubernetes object"),
+        "{}",
+        s[0]
+    );
+    assert!(
+        s[1].contains("document 1: not a Kubernetes object: no kind"),
+        "{}",
+        s[1]
+    );
+}
+
+#[test]
+fn json_streams_and_arrays_are_documents() {
+    let a = r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"n1"}}"#;
+    let b = r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"n2"}}"#;
+    for text in [format!("{a}\n{b}\n"), format!("[{a},{b}]")] {
+        let m = parse(&text).unwrap();
+        let names: Vec<_> = m
+            .nodes
+            .iter()
+            .map(|n| n.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["n1", "n2"], "{text}");
+    }
+    // JSON documents between `---` lines: YAML.
+    let m = parse(&format!("{a}\n---\n{b}\n")).unwrap();
+    assert_eq!(m.nodes.len(), 2);
+    assert_eq!(
+        documents(&format!("{a}\n---\n{b}\n")).unwrap().format,
+        Format::Yaml
+    );
+    assert!(documents("").unwrap().is_empty());
+    assert!(documents("---\n---\n").unwrap().is_empty());
+    assert!(documents("\u{feff}{\"kind\":\"Node\"}").unwrap().len() == 1);
+}
+
+#[test]
+fn unreadable_names_and_lists_are_errors_in_place() {
+    let text = r#"{"kind":"List","items":[{"kind":"Service","metadata":{"name":5}},7,{"kind":"Node","metadata":{"name":"n"}}]}"#;
+    let docs = documents(text).unwrap();
+    let e = docs.entries();
+    assert_eq!(e.len(), 3);
+    let first = e[0].as_ref().unwrap();
+    assert_eq!(first.name, "", "a name that is not a string is no name");
+    assert!(first
+        .object()
+        .unwrap_err()
+        .to_string()
+        .contains("Service (no name)"));
+    assert!(e[1]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .starts_with("document 0 item 1"));
+    assert_eq!(e[2].as_ref().unwrap().name, "n");
+    let docs = documents(r#"{"kind":"List","items":5}"#).unwrap();
+    let bad_items = docs.entries();
+    assert!(bad_items[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("items"));
+}
+
+#[test]
+fn yaml_as_kubectl_reads_it() {
+    // Plain scalars keep their YAML 1.2 types (kubectl turns YAML into JSON first): an
+    // unquoted number where a string is expected does not decode.
+    let text = "kind: Service\napiVersion: v1\nmetadata: {name: s, labels: {v: 1.20}}\nspec: {clusterIP: 198.18.0.1, ports: [{port: 80}]}\n";
+    let docs = documents(text).unwrap();
+    let e = &docs.entries()[0];
+    let err = e.as_ref().unwrap().object().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("document 0: Service s: invalid type"),
+        "{err}"
+    );
+    let quoted = text.replace("1.20", "\"1.20\"");
+    assert!(parse(&quoted).is_ok());
+    // Anchors and aliases work; an alias bomb is refused, not expanded.
+    let anchors = "kind: Node\napiVersion: v1\nmetadata: {name: &n node-a, labels: {host: *n}}\n";
+    assert_eq!(
+        parse(anchors).unwrap().nodes[0]
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()["host"],
+        "node-a"
+    );
+    let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..12 {
+        let p = (b'a' + i - 1) as char;
+        let c = (b'a' + i) as char;
+        bomb.push_str(&format!(
+            "{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        ));
+    }
+    assert!(documents(&bomb).is_err());
+}
+
+#[test]
+fn large_yaml_streams_are_within_budget() {
+    let mut text = String::new();
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "---\nkind: Service\napiVersion: v1\nmetadata: {{name: s{i}, namespace: n}}\nspec: {{clusterIP: 198.18.{}.{}, ports: [{{port: 80}}]}}\n",
+            i / 250,
+            1 + i % 250
+        ));
+    }
+    assert_eq!(parse(&text).unwrap().services.len(), 3000);
+}

@@ -1,0 +1,262 @@
+use std::path::Path;
+
+use super::*;
+
+const TEXT: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: a, namespace: ns}
+spec: {clusterIP: 198.18.100.1, ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: bad, namespace: ns}
+spec: {clusterIP: 198.18.100.2, ports: [{port: "eighty"}]}
+---
+kind: List
+apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-b}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: a-1, namespace: ns, labels: {kubernetes.io/service-name: a}}
+  addressType: IPv4
+  endpoints: [{addresses: [198.18.1.1]}]
+- apiVersion: networking.k8s.io/v1
+  kind: ServiceCIDR
+  metadata: {name: kubernetes}
+  spec: {cidrs: [198.18.100.0/24]}
+---
+kind: ConfigMap
+apiVersion: v1
+metadata: {name: other}
+"#;
+
+struct Dir(PathBuf);
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("nlp-man-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+    fn join(&self, f: &str) -> PathBuf {
+        self.0.join(f)
+    }
+}
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn poll(r: &mut Reader, initial: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    r.poll(initial, &mut |ev| {
+        out.push(match ev {
+            Event::ServiceApplied(s) => format!("+svc {}", kube_model::ns_key(&s.metadata)),
+            Event::ServiceDeleted(s) => format!("-svc {}", kube_model::ns_key(&s.metadata)),
+            Event::SliceApplied(s) => format!("+slice {}", kube_model::ns_key(&s.metadata)),
+            Event::SliceDeleted(s) => format!("-slice {}", kube_model::ns_key(&s.metadata)),
+            Event::NodeApplied(n) => format!(
+                "node {}{}",
+                n.metadata.name.unwrap_or_default(),
+                if n.metadata.deletion_timestamp.is_some() {
+                    " deleted"
+                } else {
+                    ""
+                }
+            ),
+            Event::ServiceCidrs(c) => format!("cidrs {c:?}"),
+            other => format!("{other:?}"),
+        });
+        true
+    })
+    .unwrap();
+    out
+}
+
+fn reader(dir: &Path) -> Reader {
+    let mut r = Reader::new(dir, "node-a", Duration::ZERO);
+    r.empty_grace = Duration::from_millis(300);
+    r
+}
+
+#[test]
+fn initial_read_then_only_changes() {
+    let d = Dir::new("changes");
+    let f = d.join("m.yaml");
+    std::fs::write(&f, TEXT).unwrap();
+    let mut r = reader(&d.0);
+    let ev = poll(&mut r, true);
+    assert_eq!(
+        ev,
+        [
+            "+svc ns/a",
+            "node node-a",
+            "+slice ns/a-1",
+            "cidrs [\"198.18.100.0/24\"]"
+        ]
+    );
+    assert!(
+        r.logged[&f].iter().any(|p| p.contains("Service ns/bad")),
+        "{:?}",
+        r.logged
+    );
+    // Unchanged: nothing read, nothing sent.
+    assert!(poll(&mut r, false).is_empty());
+    assert_eq!(r.parses, 1);
+    // One endpoint changed: one event (after the change has settled: seen, then read).
+    std::fs::write(&f, TEXT.replace("198.18.1.1", "198.18.1.2")).unwrap();
+    assert!(poll(&mut r, false).is_empty(), "read only once settled");
+    assert_eq!(poll(&mut r, false), ["+slice ns/a-1"]);
+    // The service CIDR and the node go: deletion events.
+    let text = TEXT.replace("198.18.1.1", "198.18.1.2");
+    let cut = text
+        .find("- apiVersion: v1\n  kind: Node\n  metadata: {name: node-a}")
+        .unwrap();
+    let text = text[..cut].to_string()
+        + &text[cut..].replacen(
+            "  metadata: {name: node-a}\n",
+            "  metadata: {name: node-c}\n",
+            1,
+        );
+    let text = text.replace("198.18.100.0/24", "198.18.101.0/24");
+    std::fs::write(&f, &text).unwrap();
+    poll(&mut r, false);
+    assert_eq!(
+        poll(&mut r, false),
+        ["node node-a deleted", "cidrs [\"198.18.101.0/24\"]"]
+    );
+    // The file removed: everything goes at once.
+    std::fs::remove_file(&f).unwrap();
+    assert_eq!(
+        poll(&mut r, false),
+        ["-svc ns/a", "-slice ns/a-1", "cidrs []"]
+    );
+}
+
+#[test]
+fn a_file_that_does_not_parse_keeps_its_objects_and_is_read_once() {
+    let d = Dir::new("unparsable");
+    let f = d.join("m.json");
+    let good = r#"{"kind":"Service","apiVersion":"v1","metadata":{"name":"a","namespace":"ns"},"spec":{"clusterIP":"198.18.100.1","ports":[{"port":80}]}}"#;
+    std::fs::write(&f, good).unwrap();
+    let mut r = reader(&d.0);
+    assert_eq!(poll(&mut r, true), ["+svc ns/a"]);
+    // Torn: the first half of the text.
+    std::fs::write(&f, &good[..good.len() / 2]).unwrap();
+    for _ in 0..5 {
+        assert!(poll(&mut r, false).is_empty());
+    }
+    assert_eq!(r.parses, 2, "an unparsable version is parsed once");
+    assert!(
+        r.logged[&f].iter().any(|p| p.contains("not JSON")),
+        "{:?}",
+        r.logged
+    );
+    std::fs::write(&f, good.replace("198.18.100.1", "198.18.100.9")).unwrap();
+    poll(&mut r, false);
+    assert_eq!(poll(&mut r, false), ["+svc ns/a"]);
+}
+
+#[test]
+fn an_emptied_file_keeps_its_objects_for_a_while() {
+    let d = Dir::new("empty");
+    let f = d.join("m.yaml");
+    std::fs::write(&f, TEXT).unwrap();
+    let mut r = reader(&d.0);
+    poll(&mut r, true);
+    std::fs::write(&f, "").unwrap();
+    let start = Instant::now();
+    let mut events = Vec::new();
+    while events.is_empty() {
+        events = poll(&mut r, false);
+        if events.is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert!(start.elapsed() >= r.empty_grace, "{:?}", start.elapsed());
+    assert_eq!(
+        events,
+        [
+            "node node-a deleted",
+            "-svc ns/a",
+            "-slice ns/a-1",
+            "cidrs []"
+        ]
+    );
+}
+
+#[test]
+fn odd_paths_are_skipped_with_a_reason() {
+    let d = Dir::new("odd");
+    std::fs::write(d.join("good.yaml"), TEXT).unwrap();
+    std::os::unix::fs::symlink(d.join("loop.yaml"), d.join("loop.yaml")).unwrap();
+    std::os::unix::fs::symlink(d.join("missing"), d.join("dangling.yml")).unwrap();
+    std::fs::create_dir(d.join("dir.yaml")).unwrap();
+    let fifo = std::ffi::CString::new(d.join("fifo.json").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    std::fs::write(d.join("latin1.yaml"), b"kind: Service\nname: \xe9\n").unwrap();
+    std::fs::write(d.join(".hidden.yaml"), "not: [read").unwrap();
+    std::fs::write(d.join("notes.txt"), "not a manifest").unwrap();
+    let mut r = reader(&d.0);
+    assert_eq!(poll(&mut r, true).len(), 4);
+    let skipped: Vec<&str> = r.skipped.iter().map(String::as_str).collect();
+    let name = |s: &str| d.join(s).display().to_string();
+    assert_eq!(
+        skipped,
+        [
+            format!("{}: skipped: a dangling symlink", name("dangling.yml")),
+            format!("{}: skipped: a directory", name("dir.yaml")),
+            format!("{}: skipped: a FIFO", name("fifo.json")),
+            format!("{}: skipped: a symlink loop", name("loop.yaml")),
+        ]
+    );
+    let latin1 = d.join("latin1.yaml");
+    assert!(
+        r.logged[&latin1].iter().any(|p| p.contains("not UTF-8")),
+        "{:?}",
+        r.logged
+    );
+    assert!(poll(&mut r, false).is_empty());
+    assert_eq!(r.parses, 2, "the unreadable file is not read again");
+}
+
+#[test]
+fn later_files_win_and_losing_the_winner_restores_the_other() {
+    let d = Dir::new("dups");
+    let svc = |ip: &str| {
+        format!(
+            r#"{{"kind":"Service","apiVersion":"v1","metadata":{{"name":"a","namespace":"ns"}},"spec":{{"clusterIP":"{ip}","ports":[{{"port":80}}]}}}}"#
+        )
+    };
+    std::fs::write(d.join("1.json"), svc("198.18.100.1")).unwrap();
+    std::fs::write(d.join("2.json"), svc("198.18.100.2")).unwrap();
+    let mut r = reader(&d.0);
+    let mut last_ip = String::new();
+    r.poll(true, &mut |ev| {
+        if let Event::ServiceApplied(s) = ev {
+            last_ip = s.spec.unwrap().cluster_ip.unwrap();
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(last_ip, "198.18.100.2");
+    assert!(r.duplicates.iter().any(|m| m.contains("also defined in")));
+    std::fs::remove_file(d.join("2.json")).unwrap();
+    r.poll(false, &mut |ev| {
+        if let Event::ServiceApplied(s) = ev {
+            last_ip = s.spec.unwrap().cluster_ip.unwrap();
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(last_ip, "198.18.100.1");
+}

@@ -1,0 +1,324 @@
+//! The daemon against a fault-injecting API-server double: requests accepted and never
+//! answered, watches that send nothing, objects that do not decode, ServiceCIDR changes,
+//! the node's start event, kubeconfigs that would run a program.
+//!
+//! Time bounds (`--api-watch-timeout 2s`, see api_client::Timing): response headers
+//! within 1 s, no byte for 3 s ends a connection, backoff at most 1 s, a kind without
+//! progress for 4 s is stalled and relisted; `--iptables-sync-period 2s`, so /healthz
+//! turns 503 4 s after the last progress.
+
+use std::time::{Duration, Instant};
+
+use integration::*;
+use serde_json::json;
+
+const NODE: &str = "node-a";
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Run {
+    d: Daemon,
+    dir: TempDir,
+    healthz: u16,
+}
+
+fn start(server: &ApiServer, tag: &str) -> Run {
+    let dir = TempDir::new(tag);
+    let out = dir.path("ruleset.nft");
+    let healthz = free_port();
+    let hz = format!("127.0.0.1:{healthz}");
+    let d = Daemon::start(
+        daemon_binary!(),
+        &[
+            "--master",
+            &server.url(),
+            "--hostname-override",
+            NODE,
+            "--proxy-mode",
+            "nftables",
+            "--iptables-min-sync-period",
+            "100ms",
+            "--iptables-sync-period",
+            "2s",
+            "--api-watch-timeout",
+            "2s",
+            "--healthz-bind-address",
+            &hz,
+            "--render-to",
+            out.to_str().expect("utf-8"),
+            "--kube-api-qps=-1",
+        ],
+        dir.path("daemon.log"),
+    );
+    Run { d, dir, healthz }
+}
+
+impl Run {
+    fn rules(&self) -> String {
+        read(&self.dir.path("ruleset.nft"))
+    }
+    fn wait_rules(&self, what: &str, cond: impl Fn(&str) -> bool) -> String {
+        let ok = wait_for(WAIT, || cond(&self.rules()));
+        assert!(
+            ok,
+            "ruleset never showed {what}:\n{}\n--- log ---\n{}",
+            self.rules(),
+            self.d.log_text()
+        );
+        self.rules()
+    }
+    fn health(&self) -> Option<u16> {
+        http_get(self.healthz, "/healthz").map(|(code, _, _)| code)
+    }
+}
+
+fn seeded() -> ApiServer {
+    let s = ApiServer::start();
+    s.apply(node(NODE, "198.18.0.10"));
+    s.apply(service("demo", "web", "198.18.100.1", 80));
+    s.apply(slice("demo", "web", "web-1", &["198.18.64.11"], 8080, NODE));
+    s
+}
+
+fn has_service(text: &str, ip: &str) -> bool {
+    text.contains(&format!("{ip} . tcp . 80 : goto svc-"))
+}
+
+/// Requests accepted and never answered (and open connections silent for good): the
+/// stall is logged, /healthz turns 503, rules stay; once the server answers new
+/// connections, the daemon catches up within response + backoff + a list (bound: 5 s).
+#[test]
+fn a_hung_api_is_given_up_and_the_daemon_recovers() {
+    let server = seeded();
+    let r = start(&server, "api-hang");
+    r.wait_rules("the initial service", |t| has_service(t, "198.18.100.1"));
+    assert!(
+        wait_for(WAIT, || r.health() == Some(200)),
+        "{}",
+        r.d.log_text()
+    );
+    server.set_hang(true);
+    server.apply(service("demo", "late", "198.18.100.3", 80));
+    assert!(
+        wait_for(WAIT, || r.d.log_text().contains("source stalled")),
+        "no stall logged:\n{}",
+        r.d.log_text()
+    );
+    assert!(
+        wait_for(WAIT, || r.health() == Some(503)),
+        "healthz stayed healthy:\n{}",
+        r.d.log_text()
+    );
+    let during = r.rules();
+    assert!(has_service(&during, "198.18.100.1") && !during.contains("198.18.100.3"));
+    server.set_hang(false);
+    let back = Instant::now();
+    r.wait_rules("the service added during the hang", |t| {
+        t.contains("198.18.100.3")
+    });
+    let took = back.elapsed();
+    assert!(
+        took <= Duration::from_secs(5),
+        "recovered after {took:?}:\n{}",
+        r.d.log_text()
+    );
+    assert!(
+        wait_for(WAIT, || r.health() == Some(200)),
+        "{}",
+        r.d.log_text()
+    );
+    assert!(
+        r.d.log_text().contains("source recovered"),
+        "{}",
+        r.d.log_text()
+    );
+}
+
+/// A watch that answers its headers and then sends nothing (no event, no bookmark, no
+/// end): the kind is relisted, and a change made meanwhile arrives.
+#[test]
+fn a_silent_watch_is_relisted() {
+    let server = seeded();
+    let r = start(&server, "api-silent");
+    r.wait_rules("the initial service", |t| has_service(t, "198.18.100.1"));
+    server.set_silent_watches(true);
+    server.drop_connections();
+    std::thread::sleep(Duration::from_millis(300));
+    server.apply(service("demo", "quiet", "198.18.100.4", 80));
+    r.wait_rules("the service added while watches were silent", |t| {
+        t.contains("198.18.100.4")
+    });
+    let log = r.d.log_text();
+    assert!(
+        log.contains("source stalled") && log.contains("relisted"),
+        "{log}"
+    );
+}
+
+/// An undecodable Service among good ones, in a list and in a watch event: named and
+/// skipped; the others are programmed; a good service that turns undecodable goes.
+#[test]
+fn an_undecodable_service_is_named_and_skipped() {
+    let server = seeded();
+    let mut bad = service("demo", "bad", "198.18.100.7", 80);
+    bad["spec"]["ports"][0]["port"] = "eighty".into();
+    server.apply(bad.clone());
+    server.apply(service("demo", "good", "198.18.100.8", 80));
+    let r = start(&server, "api-undecodable");
+    r.wait_rules("the good services", |t| {
+        has_service(t, "198.18.100.1") && t.contains("198.18.100.8")
+    });
+    assert!(!r.rules().contains("198.18.100.7"));
+    let log = r.d.log_text();
+    assert!(
+        // klog quotes the value: the error's own quotes come escaped
+        log.contains("demo/bad") && log.contains(r#"invalid type: string \"eighty\""#),
+        "{log}"
+    );
+    assert!(
+        !log.contains("ServiceList"),
+        "a list body was logged:\n{log}"
+    );
+    // In a watch event: a bad one, then a good one.
+    bad["metadata"]["name"] = "bad2".into();
+    server.apply(bad);
+    server.apply(service("demo", "good2", "198.18.100.9", 80));
+    r.wait_rules("the good service after the bad event", |t| {
+        t.contains("198.18.100.9")
+    });
+    assert!(
+        wait_for(WAIT, || r.d.log_text().contains("demo/bad2")),
+        "{}",
+        r.d.log_text()
+    );
+    // A good service turning undecodable is removed, the rest stays.
+    let mut worse = service("demo", "good", "198.18.100.8", 80);
+    worse["spec"]["ports"] = json!("not a list");
+    server.apply(worse);
+    r.wait_rules("the service that turned undecodable gone", |t| {
+        !t.contains("198.18.100.8") && t.contains("198.18.100.9")
+    });
+    assert_eq!(
+        r.d.log_text().matches("demo/bad2").count(),
+        1,
+        "{}",
+        r.d.log_text()
+    );
+}
+
+/// ServiceCIDR objects are followed: created, changed and deleted while running.
+#[test]
+fn service_cidrs_are_watched() {
+    let server = seeded();
+    let cidr = |c: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+               "metadata": {"name": "kubernetes"}, "spec": {"cidrs": [c]}})
+    };
+    server.apply(cidr("198.18.128.0/24"));
+    let r = start(&server, "api-scidr");
+    let drop_of = |t: &str, c: &str| {
+        t.lines()
+            .any(|l| l.contains(&format!("ip daddr {c}")) && l.contains("drop"))
+    };
+    r.wait_rules("the first service CIDR", |t| drop_of(t, "198.18.128.0/24"));
+    server.apply(cidr("198.18.129.0/24"));
+    r.wait_rules("the changed service CIDR", |t| {
+        drop_of(t, "198.18.129.0/24") && !t.contains("198.18.128.0/24")
+    });
+    server.delete("ServiceCIDR", "", "kubernetes");
+    r.wait_rules("no service CIDR", |t| !t.contains("198.18.129.0/24"));
+}
+
+/// The node's start event, as kube-proxy posts it, once.
+#[test]
+fn the_node_start_event_is_posted_once() {
+    let server = seeded();
+    let r = start(&server, "api-event");
+    r.wait_rules("the initial service", |t| has_service(t, "198.18.100.1"));
+    assert!(
+        wait_for(WAIT, || !server.posts().is_empty()),
+        "{}",
+        r.d.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let posts = server.posts();
+    assert_eq!(posts.len(), 1, "{posts:#?}");
+    let (path, ev) = &posts[0];
+    assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/default/events");
+    assert_eq!(ev["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(ev["kind"], "Event");
+    assert_eq!(ev["type"], "Normal");
+    assert_eq!(ev["reason"], "Starting");
+    assert_eq!(ev["action"], "StartKubeProxy");
+    assert_eq!(ev["reportingController"], "kube-proxy");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(
+        ev["reportingInstance"],
+        format!("kube-proxy-{}", host.trim())
+    );
+    assert_eq!(
+        ev["regarding"],
+        json!({"kind": "Node", "name": NODE, "uid": NODE})
+    );
+    assert_eq!(ev["metadata"]["namespace"], "default");
+    let name = ev["metadata"]["name"].as_str().unwrap();
+    let hex = name.strip_prefix("node-a.").expect("<node>.<hex time>");
+    assert!(u128::from_str_radix(hex, 16).is_ok(), "{name}");
+    assert!(
+        ev["eventTime"].as_str().is_some_and(|t| t.contains('T')),
+        "{ev}"
+    );
+    assert!(
+        ev.get("note").is_none() && ev.get("related").is_none(),
+        "{ev}"
+    );
+}
+
+/// A kubeconfig whose user would make the client run a program is refused before
+/// anything runs: the program's marker file never appears, no request is made.
+#[test]
+fn a_kubeconfig_that_runs_a_program_is_refused() {
+    let server = ApiServer::start();
+    let dir = TempDir::new("api-exec");
+    let marker = dir.path("ran");
+    for user in [
+        format!(
+            "exec: {{apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ['-c', 'touch {}']}}",
+            marker.display()
+        ),
+        format!(
+            "auth-provider: {{name: gcp, config: {{cmd-path: /bin/touch, cmd-args: '{}'}}}}",
+            marker.display()
+        ),
+    ] {
+        let kc = dir.path("kubeconfig");
+        std::fs::write(
+            &kc,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters: [{{name: k, cluster: {{server: '{}'}}}}]\n\
+                 contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n\
+                 users: [{{name: u, user: {{{user}}}}}]\n",
+                server.url()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(daemon_binary!())
+            .args([
+                "--kubeconfig",
+                kc.to_str().unwrap(),
+                "--hostname-override",
+                NODE,
+                "--once",
+                "--render-to",
+                dir.path("r.nft").to_str().unwrap(),
+            ])
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!marker.exists(), "the kubeconfig's program ran:\n{err}");
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("runs a program") && err.contains("tokenFile"), "{err}");
+    }
+    assert!(server.requests().is_empty(), "{:?}", server.requests());
+}

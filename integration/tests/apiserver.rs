@@ -62,13 +62,15 @@ fn wait_rules(d: &Daemon, dir: &TempDir, what: &str, cond: impl Fn(&str) -> bool
     text
 }
 
+/// Sent to endpoints (its first endpoint slot is in an endpoint map).
 fn has_service(text: &str, ip: &str, port: u16) -> bool {
-    text.contains(&format!("{ip} . tcp . {port} : goto svc-"))
+    text.contains(&format!("{ip} . tcp . {port} . 0 : "))
 }
 
-/// In a dispatch map at all (with endpoints, or in the no-endpoint map).
+/// In the ruleset at all (sent to endpoints, or in a no-endpoint set).
 fn known(text: &str, ip: &str, port: u16) -> bool {
-    text.contains(&format!("{ip} . tcp . {port} : "))
+    let key = format!("{ip} . tcp . {port}");
+    text.contains(&format!("{key} ")) || text.contains(&format!("{key},"))
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn seeded() -> ApiServer {
 }
 
 fn has_service(text: &str, ip: &str) -> bool {
-    text.contains(&format!("{ip} . tcp . 80 : goto svc-"))
+    text.contains(&format!("{ip} . tcp . 80 . 0 : "))
 }
 
 /// Requests accepted and never answered (and open connections silent for good): the

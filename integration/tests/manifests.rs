@@ -66,7 +66,7 @@ fn ruleset_follows_file_edits() {
     .unwrap();
     let d = start(&dir, mdir.to_str().unwrap());
     wait_rules(&d, &dir, "the initial service", |t| {
-        t.contains("198.18.100.1 . tcp . 80 : goto svc-") && t.contains("198.18.64.11")
+        t.contains("198.18.100.1 . tcp . 80 . 0 : ") && t.contains("198.18.64.11")
     });
 
     // Edit the file: another endpoint.
@@ -90,7 +90,7 @@ fn ruleset_follows_file_edits() {
     ]});
     std::fs::write(mdir.join("api.json"), list.to_string()).unwrap();
     wait_rules(&d, &dir, "the service of the new file", |t| {
-        t.contains("198.18.100.2 . tcp . 443 : goto svc-")
+        t.contains("198.18.100.2 . tcp . 443 . 0 : ")
     });
 
     // Remove the first file: its service goes.
@@ -120,7 +120,7 @@ fn invalid_object_is_reported_and_the_rest_programmed() {
     .unwrap();
     let d = start(&dir, f.to_str().unwrap());
     let text = wait_rules(&d, &dir, "the valid service", |t| {
-        t.contains("198.18.100.8 . tcp . 80 : goto svc-") && t.contains("198.18.64.80")
+        t.contains("198.18.100.8 . tcp . 80 . 0 : ") && t.contains("198.18.64.80")
     });
     assert!(!text.contains("198.18.100.7"), "{text}");
     assert!(

@@ -56,7 +56,7 @@ fn yaml(objs: &[Value]) -> String {
 }
 
 fn all_services(text: &str, n: u16) -> bool {
-    (0..n).all(|i| text.contains(&format!("198.18.100.{} . tcp . 80 : goto svc-", i + 1)))
+    (0..n).all(|i| text.contains(&format!("198.18.100.{} . tcp . 80 . 0 : ", i + 1)))
 }
 
 /// A writer that truncates the file and rewrites it document by document, pausing

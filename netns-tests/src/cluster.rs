@@ -294,7 +294,11 @@ pub struct Proxy {
 }
 
 fn is_sync_line(l: &str) -> bool {
-    l.starts_with("synced") || l.contains(" synced ") || l.ends_with(" synced")
+    // engine-runner: `synced ...`; the daemon at -v=2: klog's `...] "synced" kind=...`
+    l.starts_with("synced")
+        || l.contains(" synced ")
+        || l.ends_with(" synced")
+        || l.contains("] \"synced\"")
 }
 
 impl Proxy {
@@ -560,6 +564,9 @@ impl Cluster {
                         NODE_A.into(),
                         "--manifests-poll".into(),
                         "100ms".into(),
+                        // one line per sync (the harness counts them)
+                        "-v".into(),
+                        "2".into(),
                     ],
                     Some(cfg),
                 )

@@ -56,14 +56,15 @@ fn scale_2000_services_x_5_endpoints_last_service_answers() {
         "{SERVICES} services x 5 endpoints programmed in {:?}",
         t.elapsed()
     );
-    let listing = c
-        .node_a
-        .exec_ok("nft", &["list", "map", "ip", "kube-nlproxy", "service-ips"]);
-    let entries = listing.matches(" : goto ").count();
+    let listing = c.node_a.exec_ok(
+        "nft",
+        &["list", "set", "ip", "kube-nlproxy", "dispatch-cluster"],
+    );
+    let entries = listing.matches(" . 80").count();
     assert_eq!(
         entries,
         2 * SERVICES,
-        "service-ips entries (TCP and UDP per service)"
+        "dispatch-cluster entries (TCP and UDP per service)"
     );
     let last = sa(&cluster_ip(SERVICES - 1), SERVICE_PORT);
     for proto in Proto::BOTH {

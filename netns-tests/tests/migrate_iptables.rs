@@ -261,7 +261,7 @@ fn kube_proxy_iptables_leftovers_are_removed_and_nothing_else_changes() {
     let report = ns.run(|| {
         Nft::open()
             .unwrap()
-            .remove_kube_proxy_iptables()
+            .remove_kube_proxy_leftovers(&[])
             .expect("migration commits")
     });
     // nat: SERVICES POSTROUTING MARK-MASQ NODEPORTS PROXY-CANARY SVC SEP; filter: FORWARD
@@ -321,7 +321,12 @@ fn kube_proxy_iptables_leftovers_are_removed_and_nothing_else_changes() {
     );
 
     // idempotent: a second run finds nothing to do
-    let again = ns.run(|| Nft::open().unwrap().remove_kube_proxy_iptables().unwrap());
+    let again = ns.run(|| {
+        Nft::open()
+            .unwrap()
+            .remove_kube_proxy_leftovers(&[])
+            .unwrap()
+    });
     assert_eq!(again, Default::default());
     assert_eq!(nft_tables(&ns), nft_after);
     assert!(ns
@@ -353,7 +358,12 @@ fn a_kube_proxy_chain_used_by_another_program_is_kept() {
 COMMIT
 ",
     );
-    let report = ns.run(|| Nft::open().unwrap().remove_kube_proxy_iptables().unwrap());
+    let report = ns.run(|| {
+        Nft::open()
+            .unwrap()
+            .remove_kube_proxy_leftovers(&[])
+            .unwrap()
+    });
     assert_eq!(report.chains_removed, 1, "{report:?}");
     assert_eq!(report.jumps_removed, 1, "{report:?}");
     assert_eq!(report.kept.len(), 2, "{report:?}");

@@ -921,8 +921,8 @@ fn a_service_port_the_kernel_refuses_is_skipped_and_the_rest_stays_in_sync() {
         &l.router,
         &m,
         &[
-            "--corrupt-service",
-            "svc-b",
+            "--corrupt-addr",
+            CLUSTER_IP_B,
             "--corrupt-while",
             marker.to_str().unwrap(),
         ],

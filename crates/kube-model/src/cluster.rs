@@ -1,6 +1,6 @@
 //! The proxier's view of the cluster: services, endpoint slices and its own node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
@@ -12,12 +12,15 @@ use crate::model::*;
 use crate::{Kind, ObjectError, ObjectRef};
 
 /// Validated services and slices, keyed by identity (ordered, so everything derived from
-/// a `Cluster` is deterministic).
+/// a `Cluster` is deterministic). Slices are indexed by their service as well, so that
+/// one service's slices are found without looking at the others ([`Cluster::slices_of`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cluster {
     pub services: BTreeMap<ServiceKey, Service>,
     /// Keyed by the slice's own namespace/name.
-    pub slices: BTreeMap<ServiceKey, EndpointSlice>,
+    slices: BTreeMap<ServiceKey, EndpointSlice>,
+    /// Service -> keys of its slices.
+    by_service: BTreeMap<ServiceKey, BTreeSet<ServiceKey>>,
     pub node: Option<Node>,
 }
 
@@ -93,18 +96,57 @@ impl Cluster {
         warnings: &mut Vec<ObjectError>,
     ) -> Result<Upsert, ObjectError> {
         let key = crate::ns_key(&slice.metadata);
-        self.slices.remove(&key);
+        self.remove_slice(&key);
         match slice_from_k8s(slice, warnings)? {
             Some(s) => {
-                self.slices.insert(s.key.clone(), s);
+                self.insert_slice(s);
                 Ok(Upsert::Stored)
             }
             None => Ok(Upsert::Ignored),
         }
     }
 
+    /// Add or replace a slice of the internal model (tests and benchmarks build these
+    /// directly).
+    pub fn insert_slice(&mut self, s: EndpointSlice) {
+        self.remove_slice(&s.key);
+        self.by_service
+            .entry(s.service.clone())
+            .or_default()
+            .insert(s.key.clone());
+        self.slices.insert(s.key.clone(), s);
+    }
+
     pub fn remove_slice(&mut self, key: &ServiceKey) -> Option<EndpointSlice> {
-        self.slices.remove(key)
+        let s = self.slices.remove(key)?;
+        if let Some(keys) = self.by_service.get_mut(&s.service) {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_service.remove(&s.service);
+            }
+        }
+        Some(s)
+    }
+
+    /// Every slice, by its own key.
+    pub fn slices(&self) -> &BTreeMap<ServiceKey, EndpointSlice> {
+        &self.slices
+    }
+
+    pub fn slice(&self, key: &ServiceKey) -> Option<&EndpointSlice> {
+        self.slices.get(key)
+    }
+
+    /// The slices naming `service` (whether or not the service exists), in key order.
+    pub fn slices_of<'a>(
+        &'a self,
+        service: &ServiceKey,
+    ) -> impl Iterator<Item = &'a EndpointSlice> + 'a {
+        self.by_service
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.slices.get(k))
     }
 
     pub fn set_node(

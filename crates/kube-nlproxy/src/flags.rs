@@ -407,7 +407,10 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
         "localhost NodePorts are never served",
     ),
     ("ipvs_scheduler", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_exclude_cidrs", "kube-nlproxy has no IPVS mode"),
+    (
+        "ipvs_exclude_cidrs",
+        "kube-nlproxy has no IPVS mode; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers",
+    ),
     ("ipvs_strict_arp", "kube-nlproxy has no IPVS mode"),
     ("ipvs_tcp_timeout", "kube-nlproxy has no IPVS mode"),
     ("ipvs_tcpfin_timeout", "kube-nlproxy has no IPVS mode"),

@@ -10,6 +10,7 @@ mod duration;
 mod flags;
 mod host;
 mod kube_source;
+mod leftovers;
 mod logging;
 mod manifests;
 mod node_event;
@@ -99,10 +100,9 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     }
     if flags.cleanup == Some(true) {
         if flags.dry_run {
-            return cleanup_dry_run();
+            return cleanup_dry_run(settings);
         }
-        cleanup()?;
-        operate::migrate_from_iptables();
+        cleanup(settings)?;
         return Ok(ExitCode::SUCCESS);
     }
     if touches_kernel(flags) {
@@ -184,7 +184,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
             .ruleset
             .parse()
             .map_err(|e| anyhow!("configuration: {e}"))?,
-        migrate: touches_kernel(flags),
+        migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
     };
     let cfg = EngineConfig {
         ruleset: settings.ruleset.clone(),
@@ -289,8 +289,8 @@ struct Operate {
     hard_fail: bool,
     info: ops_server::ProxyInfo,
     node_ports: ruleset::config::ParsedConfig,
-    /// Remove kube-proxy's iptables leftovers after our first sync.
-    migrate: bool,
+    /// Remove kube-proxy's leftovers after our first sync (with these options).
+    migrate: Option<leftovers::Options>,
 }
 
 /// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
@@ -327,8 +327,8 @@ where
         }),
         operate::metrics_observer(&ops.metrics),
     ];
-    if ops.migrate {
-        observers.push(Box::new(operate::MigrateOnce::new()));
+    if let Some(opts) = ops.migrate {
+        observers.push(Box::new(operate::MigrateOnce::new(opts)));
     }
     engine.set_observer(Box::new(operate::Observers(observers)));
     if !flags.once {
@@ -404,29 +404,32 @@ async fn shutdown_signal() {
     }
 }
 
-/// `--cleanup`: delete our tables (`ip kube-nlproxy`, `ip6 kube-nlproxy`) in one batch;
-/// absent tables are fine; nothing else is touched.
-fn cleanup() -> anyhow::Result<()> {
-    let mut nft = nft_netlink::Nft::open().context("opening the nftables netlink socket")?;
-    let mut ops = Vec::new();
-    for family in [Family::Ip, Family::Ip6] {
-        let t = TableRef::new(family, ruleset::names::TABLE);
-        if nft.table_exists(&t).context("checking our tables")? {
-            ops.push(Op::DeleteTable { table: t });
+/// `--cleanup`: delete our tables (`ip kube-nlproxy`, `ip6 kube-nlproxy`) and what
+/// kube-proxy left behind in any of its modes (see `leftovers`), over netlink; our tables
+/// and kube-proxy's nftables state go in one batch. Absent objects are fine.
+fn cleanup(settings: &Settings) -> anyhow::Result<()> {
+    let ours = our_tables_present()?;
+    let opts = operate::leftover_options(settings, ours.clone());
+    let r = operate::migrate_from_kube_proxy(&opts);
+    if r.nft.is_some() {
+        if ours.is_empty() {
+            info!("cleanup: no kube-nlproxy table present");
+        } else {
+            info!(tables = ours.len(), "cleanup: kube-nlproxy tables deleted");
         }
     }
-    if ops.is_empty() {
-        info!("cleanup: no kube-nlproxy table present");
-        return Ok(());
+    if r.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow!(
+            "cleanup incomplete: {} step(s) failed (see the warnings above)",
+            r.errors.len()
+        ))
     }
-    nft.commit(&ops, None).context("deleting our tables")?;
-    info!(tables = ops.len(), "cleanup: kube-nlproxy tables deleted");
-    Ok(())
 }
 
-/// `--cleanup --dry-run`: what `--cleanup` would delete, printed as an nft script on
-/// stdout; nothing is changed.
-fn cleanup_dry_run() -> anyhow::Result<ExitCode> {
+/// Deletes of our tables that exist.
+fn our_tables_present() -> anyhow::Result<Vec<Op>> {
     let mut nft = nft_netlink::Nft::open().context("opening the nftables netlink socket")?;
     let mut ops = Vec::new();
     for family in [Family::Ip, Family::Ip6] {
@@ -435,20 +438,25 @@ fn cleanup_dry_run() -> anyhow::Result<ExitCode> {
             ops.push(Op::DeleteTable { table: t });
         }
     }
-    let ours = ops.len();
-    let plan = nft_netlink::migrate::plan(
-        &nft.scan_iptables_tables()
-            .context("reading kube-proxy's iptables-mode chains")?,
-    );
-    ops.extend(plan.ops);
+    Ok(ops)
+}
+
+/// `--cleanup --dry-run`: what `--cleanup` would delete, printed on stdout as an nft
+/// script (the batch) with `#` lines for IPVS services, the link and ipsets; nothing is
+/// changed.
+fn cleanup_dry_run(settings: &Settings) -> anyhow::Result<ExitCode> {
+    let ours = our_tables_present()?;
+    let opts = operate::leftover_options(settings, ours.clone());
+    let found = leftovers::scan(&opts);
     use std::io::Write;
     std::io::stdout()
-        .write_all(nft_model::render::script(&ops).as_bytes())
+        .write_all(found.describe(&opts).as_bytes())
         .context("writing to stdout")?;
     info!(
-        tables = ours,
-        iptables_ops = ops.len() - ours,
-        kept = plan.kept.len(),
+        tables = ours.len(),
+        nft_ops = found.nft_ops(&opts).len() - ours.len(),
+        ipsets = found.ipsets.len(),
+        errors = found.errors.len(),
         "dry run: cleanup printed, nothing deleted"
     );
     Ok(ExitCode::SUCCESS)
@@ -622,7 +630,7 @@ fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode>
         .context("writing to stdout")?;
     info!(
         services = cluster.services.len(),
-        slices = cluster.slices.len(),
+        slices = cluster.slices().len(),
         tables = compiled.tables.len(),
         invalid = problems.len(),
         "dry run: ruleset printed, nothing changed"

@@ -1,6 +1,6 @@
 //! What operators see: the /healthz, /livez and metrics servers, health-check node
-//! ports, the metrics and log hooks on the engine, the migration away from kube-proxy's
-//! iptables mode after our first sync, and `explain`.
+//! ports, the metrics and log hooks on the engine, the migration away from kube-proxy
+//! (any mode, `leftovers`) after our first sync, and `explain`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,10 @@ use ops_server::server::{serve_forever, Limits, OnBindError, ServerKind};
 use ops_server::{Metrics, ProxyInfo};
 use ruleset::config::{NodePortAddrs, ParsedConfig};
 use sync_engine::{CleanupReport, Event, ForeignWriter, Observer, StatusHandle, SyncReport};
-use tracing::{error, info, warn};
+use tracing::{error, warn};
+
+use crate::leftovers;
+use crate::settings::Settings;
 
 /// Several observers behind one.
 pub struct Observers(pub Vec<Box<dyn Observer>>);
@@ -38,16 +41,19 @@ impl Observer for Observers {
     }
 }
 
-/// After the first successful sync (our rules are in), remove what kube-proxy's iptables
-/// mode left behind, once.
+/// After the first successful sync (our rules are in), remove what kube-proxy left
+/// behind, once. Our rules handle every service before kube-proxy's go, so no packet
+/// meets neither ruleset (see `docs/migration.md`).
 pub struct MigrateOnce {
     done: AtomicBool,
+    opts: leftovers::Options,
 }
 
 impl MigrateOnce {
-    pub fn new() -> MigrateOnce {
+    pub fn new(opts: leftovers::Options) -> MigrateOnce {
         MigrateOnce {
             done: AtomicBool::new(false),
+            opts,
         }
     }
 }
@@ -55,38 +61,34 @@ impl MigrateOnce {
 impl Observer for MigrateOnce {
     fn synced(&self, _r: &SyncReport) {
         if !self.done.swap(true, Ordering::SeqCst) {
-            migrate_from_iptables();
+            migrate_from_kube_proxy(&self.opts);
         }
     }
 }
 
-/// Remove kube-proxy's iptables-nft leftovers (KUBE-* chains and the jumps to them) over
-/// netlink, and report legacy iptables tables we cannot edit. Failures are logged: they
-/// never stop the proxy.
-pub fn migrate_from_iptables() {
-    match nft_netlink::Nft::open().and_then(|mut n| n.remove_kube_proxy_iptables()) {
-        Ok(r) => {
-            if r.chains_removed > 0 || r.jumps_removed > 0 {
-                info!(
-                    chains = r.chains_removed,
-                    jumps = r.jumps_removed,
-                    "removed kube-proxy iptables-mode leftovers (iptables-nft)"
-                );
-            }
-            for (chain, by) in &r.kept {
-                warn!(
-                    chain = %chain,
-                    referenced_by = %by.join(","),
-                    "kept a kube-proxy iptables chain that another program's chain jumps to"
-                );
-            }
-        }
-        Err(e) => warn!(error = %e, "could not remove kube-proxy iptables-mode leftovers"),
-    }
+/// The leftover options from the configuration (`ipvs.excludeCIDRs`), with `extra_ops`
+/// for the nftables batch.
+pub fn leftover_options(settings: &Settings, extra_ops: Vec<nft_model::Op>) -> leftovers::Options {
+    let exclude = settings
+        .config
+        .ipvs
+        .exclude_cidrs
+        .clone()
+        .unwrap_or_default();
+    leftovers::Options::new(&exclude, extra_ops)
+}
+
+/// Remove kube-proxy's leftovers of all its modes over netlink (see `leftovers`), log
+/// what was done, and report legacy iptables tables we cannot edit. Failures are logged:
+/// they never stop the proxy.
+pub fn migrate_from_kube_proxy(opts: &leftovers::Options) -> leftovers::Removed {
+    let r = leftovers::remove(opts);
+    leftovers::log(&r);
     let legacy = nft_netlink::migrate::legacy_iptables_tables(std::path::Path::new("/proc"));
     if !legacy.is_empty() {
         warn!("{}", nft_netlink::migrate::legacy_removal_hint(&legacy));
     }
+    r
 }
 
 /// Forward source events to the engine, counting Service and EndpointSlice changes for

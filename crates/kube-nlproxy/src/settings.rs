@@ -472,11 +472,12 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
     }
     let ipvs = &c.ipvs;
     const NO_IPVS: &str = "kube-nlproxy has no IPVS mode";
+    const EXCLUDE_CIDRS: &str = "kube-nlproxy has no IPVS mode; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers";
     if !ipvs.scheduler.is_empty() {
         push("ipvs.scheduler", ipvs.scheduler.clone(), NO_IPVS);
     }
     if let Some(x) = ipvs.exclude_cidrs.as_ref().filter(|x| !x.is_empty()) {
-        push("ipvs.excludeCIDRs", x.join(","), NO_IPVS);
+        push("ipvs.excludeCIDRs", x.join(","), EXCLUDE_CIDRS);
     }
     if ipvs.strict_arp {
         push("ipvs.strictARP", "true".into(), NO_IPVS);

@@ -255,7 +255,7 @@ fn cleanup_removes_only_our_tables() {
          \tchain input { type filter hook input priority 10; policy accept; ip saddr @allowed counter accept; }\n\
          \tchain other { comment \"keep me\"; }\n\
          }\n\
-         table ip kube-proxy {\n\tchain x { }\n}\n",
+         table ip kube-proxy-backup {\n\tchain x { }\n}\n",
     );
     let tmp = Tmp::new("cleanup");
     let m = tmp.path("cluster.yaml");
@@ -265,7 +265,9 @@ fn cleanup_removes_only_our_tables() {
         .exec_ok("nft", &["list", "tables"])
         .contains("kube-nlproxy"));
     let unrelated = ns.exec_ok("nft", &["list", "table", "inet", "unrelated"]);
-    let other = ns.exec_ok("nft", &["list", "table", "ip", "kube-proxy"]);
+    // a near miss of kube-proxy's table name (kube-proxy's own `ip kube-proxy` is removed
+    // by the migration: cleanup_netns.rs)
+    let other = ns.exec_ok("nft", &["list", "table", "ip", "kube-proxy-backup"]);
 
     run_ok(&ns, &["--cleanup"]);
     let tables = ns.exec_ok("nft", &["list", "tables"]);
@@ -275,7 +277,7 @@ fn cleanup_removes_only_our_tables() {
         unrelated
     );
     assert_eq!(
-        ns.exec_ok("nft", &["list", "table", "ip", "kube-proxy"]),
+        ns.exec_ok("nft", &["list", "table", "ip", "kube-proxy-backup"]),
         other
     );
     // Nothing left to remove: still success, still nothing else touched.

@@ -209,7 +209,7 @@ fn start_removes_kube_proxy_iptables_leftovers() {
     );
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
-        log.contains("removed kube-proxy iptables-mode leftovers"),
+        log.contains("removed kube-proxy's nftables leftovers"),
         "{log}"
     );
     let saved = ns.exec_ok("iptables-save", &[]);

@@ -3,6 +3,7 @@
 //! statement, so rendering and `nft -f` round trips agree.
 
 use crate::expr::*;
+use crate::object::Rule;
 use crate::value::{concat_bytes, DataType, Value};
 
 /// Offsets in the IPv4 and IPv6 headers.
@@ -51,6 +52,26 @@ pub fn l4proto_eq(proto: u8) -> Vec<Expr> {
     ]
 }
 
+/// A verdict statement.
+pub fn verdict(v: Verdict) -> Expr {
+    Expr::Verdict(v)
+}
+
+/// `jump <chain>`
+pub fn jump(chain: &str) -> Expr {
+    Expr::Verdict(Verdict::Jump(chain.into()))
+}
+
+/// `goto <chain>`
+pub fn goto(chain: &str) -> Expr {
+    Expr::Verdict(Verdict::Goto(chain.into()))
+}
+
+/// A rule made of expression fragments, in order.
+pub fn rule(parts: Vec<Vec<Expr>>) -> Rule {
+    Rule::new(parts.into_iter().flatten().collect())
+}
+
 /// `ip daddr <op> <addr>` (`src` for saddr)
 pub fn addr_cmp(family: Family, src: bool, op: CmpOp, addr: &Value) -> Vec<Expr> {
     vec![
@@ -59,6 +80,61 @@ pub fn addr_cmp(family: Family, src: bool, op: CmpOp, addr: &Value) -> Vec<Expr>
             sreg: Reg::R1,
             op,
             data: addr.to_bytes(),
+        },
+    ]
+}
+
+/// `ip saddr 198.18.0.0/15` (`neq`: `!=`) for the prefix `addr/prefix_len`, as nft
+/// encodes it: the whole address compared when the prefix covers it, only the prefix
+/// bytes loaded when it is byte aligned, else the address masked.
+pub fn prefix_match(
+    family: Family,
+    src: bool,
+    addr: &Value,
+    prefix_len: u32,
+    neq: bool,
+) -> Vec<Expr> {
+    let op = if neq { CmpOp::Neq } else { CmpOp::Eq };
+    let (offset, full_len) = addr_offset(family, src);
+    let bytes = addr.to_bytes();
+    if prefix_len >= full_len * 8 {
+        return addr_cmp(family, src, op, addr);
+    }
+    if prefix_len.is_multiple_of(8) {
+        let n = prefix_len / 8;
+        return vec![
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset,
+                len: n,
+                dreg: Reg::R1,
+            },
+            Expr::Cmp {
+                sreg: Reg::R1,
+                op,
+                data: bytes.get(..n as usize).unwrap_or(&bytes).to_vec(),
+            },
+        ];
+    }
+    let mask: Vec<u8> = (0..full_len)
+        .map(|i| {
+            let bits = prefix_len.saturating_sub(i * 8).min(8);
+            (0xff00u16 >> bits) as u8
+        })
+        .collect();
+    vec![
+        load_addr(family, src, Reg::R1),
+        Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R1,
+            len: full_len,
+            mask,
+            xor: vec![0; full_len as usize],
+        },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op,
+            data: bytes,
         },
     ]
 }
@@ -183,14 +259,21 @@ pub fn set_lookup(family: Family, fields: &[KeyField], set: &str, invert: bool) 
 /// `dnat ip to <key> map @map` where the map yields `addr . port`.
 pub fn dnat_map(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
     let (mut e, sreg) = load_key(family, fields);
-    let addr_words = if family == Family::Ip6 { 4 } else { 1 };
     e.push(Expr::Lookup {
         set: map.into(),
         sreg,
         dreg: Some(Reg::R1),
         invert: false,
     });
-    e.push(Expr::Nat {
+    e.push(dnat_from_regs(family));
+    e
+}
+
+/// `dnat` to the address in `NFT_REG_1` and the port right after it (where a map
+/// lookup of `addr . port` data leaves them).
+fn dnat_from_regs(family: Family) -> Expr {
+    let addr_words = if family == Family::Ip6 { 4 } else { 1 };
+    Expr::Nat {
         kind: NatKind::Dnat,
         family: if family == Family::Ip6 {
             Family::Ip6
@@ -200,8 +283,7 @@ pub fn dnat_map(family: Family, fields: &[KeyField], map: &str) -> Vec<Expr> {
         addr: Some(Reg::R1),
         port: Some(reg_at_word(addr_words)),
         flags: nat_flags::MAP_IPS | nat_flags::PROTO_SPECIFIED,
-    });
-    e
+    }
 }
 
 /// `dnat ip to <addr>:<port>`
@@ -306,9 +388,18 @@ pub fn ct_state_any(states: u32) -> Vec<Expr> {
 
 /// `fib daddr type local`
 pub fn fib_daddr_local() -> Vec<Expr> {
+    fib_local(fib_flags::DADDR)
+}
+
+/// `fib saddr type local`
+pub fn fib_saddr_local() -> Vec<Expr> {
+    fib_local(fib_flags::SADDR)
+}
+
+fn fib_local(flags: u32) -> Vec<Expr> {
     vec![
         Expr::Fib {
-            flags: fib_flags::DADDR,
+            flags,
             result: FibResult::AddrType,
             dreg: Reg::R1,
         },
@@ -333,8 +424,13 @@ pub fn set_update(family: Family, fields: &[KeyField], set: &str) -> Vec<Expr> {
     e
 }
 
-/// `iifname <name>`
+/// `iifname <name>` / `iifname <prefix>*`
 pub fn iifname_eq(name: &str, prefix: bool) -> Vec<Expr> {
+    iifname_cmp(name, prefix, false)
+}
+
+/// `iifname [!=] <name>` / `iifname [!=] <prefix>*` (`neq`: `!=`)
+pub fn iifname_cmp(name: &str, prefix: bool, neq: bool) -> Vec<Expr> {
     let mut data = name.as_bytes().to_vec();
     if !prefix {
         // nft compares the whole IFNAMSIZ (16 bytes), NUL padded
@@ -347,10 +443,75 @@ pub fn iifname_eq(name: &str, prefix: bool) -> Vec<Expr> {
         },
         Expr::Cmp {
             sreg: Reg::R1,
-            op: CmpOp::Eq,
+            op: if neq { CmpOp::Neq } else { CmpOp::Eq },
             data,
         },
     ]
+}
+
+/// `ct state new`
+pub fn ct_new() -> Vec<Expr> {
+    ct_state_any(ct_state::NEW)
+}
+
+/// `numgen random mod <modulus> [offset <offset>]` into `dreg`.
+pub fn numgen_random(modulus: u32, offset: u32, dreg: Reg) -> Expr {
+    Expr::Numgen {
+        kind: NumgenKind::Random,
+        modulus,
+        offset,
+        dreg,
+    }
+}
+
+/// `meta l4proto <p> dnat ip to numgen random mod N offset O map @m`
+pub fn dnat_numgen_map(family: Family, proto: u8, n: u32, offset: u32, map: &str) -> Vec<Expr> {
+    let mut e = l4proto_eq(proto);
+    e.push(numgen_random(n, offset, Reg::R1));
+    e.push(Expr::Lookup {
+        set: map.into(),
+        sreg: Reg::R1,
+        dreg: Some(Reg::R1),
+        invert: false,
+    });
+    e.push(dnat_from_regs(family));
+    e
+}
+
+/// `numgen random mod N offset O vmap @m`
+pub fn numgen_vmap(n: u32, offset: u32, map: &str) -> Vec<Expr> {
+    vec![
+        numgen_random(n, offset, Reg::R1),
+        Expr::Lookup {
+            set: map.into(),
+            sreg: Reg::R1,
+            dreg: Some(Reg::VERDICT),
+            invert: false,
+        },
+    ]
+}
+
+/// `meta l4proto <p> dnat ip to <addr>:<port>`
+pub fn dnat_to_proto(family: Family, proto: u8, addr: &Value, port: u16) -> Vec<Expr> {
+    let mut e = l4proto_eq(proto);
+    e.extend(dnat_to(family, addr, port));
+    e
+}
+
+/// `reject` (ICMP / ICMPv6 port unreachable, per table family)
+pub fn reject(family: Family) -> Expr {
+    Expr::Reject(Reject::IcmpUnreach(if family == Family::Ip6 {
+        4
+    } else {
+        3
+    }))
+}
+
+/// `masquerade fully-random`
+pub fn masquerade_fully_random() -> Expr {
+    Expr::Masquerade {
+        flags: nat_flags::PROTO_RANDOM_FULLY,
+    }
 }
 
 /// Concatenated key bytes for an element (re-exported for convenience).

@@ -106,7 +106,12 @@ impl Op {
 }
 
 /// The operations that create `table` with everything in it, in an order the kernel
-/// accepts: table, sets, chains, elements (verdict maps refer to chains), rules.
+/// accepts and that is cheap for it: table, sets, chains, rules, elements. Rules before
+/// elements: kernel 6.18 walks every element of a map each time a rule that looks it up
+/// is added (`nf_tables_bind_set`, for each rule, not once per chain), so a rule added
+/// to a full map costs the map's size; elements added to a map that rules already use
+/// cost nothing more. Verdict-map elements refer to chains, created before them. The
+/// elements of constant sets go before the rules (a bound constant set takes none).
 pub fn create_table_ops(table: &Table) -> Vec<Op> {
     let t = TableRef::new(table.family, table.name.clone());
     let mut ops = vec![Op::AddTable {
@@ -125,15 +130,20 @@ pub fn create_table_ops(table: &Table) -> Vec<Op> {
     for c in &table.chains {
         ops.push(add_chain_op(&t, c));
     }
-    for s in &table.sets {
-        if !s.elements.is_empty() && !s.flags.dynamic {
-            ops.push(Op::AddElements {
+    let elements = |constant: bool| {
+        table
+            .sets
+            .iter()
+            .filter(move |s| s.flags.constant == constant)
+            .filter(|s| !s.elements.is_empty() && !s.flags.dynamic)
+            .map(|s| Op::AddElements {
                 table: t.clone(),
                 set: s.name.clone(),
                 elements: s.elements.clone(),
-            });
-        }
-    }
+            })
+    };
+    // a constant set takes no element once a rule uses it
+    ops.extend(elements(true));
     for c in &table.chains {
         for r in &c.rules {
             ops.push(Op::AddRule {
@@ -143,6 +153,7 @@ pub fn create_table_ops(table: &Table) -> Vec<Op> {
             });
         }
     }
+    ops.extend(elements(false));
     ops
 }
 

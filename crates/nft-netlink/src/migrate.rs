@@ -1,14 +1,22 @@
-//! Migration from kube-proxy's iptables mode: remove, over netlink, the chains it left
-//! behind when programmed through iptables-nft, and the jumps to them from the built-in
-//! chains, in one atomic batch, leaving every other chain and rule untouched.
+//! Migration from kube-proxy: remove, over netlink and in one atomic batch, the nftables
+//! state its three modes leave behind, leaving every other table, chain and rule untouched:
+//!
+//! - iptables mode and IPVS mode, programmed through iptables-nft: their chains in the
+//!   ip/ip6 `nat`, `filter` and `mangle` tables and the jumps to them from the built-in
+//!   chains;
+//! - nftables mode: its tables `ip kube-proxy` and `ip6 kube-proxy` (upstream deletes them
+//!   by name, nothing else).
 //!
 //! Only upstream's own chain names are removed (see [`is_kube_proxy_chain`]): the fixed
-//! chains of each table as upstream's `CleanupLeftovers` lists them, and the per-service
-//! chains `KUBE-{SVC,SVL,EXT,FW,SEP,XLB}-` followed by exactly 16 characters of upstream's
-//! base32 hash. Never a prefix match on `KUBE-`: kubelet's chains (`KUBE-FIREWALL`,
-//! `KUBE-KUBELET-CANARY`, `KUBE-IPTABLES-HINT`, `KUBE-MARK-DROP`), kube-router's policy
-//! chains (`KUBE-ROUTER-*`, `KUBE-NWPLCY-*`, `KUBE-POD-FW-*`) and anything a user named
-//! `KUBE-...` stay as they are.
+//! chains of each table as upstream's iptables and IPVS proxiers list them for cleanup,
+//! and the per-service chains `KUBE-{SVC,SVL,EXT,FW,SEP,XLB}-` followed by exactly 16
+//! characters of upstream's base32 hash. Never a prefix match on `KUBE-`: kubelet's
+//! chains (`KUBE-FIREWALL`, `KUBE-KUBELET-CANARY`, `KUBE-IPTABLES-HINT`,
+//! `KUBE-MARK-DROP`), kube-router's policy chains (`KUBE-ROUTER-*`, `KUBE-NWPLCY-*`,
+//! `KUBE-POD-FW-*`) and anything a user named `KUBE-...` stay as they are.
+//!
+//! IPVS mode's other leftovers (virtual services, the `kube-ipvs0` link, ipsets) are not
+//! nftables objects: `ipvs-netlink` and `rt-netlink` remove them.
 
 use crate::{Nft, NftError};
 use nft_model::{Family, Op, TableRef};
@@ -21,7 +29,8 @@ use std::path::Path;
 /// The iptables tables kube-proxy's iptables mode writes to.
 pub const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
 
-/// kube-proxy's fixed chains per iptables table (upstream's cleanup lists).
+/// kube-proxy's fixed chains per iptables table in iptables mode (upstream's cleanup
+/// lists, `pkg/proxy/iptables`).
 pub const FIXED_CHAINS: [(&str, &[&str]); 3] = [
     (
         "nat",
@@ -47,6 +56,36 @@ pub const FIXED_CHAINS: [(&str, &[&str]); 3] = [
     ("mangle", &["KUBE-PROXY-CANARY"]),
 ];
 
+/// kube-proxy's chains per iptables table in IPVS mode (upstream's
+/// `iptablesCleanupChains`, `pkg/proxy/ipvs`). Several names are shared with iptables
+/// mode; `KUBE-NODE-PORT` (IPVS) and `KUBE-NODEPORTS` (iptables) are different chains.
+pub const IPVS_CHAINS: [(&str, &[&str]); 2] = [
+    (
+        "nat",
+        &[
+            "KUBE-SERVICES",
+            "KUBE-POSTROUTING",
+            "KUBE-NODE-PORT",
+            "KUBE-LOAD-BALANCER",
+            "KUBE-MARK-MASQ",
+        ],
+    ),
+    (
+        "filter",
+        &[
+            "KUBE-FORWARD",
+            "KUBE-NODE-PORT",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-SOURCE-RANGES-FIREWALL",
+            "KUBE-IPVS-FILTER",
+            "KUBE-IPVS-OUT-FILTER",
+        ],
+    ),
+];
+
+/// The table kube-proxy's nftables mode creates in the `ip` and `ip6` families.
+pub const NFTABLES_MODE_TABLE: &str = "kube-proxy";
+
 /// Prefixes of kube-proxy's per-service chains (nat table), each followed by the first
 /// 16 characters of a base32-encoded SHA-256 (`KUBE-XLB-` is the pre-1.24 name of `SVL`).
 pub const SERVICE_CHAIN_PREFIXES: [&str; 6] = [
@@ -58,12 +97,21 @@ pub const SERVICE_CHAIN_PREFIXES: [&str; 6] = [
     "KUBE-XLB-",
 ];
 
-/// Whether `name` in iptables table `table` is a chain kube-proxy's iptables mode creates.
+/// Whether `name` in iptables table `table` is a chain kube-proxy's iptables or IPVS
+/// mode creates.
 pub fn is_kube_proxy_chain(table: &str, name: &str) -> bool {
     let fixed = FIXED_CHAINS
         .iter()
+        .chain(IPVS_CHAINS.iter())
         .any(|(t, chains)| *t == table && chains.contains(&name));
     fixed || (table == "nat" && is_service_chain(name))
+}
+
+/// Whether `name` in iptables table `table` is a chain only kube-proxy's IPVS mode
+/// creates (a sign that it ran on this node).
+pub fn is_ipvs_mode_chain(table: &str, name: &str) -> bool {
+    let listed = |l: &[(&str, &[&str])]| l.iter().any(|(t, c)| *t == table && c.contains(&name));
+    listed(&IPVS_CHAINS) && !listed(&FIXED_CHAINS)
 }
 
 /// `KUBE-SVC-` etc. followed by exactly 16 characters of the base32 alphabet (A-Z, 2-7).
@@ -88,30 +136,96 @@ pub struct TableScan {
     pub rules: Vec<ForeignRule>,
 }
 
+/// kube-proxy's nftables state as found: the iptables-nft tables (chains and rules) and
+/// the nftables-mode tables that exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    pub iptables: Vec<TableScan>,
+    /// `ip kube-proxy` and/or `ip6 kube-proxy`, where present.
+    pub nft_tables: Vec<TableRef>,
+}
+
+impl Leftovers {
+    /// Whether one of the chains only kube-proxy's IPVS mode creates is present.
+    pub fn has_ipvs_mode_chains(&self) -> bool {
+        self.iptables.iter().any(|s| {
+            s.chains
+                .iter()
+                .any(|c| is_ipvs_mode_chain(&s.table.name, c))
+        })
+    }
+}
+
 /// What a migration removed, and the kube-proxy chains it had to keep.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MigrationReport {
     pub chains_removed: usize,
     pub jumps_removed: usize,
+    /// kube-proxy's nftables-mode tables deleted (`"ip kube-proxy"`, ...).
+    pub tables_removed: Vec<String>,
     /// kube-proxy chains left in place because a chain of another program jumps to them
     /// (directly, or through other kept kube-proxy chains): `"<family> <table> <chain>"`
     /// and the referencing chains. Removing them would mean editing that program's rules.
     pub kept: Vec<(String, Vec<String>)>,
 }
 
-/// The removal plan for one scan: the ops and the kube-proxy chains kept.
+impl MigrationReport {
+    /// Whether anything was removed.
+    pub fn removed_any(&self) -> bool {
+        self.chains_removed > 0 || self.jumps_removed > 0 || !self.tables_removed.is_empty()
+    }
+}
+
+/// The removal plan: the ops of one batch and the kube-proxy chains kept.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     pub ops: Vec<Op>,
     pub kept: Vec<(String, Vec<String>)>,
 }
 
-/// The ops that remove kube-proxy's chains and the jumps to them from built-in chains:
-/// those rules by handle first, then every removable kube-proxy chain flushed, then
-/// deleted. A kube-proxy chain that a regular chain of another program references is
-/// kept with everything it reaches (the other program's rules stay byte-identical).
-/// Pure: the same scan gives the same batch.
-pub fn plan(scans: &[TableScan]) -> Plan {
+impl Plan {
+    /// What committing this plan removes.
+    pub fn report(&self) -> MigrationReport {
+        let count = |f: fn(&Op) -> bool| self.ops.iter().filter(|o| f(o)).count();
+        MigrationReport {
+            chains_removed: count(|o| matches!(o, Op::DeleteChain { .. })),
+            jumps_removed: count(|o| matches!(o, Op::DeleteRule { .. })),
+            tables_removed: self
+                .ops
+                .iter()
+                .filter_map(|o| match o {
+                    Op::DeleteTable { table } => {
+                        Some(format!("{} {}", table.family.nft_name(), table.name))
+                    }
+                    _ => None,
+                })
+                .collect(),
+            kept: self.kept.clone(),
+        }
+    }
+}
+
+/// The ops that remove kube-proxy's leftovers in one batch: the jumps to kube-proxy's
+/// iptables-nft chains from built-in chains (by handle), those chains flushed, then
+/// deleted, then kube-proxy's nftables-mode tables deleted. See [`plan_iptables`] for
+/// the chains that are kept. Pure: the same state gives the same batch.
+pub fn plan(l: &Leftovers) -> Plan {
+    let mut p = plan_iptables(&l.iptables);
+    p.ops.extend(
+        l.nft_tables
+            .iter()
+            .filter(|t| t.name == NFTABLES_MODE_TABLE)
+            .map(|t| Op::DeleteTable { table: t.clone() }),
+    );
+    p
+}
+
+/// The ops that remove kube-proxy's iptables-nft chains and the jumps to them from
+/// built-in chains: those rules by handle first, then every removable kube-proxy chain
+/// flushed, then deleted. A kube-proxy chain that a regular chain of another program
+/// references is kept with everything it reaches (the other program's rules stay
+/// byte-identical). Pure: the same scan gives the same batch.
+pub fn plan_iptables(scans: &[TableScan]) -> Plan {
     let mut deletes = Vec::new();
     let mut flushes = Vec::new();
     let mut removes = Vec::new();
@@ -239,24 +353,39 @@ impl Nft {
         Ok(out)
     }
 
-    /// Remove kube-proxy's iptables-nft leftovers in one atomic batch, guarded by the
-    /// generation id so that a concurrent writer makes us re-read and re-plan.
-    pub fn remove_kube_proxy_iptables(&mut self) -> Result<MigrationReport, NftError> {
+    /// kube-proxy's nftables-mode tables that exist (`ip kube-proxy`, `ip6 kube-proxy`).
+    pub fn scan_nftables_mode_tables(&mut self) -> Result<Vec<TableRef>, NftError> {
+        let mut out = Vec::new();
+        for family in [Family::Ip, Family::Ip6] {
+            let t = TableRef::new(family, NFTABLES_MODE_TABLE);
+            if self.table_exists(&t)? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Everything of kube-proxy's that [`plan`] may remove.
+    pub fn scan_leftovers(&mut self) -> Result<Leftovers, NftError> {
+        Ok(Leftovers {
+            iptables: self.scan_iptables_tables()?,
+            nft_tables: self.scan_nftables_mode_tables()?,
+        })
+    }
+
+    /// Remove kube-proxy's nftables leftovers of all three modes in one atomic batch,
+    /// guarded by the generation id so that a concurrent writer makes us re-read and
+    /// re-plan. `extra` ops (e.g. deleting our own tables for `--cleanup`) go into the
+    /// same batch, first.
+    pub fn remove_kube_proxy_leftovers(
+        &mut self,
+        extra: &[Op],
+    ) -> Result<MigrationReport, NftError> {
         let mut report = MigrationReport::default();
         self.commit_guarded(5, |nft| {
-            let plan = plan(&nft.scan_iptables_tables()?);
-            report.jumps_removed = plan
-                .ops
-                .iter()
-                .filter(|o| matches!(o, Op::DeleteRule { .. }))
-                .count();
-            report.chains_removed = plan
-                .ops
-                .iter()
-                .filter(|o| matches!(o, Op::DeleteChain { .. }))
-                .count();
-            report.kept = plan.kept;
-            Ok(plan.ops)
+            let p = plan(&nft.scan_leftovers()?);
+            report = p.report();
+            Ok(extra.iter().cloned().chain(p.ops).collect())
         })?;
         Ok(report)
     }
@@ -325,6 +454,13 @@ mod tests {
             ("filter", "KUBE-PROXY-FIREWALL"),
             ("filter", "KUBE-PROXY-CANARY"),
             ("mangle", "KUBE-PROXY-CANARY"),
+            // IPVS mode
+            ("nat", "KUBE-NODE-PORT"),
+            ("nat", "KUBE-LOAD-BALANCER"),
+            ("filter", "KUBE-NODE-PORT"),
+            ("filter", "KUBE-SOURCE-RANGES-FIREWALL"),
+            ("filter", "KUBE-IPVS-FILTER"),
+            ("filter", "KUBE-IPVS-OUT-FILTER"),
         ];
         let no = [
             // kubelet
@@ -352,6 +488,18 @@ mod tests {
             ("filter", SVC),
             ("mangle", "KUBE-SERVICES"),
             ("raw", "KUBE-PROXY-CANARY"),
+            // IPVS-mode names in a table IPVS mode does not use them in
+            ("nat", "KUBE-IPVS-FILTER"),
+            ("nat", "KUBE-SOURCE-RANGES-FIREWALL"),
+            ("filter", "KUBE-LOAD-BALANCER"),
+            ("mangle", "KUBE-NODE-PORT"),
+            // ipset names of IPVS mode and kube-router are not chains of kube-proxy's
+            ("nat", "KUBE-CLUSTER-IP"),
+            ("filter", "KUBE-LOAD-BALANCER-FW"),
+            ("filter", "KUBE-SRC-4N57TFCL4MD7ZTDA"),
+            ("filter", "KUBE-DST-4N57TFCL4MD7ZTDA"),
+            // pre-1.19 IPVS mode's nat chain of the same name as kubelet's filter chain
+            ("nat", "KUBE-FIREWALL"),
         ];
         for (t, c) in yes {
             assert!(is_kube_proxy_chain(t, c), "{t} {c} is kube-proxy's");
@@ -399,7 +547,7 @@ mod tests {
                 rule(&nat, "KUBE-SERVICES", 10, &[SVC]),
             ],
         );
-        let p = plan(&[s]);
+        let p = plan_iptables(&[s]);
         assert_eq!(
             p.ops,
             vec![
@@ -427,7 +575,7 @@ mod tests {
             ]
         );
         assert!(p.kept.is_empty());
-        assert_eq!(plan(&[]), Plan::default());
+        assert_eq!(plan(&Leftovers::default()), Plan::default());
     }
 
     #[test]
@@ -450,7 +598,7 @@ mod tests {
                 rule(&nat, "KUBE-POSTROUTING", 4, &["KUBE-MARK-MASQ"]),
             ],
         );
-        let p = plan(&[s]);
+        let p = plan_iptables(&[s]);
         assert_eq!(
             p.ops,
             vec![
@@ -478,6 +626,50 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn nftables_mode_tables_go_into_the_same_batch_after_the_chains() {
+        let nat = TableRef::new(Family::Ip, "nat");
+        let l = Leftovers {
+            iptables: vec![scan(
+                &nat,
+                &["PREROUTING"],
+                &["KUBE-SERVICES", "KUBE-LOAD-BALANCER"],
+                vec![
+                    rule(&nat, "PREROUTING", 2, &["KUBE-SERVICES"]),
+                    rule(&nat, "KUBE-SERVICES", 3, &["KUBE-LOAD-BALANCER"]),
+                ],
+            )],
+            nft_tables: vec![
+                TableRef::new(Family::Ip, NFTABLES_MODE_TABLE),
+                TableRef::new(Family::Ip6, NFTABLES_MODE_TABLE),
+                // never a table of another name, even if handed in
+                TableRef::new(Family::Ip, "kube-router"),
+            ],
+        };
+        let p = plan(&l);
+        assert_eq!(
+            p.ops.last(),
+            Some(&Op::DeleteTable {
+                table: TableRef::new(Family::Ip6, NFTABLES_MODE_TABLE)
+            })
+        );
+        assert!(
+            l.has_ipvs_mode_chains(),
+            "KUBE-LOAD-BALANCER is IPVS mode's"
+        );
+        assert!(is_ipvs_mode_chain("filter", "KUBE-IPVS-FILTER"));
+        assert!(
+            !is_ipvs_mode_chain("nat", "KUBE-SERVICES"),
+            "shared with iptables mode"
+        );
+        assert!(!is_ipvs_mode_chain("filter", "KUBE-NODEPORTS"));
+        let r = p.report();
+        assert_eq!((r.jumps_removed, r.chains_removed), (1, 2), "{:?}", p.ops);
+        assert_eq!(r.tables_removed, vec!["ip kube-proxy", "ip6 kube-proxy"]);
+        assert!(r.removed_any());
+        assert!(!MigrationReport::default().removed_any());
     }
 
     #[test]

@@ -91,6 +91,9 @@ pub const UDATA_CHAIN_COMMENT: u8 = 0;
 pub const UDATA_RULE_COMMENT: u8 = 0;
 pub const UDATA_SET_KEYBYTEORDER: u8 = 0;
 pub const UDATA_SET_DATABYTEORDER: u8 = 1;
+pub const UDATA_SET_KEY_TYPEOF: u8 = 3;
+pub const UDATA_SET_DATA_TYPEOF: u8 = 4;
+pub const UDATA_SET_DATA_INTERVAL: u8 = 6;
 pub const UDATA_SET_COMMENT: u8 = 7;
 pub const UDATA_SET_ELEM_COMMENT: u8 = 0;
 /// nft's `enum byteorder`

@@ -32,6 +32,7 @@ pub const NLA_TYPE_MASK: u16 = !(NLA_F_NESTED | NLA_F_NET_BYTEORDER);
 /// Netlink protocols used by kube-nlproxy.
 pub const NETLINK_ROUTE: isize = 0;
 pub const NETLINK_NETFILTER: isize = 12;
+pub const NETLINK_GENERIC: isize = 16;
 
 /// Round up to the netlink alignment (4 bytes).
 #[inline]

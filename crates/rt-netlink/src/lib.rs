@@ -2,6 +2,9 @@
 //! [`local_addresses`] (one RTM_GETADDR dump) and [`AddrMonitor`] (the IPv4 and IPv6
 //! address groups: an event for every address added or removed).
 //!
+//! Also links by name ([`link`]): find one, delete one of a given kind (kube-proxy IPVS
+//! mode's `kube-ipvs0` dummy link).
+//!
 //! Messages are built and parsed with `netlink-packet-route` ([`parse_addr_message`] is
 //! pure and byte-tested); the socket is `nl-core`'s.
 
@@ -93,7 +96,7 @@ pub fn dump_request(seq: u32) -> Vec<u8> {
     buf
 }
 
-fn socket(groups: Vec<u32>, nonblocking: bool) -> Result<NlSocket, RtError> {
+pub(crate) fn socket(groups: Vec<u32>, nonblocking: bool) -> Result<NlSocket, RtError> {
     Ok(NlSocket::open(
         NETLINK_ROUTE,
         &SockConfig {
@@ -182,6 +185,9 @@ impl AddrMonitor {
         Ok(out)
     }
 }
+
+pub mod link;
+pub use link::{delete_link_of_kind, link_by_name, Link, LinkRemoval};
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use crate::RulesetError;
 pub enum DetectLocalMode {
     /// No detection: only masqueradeAll masquerades ClusterIP traffic.
     None,
-    /// Source in `clusterCIDRs` (one per family).
+    /// Source in any of the `clusterCIDRs` of the family.
     #[default]
     ClusterCIDR,
     /// Source in the node's `spec.podCIDRs`.
@@ -39,7 +39,7 @@ pub struct Config {
     /// The bit of the packet mark that requests masquerading (`nftables.masqueradeBit`).
     pub masquerade_bit: u8,
     pub detect_local_mode: DetectLocalMode,
-    /// `clusterCIDR`, one per family.
+    /// `clusterCIDR`: every CIDR of a family marks local pods of that family.
     #[serde(rename = "clusterCIDRs")]
     pub cluster_cidrs: Vec<String>,
     pub pod_bridge_interface: String,

@@ -8,8 +8,9 @@
 //!
 //! Order inside the batch, so that every reference is valid when the kernel checks it:
 //! new sets, new chains, flushes (changed and removed chains), element deletes, set
-//! deletes (removed or re-declared sets), re-declared sets, element adds, rules, chain
-//! deletes.
+//! deletes (removed or re-declared sets), re-declared sets, rules, element adds, chain
+//! deletes. Rules before element adds: the kernel walks a map's elements for every rule
+//! added that looks it up (see `nft_model::create_table_ops`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -278,15 +279,18 @@ pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
             },
         });
     }
-    // 5. element adds
-    for (set, elements) in adds {
+    // constant sets take no element once a rule uses them: theirs go first
+    let (constant, adds): (Vec<_>, Vec<_>) = adds
+        .into_iter()
+        .partition(|(set, _)| new_sets.get(set.as_str()).is_some_and(|s| s.flags.constant));
+    for (set, elements) in constant {
         ops.push(Op::AddElements {
             table: t.clone(),
             set,
             elements,
         });
     }
-    // 6. rules of new, rewritten and re-created chains, in table order
+    // 5. rules of new, rewritten and re-created chains, in table order
     let fill: BTreeSet<&str> = added_chains
         .iter()
         .chain(rewritten.iter())
@@ -301,6 +305,14 @@ pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
                 rule: r.clone(),
             });
         }
+    }
+    // 6. element adds (after the rules: see nft_model::create_table_ops)
+    for (set, elements) in adds {
+        ops.push(Op::AddElements {
+            table: t.clone(),
+            set,
+            elements,
+        });
     }
     // 7. chain deletes
     for c in &removed_chains {

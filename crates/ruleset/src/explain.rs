@@ -62,7 +62,7 @@ fn reason(t: &Trace) -> String {
             "dropped: traffic policy Local and no ready endpoint on this node".into()
         }
         Some(Fate::Drop) => "dropped".into(),
-        Some(Fate::Reject) if ended_in(names::REJECT_CHAIN) => {
+        Some(Fate::Reject) if ended_in(names::ENDPOINTS_CHECK) => {
             "rejected (ICMP port unreachable / TCP reset): the service has no usable endpoints"
                 .into()
         }

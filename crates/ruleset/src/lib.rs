@@ -4,6 +4,8 @@
 //!   [`Config`] to one [`nft_model::Table`] per family (`ip kube-nlproxy`, `ip6 kube-nlproxy`).
 //! - [`diff`]: the last committed table and the desired one to the minimal batch of
 //!   [`nft_model::Op`]s; [`apply`] plays a batch onto a table the way the kernel would.
+//! - [`incremental`]: the same compilation kept up to date change by change, with the
+//!   batch of each change computed from what changed only.
 //! - [`trace`]: a packet tracer over the compiled tables.
 //!
 //! Pure code: no I/O, no clock, no threads. The shape of the ruleset and its reasons are
@@ -15,15 +17,18 @@ pub mod config;
 pub mod diff;
 pub mod explain;
 pub mod fixture;
+pub mod incremental;
 pub mod names;
 pub mod rules;
 pub mod trace;
 
 pub use apply::{apply, ApplyError};
+pub use compile::mirror::Conflict;
 pub use compile::{compile, compile_parsed, nft_family, Compiled};
 pub use config::{Config, DetectLocalMode, ParsedConfig};
 pub use diff::{diff, diff_tables};
 pub use explain::{explain, Explanation};
+pub use incremental::{Changes, Compiler, PortTargets, Served, Update};
 pub use trace::{trace, Packet, Trace};
 
 /// Errors of the compiler: a bad configuration (fatal), or a problem with one object
@@ -47,6 +52,10 @@ pub enum RulesetError {
         other: String,
         what: String,
     },
-    #[error("service {service} port {port:?}: no room left in its endpoint map shard; skipped")]
-    Capacity { service: String, port: String },
+    #[error("service {service} port {port:?}: {endpoints} endpoints are more than a list can hold; skipped")]
+    Capacity {
+        service: String,
+        port: String,
+        endpoints: usize,
+    },
 }

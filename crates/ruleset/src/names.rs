@@ -23,22 +23,44 @@ pub const MASQUERADING: &str = "masquerading";
 pub const FIREWALL_CHECK: &str = "firewall-check";
 pub const ENDPOINTS_CHECK: &str = "endpoints-check";
 pub const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
-pub const REJECT_CHAIN: &str = "reject-chain";
+pub const NODEPORTS: &str = "nodeports";
+pub const EXTERNAL_LOCAL: &str = "external-local";
+pub const NP_EXTERNAL_LOCAL: &str = "np-external-local";
+// endpoint selection per space (`compile::classes::Space::pick_chain`)
+pub const PICK_CLUSTER: &str = "pick-cluster";
+pub const PICK_LOCAL: &str = "pick-local";
+pub const PICK_NP_CLUSTER: &str = "pick-np-cluster";
+pub const PICK_NP_LOCAL: &str = "pick-np-local";
 // sets and maps
 pub const CLUSTER_IPS: &str = "cluster-ips";
 pub const SERVICE_IPS: &str = "service-ips";
 pub const SERVICE_NODEPORTS: &str = "service-nodeports";
+// destinations served by elements only, by route
+pub const DISPATCH_CLUSTER: &str = "dispatch-cluster";
+pub const DISPATCH_CLUSTER_MASQ: &str = "dispatch-cluster-masq";
+pub const DISPATCH_LOCAL: &str = "dispatch-local";
+pub const DISPATCH_EXTERNAL_LOCAL: &str = "dispatch-external-local";
+pub const DISPATCH_NP_CLUSTER_MASQ: &str = "dispatch-np-cluster-masq";
+pub const DISPATCH_NP_EXTERNAL_LOCAL: &str = "dispatch-np-external-local";
+/// Every set whose keys are destinations (or NodePorts) sent to endpoints.
+pub const SERVED_SETS: [&str; 8] = [
+    DISPATCH_CLUSTER,
+    DISPATCH_CLUSTER_MASQ,
+    DISPATCH_LOCAL,
+    DISPATCH_EXTERNAL_LOCAL,
+    DISPATCH_NP_CLUSTER_MASQ,
+    DISPATCH_NP_EXTERNAL_LOCAL,
+    SERVICE_IPS,
+    SERVICE_NODEPORTS,
+];
 pub const NODEPORT_IPS: &str = "nodeport-ips";
 pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+pub const NO_LOCAL_ENDPOINT_SERVICES: &str = "no-local-endpoint-services";
 pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+pub const NO_LOCAL_ENDPOINT_NODEPORTS: &str = "no-local-endpoint-nodeports";
 pub const FIREWALL_IPS: &str = "firewall-ips";
 pub const FIREWALL_ALLOW: &str = "firewall-allow";
 pub const HAIRPIN: &str = "hairpin";
-
-/// Number of endpoint map shards (see docs/ruleset.md: binding a map to a chain walks
-/// its elements, so one map shared by every service chain would make a cold load
-/// quadratic, and one map per service makes set-name lookups quadratic).
-pub const SHARDS: u32 = 256;
 
 /// 64-bit FNV-1a: tiny, stable across releases and platforms.
 pub fn fnv1a(parts: &[&[u8]]) -> u64 {
@@ -127,9 +149,13 @@ impl PortId {
         self.named("ext")
     }
 
-    /// The endpoint map shard of this port.
-    pub fn shard(&self) -> u32 {
-        (self.hash() as u32) % SHARDS
+    /// The verdict map choosing among the endpoint chains of a list (session affinity).
+    pub fn affinity_map(&self, local: bool) -> String {
+        self.named(if local {
+            "affinity-local"
+        } else {
+            "affinity-svc"
+        })
     }
 
     fn endpoint_hash(&self, addr: &IpAddr, port: u16) -> u64 {
@@ -158,14 +184,4 @@ impl PortId {
             self.readable()
         )
     }
-}
-
-/// Endpoint map of a shard: `numgen` slot to `address . port`.
-pub fn endpoints_map(shard: u32) -> String {
-    format!("endpoints-{shard:02x}")
-}
-
-/// Endpoint-chain map of a shard: `numgen` slot to `goto ep-...` (session affinity).
-pub fn endpoint_chains_map(shard: u32) -> String {
-    format!("endpoint-chains-{shard:02x}")
 }

@@ -225,6 +225,18 @@ struct Run<'a> {
     dnat: Option<(IpAddr, u16)>,
     masquerade: bool,
     depth: usize,
+    /// A `numgen` result not looked at yet: its choice is made when it is read, over the
+    /// outcomes that differ (see [`Run::resolve_by_lookup`]).
+    numgen: Option<PendingNumgen>,
+}
+
+/// A `numgen` result waiting to be chosen.
+#[derive(Debug, Clone, Copy)]
+struct PendingNumgen {
+    /// Byte offset in the register file.
+    off: usize,
+    offset: u32,
+    modulus: u32,
 }
 
 impl<'a> Run<'a> {
@@ -241,7 +253,82 @@ impl<'a> Run<'a> {
             dnat: None,
             masquerade: false,
             depth: 0,
+            numgen: None,
         }
+    }
+
+    /// A new choice point with `alts` alternatives: the alternative taken in this run.
+    fn choose(&mut self, alts: u32) -> u32 {
+        let i = self.used.len();
+        let c = self
+            .choices
+            .get(i)
+            .copied()
+            .unwrap_or(0)
+            .min(alts.saturating_sub(1));
+        self.used.push(c);
+        self.alts.push(alts.max(1));
+        c
+    }
+
+    /// Choose a pending `numgen` result among all its values (it is read by something
+    /// other than a map lookup).
+    fn resolve_by_value(&mut self) {
+        if let Some(ng) = self.numgen.take() {
+            let c = self.choose(ng.modulus);
+            let v = ng.offset.wrapping_add(c);
+            self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+    }
+
+    /// Choose a pending `numgen` result read as part of the key `[koff, koff + klen)` of a
+    /// lookup in `s`: the alternatives are the elements the lookup can find (the other key
+    /// fields as loaded), plus a miss when some value in the range finds none. So the
+    /// tracer explores one run per distinct outcome, not one per value (a `numgen random
+    /// mod 65536` is 65,536 values, a handful of outcomes).
+    fn resolve_by_lookup(&mut self, s: &Set, koff: usize, klen: usize) {
+        let Some(ng) = self.numgen else { return };
+        if ng.off < koff || ng.off + 4 > koff + klen || s.flags.interval {
+            return self.resolve_by_value();
+        }
+        self.numgen = None;
+        let fields = key_fields(s);
+        let Some(ng_field) = fields
+            .iter()
+            .position(|&(o, l)| koff + o == ng.off && l == 4)
+        else {
+            // the numgen result is not a whole key field: pick by value
+            self.numgen = Some(ng);
+            return self.resolve_by_value();
+        };
+        let key = self.regs[koff..(koff + klen).min(64)].to_vec();
+        let mut values: Vec<u32> = s
+            .elements
+            .iter()
+            .filter(|e| {
+                fields.iter().enumerate().all(|(i, (o, l))| {
+                    i == ng_field
+                        || key.get(*o..o + l) == e.key.get(i).map(Value::to_bytes).as_deref()
+                })
+            })
+            .filter_map(|e| match e.key.get(ng_field) {
+                Some(Value::Int(v)) if v.wrapping_sub(ng.offset) < ng.modulus => Some(*v),
+                _ => None,
+            })
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        let miss = (values.len() as u64) < u64::from(ng.modulus);
+        let c = self.choose(values.len() as u32 + u32::from(miss)) as usize;
+        let v = match values.get(c) {
+            Some(v) => *v,
+            // a value of the range that no element has
+            None => (0..ng.modulus)
+                .map(|i| ng.offset.wrapping_add(i))
+                .find(|v| values.binary_search(v).is_err())
+                .unwrap_or(ng.offset),
+        };
+        self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
     }
 
     fn outcome(&self, fate: Fate) -> Outcome {
@@ -361,6 +448,13 @@ impl<'a> Run<'a> {
 
     fn write(&mut self, r: Reg, data: &[u8]) {
         let off = Self::reg_off(r);
+        if self
+            .numgen
+            .is_some_and(|ng| ng.off < off + data.len() && off < ng.off + 4)
+        {
+            // overwritten before being read: it did not matter
+            self.numgen = None;
+        }
         let end = (off + data.len()).min(64);
         self.regs[off..end].copy_from_slice(&data[..end - off]);
         // registers are zero-padded to whole words
@@ -370,8 +464,14 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn read(&self, r: Reg, len: usize) -> Vec<u8> {
+    fn read(&mut self, r: Reg, len: usize) -> Vec<u8> {
         let off = Self::reg_off(r);
+        if self
+            .numgen
+            .is_some_and(|ng| ng.off < off + len && off < ng.off + 4)
+        {
+            self.resolve_by_value();
+        }
         self.regs[off..(off + len).min(64)].to_vec()
     }
 
@@ -503,7 +603,9 @@ impl<'a> Run<'a> {
                 } => {
                     let table = self.table;
                     let s = table.set(set)?;
-                    let key = self.read(*sreg, concat_len(&s.key));
+                    let klen = concat_len(&s.key);
+                    self.resolve_by_lookup(s, Self::reg_off(*sreg), klen);
+                    let key = self.read(*sreg, klen);
                     let found = if s.flags.dynamic {
                         None
                     } else {
@@ -539,16 +641,17 @@ impl<'a> Run<'a> {
                     dreg,
                     ..
                 } => {
-                    let i = self.used.len();
-                    let c = self
-                        .choices
-                        .get(i)
-                        .copied()
-                        .unwrap_or(0)
-                        .min(modulus.saturating_sub(1));
-                    self.used.push(c);
-                    self.alts.push((*modulus).max(1));
-                    self.write(*dreg, &(offset + c).to_ne_bytes());
+                    // an earlier result still pending is chosen by value first
+                    self.resolve_by_value();
+                    let off = Self::reg_off(*dreg);
+                    self.write(*dreg, &offset.to_ne_bytes());
+                    if off + 4 <= 64 {
+                        self.numgen = Some(PendingNumgen {
+                            off,
+                            offset: *offset,
+                            modulus: (*modulus).max(1),
+                        });
+                    }
                 }
                 Expr::Nat {
                     kind, addr, port, ..
@@ -634,24 +737,27 @@ fn concat_bytes_padded(v: &[Value]) -> Vec<u8> {
     out
 }
 
-/// Find the element matching `key` (register layout: fields padded to words when
-/// concatenated), with intervals per field.
+/// (offset, length) of each key field in the register layout: fields padded to words
+/// when concatenated.
+fn key_fields(s: &Set) -> Vec<(usize, usize)> {
+    let mut off = 0;
+    s.key
+        .iter()
+        .map(|t| {
+            let f = (off, t.len());
+            off += if s.key.len() == 1 {
+                t.len()
+            } else {
+                t.padded_len()
+            };
+            f
+        })
+        .collect()
+}
+
+/// Find the element matching `key`, with intervals per field.
 fn find_element<'s>(s: &'s Set, key: &[u8]) -> Option<&'s Element> {
-    let fields: Vec<(usize, usize)> = {
-        let mut off = 0;
-        s.key
-            .iter()
-            .map(|t| {
-                let f = (off, t.len());
-                off += if s.key.len() == 1 {
-                    t.len()
-                } else {
-                    t.padded_len()
-                };
-                f
-            })
-            .collect()
-    };
+    let fields = key_fields(s);
     s.elements.iter().find(|e| {
         fields.iter().enumerate().all(|(i, (off, len))| {
             let v = key.get(*off..off + len).unwrap_or(&[]);

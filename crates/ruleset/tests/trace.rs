@@ -490,3 +490,90 @@ fn overall_mix() {
         set(&["[2001:db8:1:1::10]:8080"])
     );
 }
+
+/// Lists of more than 8 endpoints draw `mod 16` up to ten times (a draw past the 10th
+/// endpoint finds nothing and the next rule draws again), then `mod 8`: every endpoint
+/// is reachable, nothing else is, and the packet never falls through undecided.
+#[test]
+fn many_endpoints_draws_reach_every_endpoint() {
+    let c = case("many-endpoints");
+    let all: Vec<String> = (0..10)
+        .map(|i| format!("198.18.2.{}:5353", 10 + i))
+        .collect();
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let t = c.trace(&Packet::udp(POD, "198.18.100.50", 53));
+    assert_eq!(t.targets(), set(&all), "{t}");
+    assert_eq!(t.fate(), Some(Fate::Out), "{t}");
+    assert!(t.visits("pick-cluster-16"), "{t}");
+    let t = c.trace(&Packet::udp(OUTSIDE, NODE, 30053));
+    assert_eq!(t.targets(), set(&all), "{t}");
+    assert!(t.all_masqueraded(), "{t}");
+    let t = c.trace(&Packet::tcp(POD, "198.18.100.51", 80));
+    assert_eq!(
+        t.targets(),
+        set(&[
+            "198.18.2.30:8080",
+            "198.18.2.31:8080",
+            "198.18.2.32:8080",
+            "198.18.2.33:8080"
+        ])
+    );
+    // the protocol is part of the key: TCP to the UDP port is not a service
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.50", 53)).fate(),
+        Some(Fate::Reject)
+    );
+}
+
+/// Every clusterCIDR of a family marks local pods (issue 12 item 8): a pod in the second
+/// CIDR is not masqueraded and short-circuits externalTrafficPolicy Local like one in
+/// the first; a source in neither is masqueraded. Both families.
+#[test]
+fn every_cluster_cidr_detects_local_pods() {
+    let c = case("detect-local-cluster-cidrs");
+    let both4 = set(&["198.18.1.10:8080", "198.18.33.10:8080"]);
+    for pod in ["198.18.1.50", "198.18.33.5"] {
+        let t = c.trace(&Packet::tcp(pod, "198.18.100.160", 80).on("veth1"));
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+        let t = c.trace(&Packet::tcp(pod, "198.18.250.16", 80).on("veth1"));
+        assert_eq!(t.targets(), both4, "{pod}: {t}");
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+    }
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.100.160", 80));
+    assert!(t.all_masqueraded(), "{t}");
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.250.16", 80));
+    assert_eq!(t.targets(), set(&["198.18.1.10:8080"]), "{t}");
+    let both6 = set(&["[2001:db8:1:1::10]:8080", "[2001:db8:2:1::10]:8080"]);
+    for pod in ["2001:db8:1:1::50", "2001:db8:2:7::5"] {
+        let t = c.trace(&Packet::tcp(pod, "2001:db8:250::16", 80).on("veth1"));
+        assert_eq!(t.targets(), both6, "{pod}: {t}");
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+        let t = c.trace(&Packet::tcp(pod, "2001:db8:100::a0", 80).on("veth1"));
+        assert!(t.none_masqueraded(), "{pod}: {t}");
+    }
+    let t = c.trace(&Packet::tcp("2001:db8:9::1", "2001:db8:100::a0", 80));
+    assert!(t.all_masqueraded(), "{t}");
+}
+
+/// Two services claiming one external IP:port and one NodePort: the first service keeps
+/// both; each keeps its own ClusterIP.
+#[test]
+fn conflicts_first_service_keeps_the_destination() {
+    let c = case("conflicts");
+    let alpha = set(&["198.18.2.70:8080"]);
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.251.17", 80))
+            .targets(),
+        alpha
+    );
+    assert_eq!(c.trace(&Packet::tcp(OUTSIDE, NODE, 30170)).targets(), alpha);
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.171", 80)).targets(),
+        set(&["198.18.2.71:8080"])
+    );
+    let msgs: Vec<String> = c.compiled.errors.iter().map(|e| e.to_string()).collect();
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(msgs
+        .iter()
+        .all(|m| m.contains("ns1/alpha") && m.contains("ns1/beta")));
+}

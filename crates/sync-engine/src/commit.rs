@@ -222,7 +222,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             self.publish_pending();
             let endpoints = self
                 .cluster
-                .slices
+                .slices()
                 .values()
                 .map(|s| s.endpoints.len())
                 .sum();

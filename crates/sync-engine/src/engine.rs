@@ -291,7 +291,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             }
             Event::SliceApplied(slice) => {
                 let key = ns_key(&slice.metadata);
-                let before = self.cluster.slices.get(&key).cloned();
+                let before = self.cluster.slice(&key).cloned();
                 let mut warnings = Vec::new();
                 let r = self.cluster.upsert_slice(&slice, &mut warnings);
                 self.note_errors(
@@ -299,11 +299,11 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     warnings.iter().map(ToString::to_string).collect(),
                     r.err().map(|e| e.to_string()),
                 );
-                if self.cluster.slices.get(&key) != before.as_ref() {
+                if self.cluster.slice(&key) != before.as_ref() {
                     // kube-proxy's network programming latency starts at the change
                     // behind this update (not for deletions)
                     let t = kube_model::last_change_trigger_time(&slice.metadata);
-                    if let (Some(t), Some(s)) = (t, self.cluster.slices.get(&key)) {
+                    if let (Some(t), Some(s)) = (t, self.cluster.slice(&key)) {
                         if t > self.started_wall {
                             self.trigger_times.push((s.family, t));
                         }

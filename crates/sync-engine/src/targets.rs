@@ -4,8 +4,9 @@
 //! - *Destinations*: a UDP service destination (ClusterIP, ExternalIP or LoadBalancer IP
 //!   with the service port; or a NodePort) that the new rules send to endpoints while the
 //!   old rules did not (its usable endpoints went from 0 to > 0, or it is new). Derived
-//!   from the tables themselves (`service-ips` and `service-nodeports` maps), so that the
+//!   from the tables themselves (the sets that send destinations to endpoints), so that the
 //!   same rule holds after a restart, when the old rules are the ones dumped from the kernel.
+//!   Which sets hold them is the ruleset's business (`ruleset::incremental`).
 //! - *Endpoints*: a UDP endpoint (address, target port) that served a service port before
 //!   and no longer does (removed, no longer serving, service deleted or scaled to 0).
 //!   Derived from the model per service port; on the first sync after a restart, from the
@@ -16,10 +17,8 @@ use std::net::IpAddr;
 
 use ct_netlink::Filter;
 use kube_model::{resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey};
-use nft_model::{ElemData, Family, Table, Value};
-use ruleset::names::{SERVICE_IPS, SERVICE_NODEPORTS};
-
-const UDP: u8 = 17;
+use nft_model::Table;
+use ruleset::Served;
 
 /// One conntrack cleanup target (UDP only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -49,59 +48,22 @@ impl Target {
     }
 }
 
-fn ip_of(v: &Value) -> Option<IpAddr> {
-    match v {
-        Value::Ipv4(a) => Some(IpAddr::V4(*a)),
-        Value::Ipv6(a) => Some(IpAddr::V6(*a)),
-        _ => None,
-    }
-}
-
-/// The UDP destinations the tables send to endpoints: keys of `service-ips` (address .
-/// protocol . port) and of `service-nodeports` (protocol . port).
+/// The UDP destinations the tables send to endpoints (the ruleset knows which sets
+/// hold them: `ruleset::incremental::served_destinations`).
 pub fn served_destinations(tables: &[Table]) -> BTreeSet<Target> {
-    let mut out = BTreeSet::new();
-    for t in tables {
-        let v6 = t.family == Family::Ip6;
-        for s in &t.sets {
-            if s.name == SERVICE_IPS {
-                for e in &s.elements {
-                    if let [a, Value::Proto(UDP), Value::Port(port)] = e.key.as_slice() {
-                        if let Some(addr) = ip_of(a) {
-                            out.insert(Target::Dst { addr, port: *port });
-                        }
-                    }
-                }
-            } else if s.name == SERVICE_NODEPORTS {
-                for e in &s.elements {
-                    if let [Value::Proto(UDP), Value::Port(port)] = e.key.as_slice() {
-                        out.insert(Target::NodePort { v6, port: *port });
-                    }
-                }
-            }
-        }
-    }
-    out
+    ruleset::incremental::served_destinations(tables)
+        .into_iter()
+        .map(|s| match s {
+            Served::Dst { addr, port } => Target::Dst { addr, port },
+            Served::NodePort { v6, port } => Target::NodePort { v6, port },
+        })
+        .collect()
 }
 
 /// Every `address . port` DNAT target in the endpoint maps of the tables (all protocols:
 /// the maps do not say; used only on the first sync after a restart).
 pub fn table_endpoints(tables: &[Table]) -> BTreeSet<(IpAddr, u16)> {
-    let mut out = BTreeSet::new();
-    for t in tables {
-        for s in t.sets.iter().filter(|s| s.name.starts_with("endpoints-")) {
-            for e in &s.elements {
-                if let Some(ElemData::Values(v)) = &e.data {
-                    if let [a, Value::Port(port)] = v.as_slice() {
-                        if let Some(addr) = ip_of(a) {
-                            out.insert((addr, *port));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
+    ruleset::incremental::table_endpoints(tables)
 }
 
 /// Per UDP service port and family: the endpoints that serve it (ready or serving).

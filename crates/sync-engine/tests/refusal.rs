@@ -54,20 +54,25 @@ fn cluster(w: &World) -> Engine<FakeNft, FakeCt, FakeClock> {
     e
 }
 
-/// Whether the kernel's tables program service `i` (its chain exists).
+/// Service `i`'s ClusterIP.
+fn ip(i: u32) -> String {
+    format!("198.18.100.{}", 10 + i)
+}
+
+/// Whether the kernel's tables program service `i` (elements keyed by its ClusterIP).
 fn programmed(w: &World, i: u32) -> bool {
-    let name = format!("ns1/svc-{i}/");
-    w.tables.lock().unwrap()[0]
-        .chains
-        .iter()
-        .any(|c| c.name.contains(&name))
+    w.tables.lock().unwrap()[0].sets.iter().any(|s| {
+        s.elements
+            .iter()
+            .any(|e| key_starts_with_addr(&e.key, &ip(i)))
+    })
 }
 
 #[test]
 fn a_refused_service_port_is_skipped_and_every_other_service_stays_in_sync() {
     let w = World::new();
     let mut e = cluster(&w);
-    *w.refuse_rules_in.lock().unwrap() = Some("ns1/svc-7/".into());
+    *w.refuse_rules_in.lock().unwrap() = Some(ip(7));
     let r = e
         .sync()
         .expect("the sync succeeds without the refused port");
@@ -138,7 +143,7 @@ fn a_refused_service_port_is_skipped_and_every_other_service_stays_in_sync() {
 fn a_change_of_a_skipped_service_is_retried_at_once() {
     let w = World::new();
     let mut e = cluster(&w);
-    *w.refuse_rules_in.lock().unwrap() = Some("ns1/svc-7/".into());
+    *w.refuse_rules_in.lock().unwrap() = Some(ip(7));
     e.sync().unwrap();
     assert!(!programmed(&w, 7));
     *w.refuse_rules_in.lock().unwrap() = None;

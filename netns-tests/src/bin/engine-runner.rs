@@ -3,7 +3,7 @@
 //!
 //! Usage: engine-runner MANIFEST [--no-cleanup] [--min-sync-ms N] [--sync-ms N]
 //!                      [--reject-commits N] [--pause-before-cleanup-ms N]
-//!                      [--corrupt-service NAME --corrupt-while PATH]
+//!                      [--corrupt-addr IP --corrupt-while PATH]
 //!
 //! MANIFEST is a fixture (multi-document YAML: one `kind: NlproxyConfig` document, a Node,
 //! Services, EndpointSlices). It is re-read when its mtime or size changes (polled every
@@ -19,10 +19,11 @@
 //! extra operation the kernel refuses (deleting a chain that does not exist), so the
 //! kernel rejects each of them as a whole (a test-only fault injection).
 //!
-//! `--corrupt-service NAME --corrupt-while PATH`: while the file PATH exists, every rule
-//! added to a chain of service NAME (chain names contain `/NAME/`) gets a comparison
-//! with no data in front, which the kernel refuses (EINVAL); in commits and in checks
-//! alike (a test-only fault injection: one service port's rules are refused).
+//! `--corrupt-addr IP --corrupt-while PATH`: while the file PATH exists, every set or map
+//! element added whose key starts with address IP (a service's ClusterIP: its dispatch
+//! and endpoint elements) gets one key field too many, which the kernel refuses
+//! (EINVAL); in commits and in checks alike (a test-only fault injection: one service
+//! port's elements are refused).
 //!
 //! `--pause-before-cleanup-ms N`: the first conntrack cleanup call prints
 //! `cleanup-pause` and waits N ms first (after the batch that made the targets was
@@ -33,7 +34,7 @@ use std::io::Write;
 use std::sync::mpsc::{channel, Sender};
 use std::time::{Duration, SystemTime};
 
-use nft_model::{CmpOp, Expr, Family, Op, Reg, Table, TableRef};
+use nft_model::{Family, Op, Table, TableRef, Value};
 use sync_engine::k8s_openapi::api::core::v1::{Node, Service};
 use sync_engine::k8s_openapi::api::discovery::v1::EndpointSlice;
 use sync_engine::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -132,29 +133,29 @@ struct Rejecting {
     inner: nft_netlink::Nft,
     remaining: u32,
     committed_once: bool,
-    /// (service name, marker file): see `--corrupt-service`.
+    /// (address, marker file): see `--corrupt-addr`.
     corrupt: Option<(String, String)>,
 }
 
 impl Rejecting {
     fn corrupted(&self, ops: &[Op]) -> Option<Vec<Op>> {
-        let (name, marker) = self.corrupt.as_ref()?;
+        let (addr, marker) = self.corrupt.as_ref()?;
         if !std::path::Path::new(marker).exists() {
             return None;
         }
-        let needle = format!("/{name}/");
+        let addr: std::net::IpAddr = addr.parse().ok()?;
+        let first_is_addr = |v: Option<&Value>| match (v, addr) {
+            (Some(Value::Ipv4(a)), std::net::IpAddr::V4(b)) => *a == b,
+            (Some(Value::Ipv6(a)), std::net::IpAddr::V6(b)) => *a == b,
+            _ => false,
+        };
         let mut out = ops.to_vec();
         for op in &mut out {
-            if let Op::AddRule { chain, rule, .. } = op {
-                if chain.contains(&needle) {
-                    rule.exprs.insert(
-                        0,
-                        Expr::Cmp {
-                            sreg: Reg::R1,
-                            op: CmpOp::Eq,
-                            data: Vec::new(),
-                        },
-                    );
+            if let Op::AddElements { elements, .. } = op {
+                for e in elements.iter_mut() {
+                    if first_is_addr(e.key.first()) {
+                        e.key.push(Value::Port(0));
+                    }
                 }
             }
         }
@@ -296,7 +297,7 @@ fn main() {
             "--sync-ms" => cfg.sync_period = Duration::from_millis(num(it.next())),
             "--reject-commits" => reject = num(it.next()) as u32,
             "--pause-before-cleanup-ms" => pause = Some(Duration::from_millis(num(it.next()))),
-            "--corrupt-service" => corrupt_service = it.next().cloned(),
+            "--corrupt-addr" => corrupt_service = it.next().cloned(),
             "--corrupt-while" => corrupt_while = it.next().cloned(),
             p if path.is_none() && !p.starts_with('-') => path = Some(p.to_string()),
             other => {
@@ -306,7 +307,7 @@ fn main() {
         }
     }
     let Some(path) = path else {
-        eprintln!("usage: engine-runner MANIFEST [--no-cleanup] [--min-sync-ms N] [--sync-ms N] [--reject-commits N] [--pause-before-cleanup-ms N] [--corrupt-service NAME --corrupt-while PATH]");
+        eprintln!("usage: engine-runner MANIFEST [--no-cleanup] [--min-sync-ms N] [--sync-ms N] [--reject-commits N] [--pause-before-cleanup-ms N] [--corrupt-addr IP --corrupt-while PATH]");
         std::process::exit(2);
     };
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {

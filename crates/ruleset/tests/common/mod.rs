@@ -2,6 +2,8 @@
 //! a Node and an `NlproxyConfig` document) and compile it.
 #![allow(dead_code)]
 
+pub mod changes;
+
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -145,7 +147,7 @@ pub mod model {
         let s = service(i);
         c.services.insert(s.key.clone(), s);
         let sl = slice(i, eps);
-        c.slices.insert(sl.key.clone(), sl);
+        c.insert_slice(sl);
     }
 
     pub fn config() -> ruleset::Config {

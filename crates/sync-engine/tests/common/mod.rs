@@ -35,12 +35,25 @@ pub struct FakeNft {
     /// Every committed batch, in order.
     pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
     /// The kernel refuses (EINVAL) any batch adding a rule to a chain whose name
-    /// contains this (e.g. a service's `ns/name/`).
+    /// contains this (e.g. `services`), or, when this is an address (a service's
+    /// ClusterIP), any batch adding an element whose key starts with it.
     pub refuse_rules_in: Arc<Mutex<Option<String>>>,
     /// Batches checked without committing.
     pub checks: Arc<Mutex<u32>>,
     /// The kernel refuses the next batches (commits only), whatever they hold.
     pub refuse_next: Arc<Mutex<u32>>,
+}
+
+/// Whether an element key starts with the address `addr` (text; false if not one).
+pub fn key_starts_with_addr(key: &[nft_model::Value], addr: &str) -> bool {
+    let Ok(a) = addr.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    match (key.first(), a) {
+        (Some(nft_model::Value::Ipv4(k)), std::net::IpAddr::V4(a)) => *k == a,
+        (Some(nft_model::Value::Ipv6(k)), std::net::IpAddr::V6(a)) => *k == a,
+        _ => false,
+    }
 }
 
 impl FakeNft {
@@ -58,7 +71,13 @@ impl FakeNft {
             let refused: Vec<nft_netlink::OpError> = ops
                 .iter()
                 .enumerate()
-                .filter(|(_, op)| matches!(op, Op::AddRule { chain, .. } if chain.contains(bad)))
+                .filter(|(_, op)| match op {
+                    Op::AddRule { chain, .. } => chain.contains(bad),
+                    Op::AddElements { elements, .. } => {
+                        elements.iter().any(|e| key_starts_with_addr(&e.key, bad))
+                    }
+                    _ => false,
+                })
                 .map(|(i, op)| nft_netlink::OpError {
                     errno: libc::EINVAL,
                     op_index: i,

@@ -1,0 +1,525 @@
+//! The desired table of one family, kept up to date fragment by fragment: elements with
+//! the number of fragments adding them, the claims on every destination (the first
+//! claimant wins), the classes in use and the skeleton they imply. Every change is
+//! journaled (the state before the first change of each object), so that the batch
+//! turning the previous table into the new one is computed from the changed objects
+//! only: work proportional to the change, not to the table.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use nft_model::*;
+
+use super::classes::Class;
+use super::fragment::{Claim, ClaimKey, Fragment, PortOrder, SetName};
+use super::skeleton::Skeleton;
+use crate::names::{PortId, TABLE};
+use crate::RulesetError;
+
+/// An element ordered and compared by its identity in its set (key and range end), not
+/// its data: shared with the fragments that add it, never copied.
+#[derive(Debug, Clone)]
+pub struct ByKey(pub Arc<Element>);
+
+impl PartialEq for ByKey {
+    fn eq(&self, other: &ByKey) -> bool {
+        self.0.key == other.0.key && self.0.key_end == other.0.key_end
+    }
+}
+impl Eq for ByKey {}
+impl PartialOrd for ByKey {
+    fn partial_cmp(&self, other: &ByKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ByKey {
+    fn cmp(&self, other: &ByKey) -> std::cmp::Ordering {
+        (&self.0.key, &self.0.key_end).cmp(&(&other.0.key, &other.0.key_end))
+    }
+}
+
+fn by_key(e: &Element) -> (&Vec<Value>, &Option<Vec<Value>>) {
+    (&e.key, &e.key_end)
+}
+
+/// A claimant of a destination.
+#[derive(Debug, Clone)]
+struct Claimant {
+    id: PortId,
+    claim: Arc<Claim>,
+}
+
+/// The state of objects before their first change since the journal was last taken.
+#[derive(Debug, Default)]
+struct Journal {
+    /// set -> element (by key) -> the element before (None: absent)
+    elements: BTreeMap<SetName, BTreeMap<ByKey, Option<Arc<Element>>>>,
+    /// skeleton or per-port sets whose declaration (or, for per-port sets, content) changed
+    sets: BTreeMap<String, Option<Set>>,
+    chains: BTreeMap<String, Option<Chain>>,
+    /// destinations whose winner or claimants changed
+    claims: BTreeSet<ClaimKey>,
+}
+
+/// One family's desired table.
+#[derive(Debug)]
+pub struct Mirror {
+    family: Family,
+    skeleton: Skeleton,
+    /// Elements added by fragments (winning claims and shared elements), counted.
+    elements: BTreeMap<SetName, BTreeMap<ByKey, u32>>,
+    /// Per-port sets and chains (session affinity), counted.
+    sets: BTreeMap<String, (Set, u32)>,
+    chains: BTreeMap<String, (Chain, u32)>,
+    claims: BTreeMap<ClaimKey, BTreeMap<PortOrder, Claimant>>,
+    classes: BTreeMap<Class, u32>,
+    journal: Option<Journal>,
+}
+
+impl Mirror {
+    /// An empty table (no skeleton yet). With `journaled`, changes are recorded for
+    /// [`Mirror::take_ops`].
+    pub fn new(family: Family, journaled: bool) -> Mirror {
+        Mirror {
+            family,
+            skeleton: Skeleton::default(),
+            elements: BTreeMap::new(),
+            sets: BTreeMap::new(),
+            chains: BTreeMap::new(),
+            claims: BTreeMap::new(),
+            classes: BTreeMap::new(),
+            journal: journaled.then(Journal::default),
+        }
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Record changes from now on (see [`Mirror::take_ops`]).
+    pub fn start_journal(&mut self) {
+        self.journal = Some(Journal::default());
+    }
+
+    /// The port owning a destination.
+    pub fn owner(&self, key: &ClaimKey) -> Option<PortId> {
+        self.claims
+            .get(key)
+            .and_then(|c| c.values().next())
+            .map(|w| w.id.clone())
+    }
+
+    /// The classes in use.
+    pub fn classes(&self) -> BTreeSet<Class> {
+        self.classes.keys().copied().collect()
+    }
+
+    // -- journaled primitives ---------------------------------------------------------
+
+    fn note_element(&mut self, set: &SetName, key: &ByKey) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        let per = match j.elements.get_mut(&**set) {
+            Some(p) => p,
+            None => j.elements.entry(set.clone()).or_default(),
+        };
+        if !per.contains_key(key) {
+            let before = self
+                .elements
+                .get(&**set)
+                .and_then(|m| m.get_key_value(key))
+                .map(|(e, _)| Arc::clone(&e.0));
+            per.insert(key.clone(), before);
+        }
+    }
+
+    fn add_element(&mut self, set: &SetName, e: &Arc<Element>) {
+        let k = ByKey(Arc::clone(e));
+        if let Some(n) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) {
+            *n += 1;
+            return;
+        }
+        self.note_element(set, &k);
+        match self.elements.get_mut(&**set) {
+            Some(m) => m,
+            None => self.elements.entry(set.clone()).or_default(),
+        }
+        .insert(k, 1);
+    }
+
+    fn remove_element(&mut self, set: &SetName, e: &Arc<Element>) {
+        let k = ByKey(Arc::clone(e));
+        let Some(n) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) else {
+            return;
+        };
+        if *n > 1 {
+            *n -= 1;
+            return;
+        }
+        self.note_element(set, &k);
+        if let Some(m) = self.elements.get_mut(&**set) {
+            m.remove(&k);
+            if m.is_empty() {
+                self.elements.remove(&**set);
+            }
+        }
+    }
+
+    fn note_set(&mut self, name: &str) {
+        let before = self.sets.get(name).map(|(s, _)| s.clone());
+        if let Some(j) = self.journal.as_mut() {
+            j.sets.entry(name.to_string()).or_insert(before);
+        }
+    }
+
+    fn note_chain(&mut self, name: &str) {
+        let before = self.chain(name).cloned();
+        if let Some(j) = self.journal.as_mut() {
+            j.chains.entry(name.to_string()).or_insert(before);
+        }
+    }
+
+    fn chain(&self, name: &str) -> Option<&Chain> {
+        self.chains
+            .get(name)
+            .map(|(c, _)| c)
+            .or_else(|| self.skeleton.chains.iter().find(|c| c.name == name))
+    }
+
+    fn activate(&mut self, c: &Claim) {
+        for (set, e) in &c.elements {
+            self.add_element(set, e);
+        }
+        for class in &c.classes {
+            *self.classes.entry(*class).or_default() += 1;
+        }
+    }
+
+    fn deactivate(&mut self, c: &Claim) {
+        for (set, e) in &c.elements {
+            self.remove_element(set, e);
+        }
+        for class in &c.classes {
+            if let Some(n) = self.classes.get_mut(class) {
+                *n -= 1;
+                if *n == 0 {
+                    self.classes.remove(class);
+                }
+            }
+        }
+    }
+
+    // -- fragments ------------------------------------------------------------------
+
+    /// Add a fragment's contributions.
+    pub fn add(&mut self, f: &Fragment) {
+        for (set, e) in &f.shared {
+            self.add_element(set, e);
+        }
+        for s in &f.sets {
+            match self.sets.get_mut(&s.name) {
+                Some((_, n)) => *n += 1,
+                None => {
+                    self.note_set(&s.name);
+                    self.sets.insert(s.name.clone(), (s.clone(), 1));
+                }
+            }
+        }
+        for c in &f.chains {
+            match self.chains.get_mut(&c.name) {
+                Some((_, n)) => *n += 1,
+                None => {
+                    self.note_chain(&c.name);
+                    self.chains.insert(c.name.clone(), (c.clone(), 1));
+                }
+            }
+        }
+        for c in &f.claims {
+            if let Some(j) = self.journal.as_mut() {
+                j.claims.insert(c.key.clone());
+            }
+            let claimants = self.claims.entry(c.key.clone()).or_default();
+            let old_winner = claimants.values().next().map(|w| w.claim.clone());
+            claimants.insert(
+                f.order.clone(),
+                Claimant {
+                    id: f.id.clone(),
+                    claim: Arc::clone(c),
+                },
+            );
+            let wins = claimants.keys().next() == Some(&f.order);
+            if wins {
+                if let Some(old) = old_winner {
+                    self.deactivate(&old);
+                }
+                self.activate(c);
+            }
+        }
+    }
+
+    /// Remove a fragment's contributions (the fragment as it was added).
+    pub fn remove(&mut self, f: &Fragment) {
+        for c in &f.claims {
+            if let Some(j) = self.journal.as_mut() {
+                j.claims.insert(c.key.clone());
+            }
+            let Some(claimants) = self.claims.get_mut(&c.key) else {
+                continue;
+            };
+            let was_winner = claimants.keys().next() == Some(&f.order);
+            claimants.remove(&f.order);
+            let next = claimants.values().next().map(|w| w.claim.clone());
+            if claimants.is_empty() {
+                self.claims.remove(&c.key);
+            }
+            if was_winner {
+                self.deactivate(c);
+                if let Some(n) = next {
+                    self.activate(&n);
+                }
+            }
+        }
+        for c in &f.chains {
+            if let Some((_, n)) = self.chains.get_mut(&c.name) {
+                if *n > 1 {
+                    *n -= 1;
+                } else {
+                    self.note_chain(&c.name);
+                    self.chains.remove(&c.name);
+                }
+            }
+        }
+        for s in &f.sets {
+            if let Some((_, n)) = self.sets.get_mut(&s.name) {
+                if *n > 1 {
+                    *n -= 1;
+                } else {
+                    self.note_set(&s.name);
+                    self.sets.remove(&s.name);
+                }
+            }
+        }
+        for (set, e) in &f.shared {
+            self.remove_element(set, e);
+        }
+    }
+
+    /// Replace the skeleton (journaling the objects that differ).
+    pub fn set_skeleton(&mut self, new: Skeleton) {
+        if self.journal.is_some() {
+            let sets = changed(&self.skeleton.sets, &new.sets, |s| &s.name);
+            let chains = changed(&self.skeleton.chains, &new.chains, |c| &c.name);
+            if let Some(j) = self.journal.as_mut() {
+                for (name, before) in sets {
+                    j.sets.entry(name).or_insert(before);
+                }
+                for (name, before) in chains {
+                    j.chains.entry(name).or_insert(before);
+                }
+            }
+        }
+        self.skeleton = new;
+    }
+
+    // -- reading ----------------------------------------------------------------------
+
+    /// A set's declaration (no elements), skeleton or per-port.
+    fn decl_of(&self, name: &str) -> Option<Set> {
+        if let Some((s, _)) = self.sets.get(name) {
+            return Some(decl(s));
+        }
+        self.skeleton.sets.iter().find(|s| s.name == name).map(decl)
+    }
+
+    /// A set as it is now: declaration and every element, sorted.
+    fn set_now(&self, name: &str) -> Option<Set> {
+        if let Some((s, _)) = self.sets.get(name) {
+            return Some(s.clone());
+        }
+        let decl = self.skeleton.sets.iter().find(|s| s.name == name)?;
+        let mut s = decl.clone();
+        if let Some(m) = self.elements.get(name) {
+            s.elements.extend(m.keys().map(|e| (*e.0).clone()));
+            s.elements.sort_by(|a, b| by_key(a).cmp(&by_key(b)));
+        }
+        Some(s)
+    }
+
+    /// The whole table.
+    pub fn table(&self) -> Table {
+        let mut t = Table::new(self.family, TABLE);
+        for s in &self.skeleton.sets {
+            t.sets
+                .push(self.set_now(&s.name).unwrap_or_else(|| s.clone()));
+        }
+        t.sets.extend(self.sets.values().map(|(s, _)| s.clone()));
+        t.chains.extend(self.skeleton.chains.iter().cloned());
+        t.chains
+            .extend(self.chains.values().map(|(c, _)| c.clone()));
+        t
+    }
+
+    /// Conflicts on these destinations (all of them with `None`): every claimant but the
+    /// first, with the first.
+    pub fn conflicts(&self, keys: Option<&BTreeSet<ClaimKey>>) -> Vec<Conflict> {
+        let mut out = Vec::new();
+        let mut check = |key: &ClaimKey, claimants: &BTreeMap<PortOrder, Claimant>| {
+            let mut it = claimants.values();
+            let Some(winner) = it.next() else { return };
+            for loser in it {
+                out.push(Conflict {
+                    key: key.clone(),
+                    winner: winner.id.clone(),
+                    loser: loser.id.clone(),
+                });
+            }
+        };
+        match keys {
+            None => {
+                for (k, c) in &self.claims {
+                    check(k, c);
+                }
+            }
+            Some(keys) => {
+                for k in keys {
+                    if let Some(c) = self.claims.get(k) {
+                        check(k, c);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The winning claims among `keys` that send traffic to endpoints.
+    pub fn served(&self, keys: &BTreeSet<ClaimKey>) -> BTreeSet<ClaimKey> {
+        keys.iter()
+            .filter(|k| {
+                self.claims
+                    .get(*k)
+                    .and_then(|c| c.values().next())
+                    .is_some_and(|w| w.claim.served)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The batch turning the table as it was when the journal was last taken into the
+    /// table as it is, and the destinations whose claims changed meanwhile. Empty
+    /// without a journal.
+    pub fn take_ops(&mut self) -> (Vec<Op>, BTreeSet<ClaimKey>) {
+        let Some(j) = self.journal.replace(Journal::default()) else {
+            return (Vec::new(), BTreeSet::new());
+        };
+        let mut old = Table::new(self.family, TABLE);
+        let mut new = Table::new(self.family, TABLE);
+        let mut names: BTreeSet<&str> = j.elements.keys().map(|k| &**k).collect();
+        names.extend(j.sets.keys().map(String::as_str));
+        for name in names {
+            let touched = j.elements.get(name);
+            if !j.sets.contains_key(name) {
+                // only elements changed: both views hold the changed elements only
+                let Some(d) = self.decl_of(name) else {
+                    continue;
+                };
+                let mut b = d.clone();
+                let mut n = d;
+                for (k, was) in touched.into_iter().flatten() {
+                    b.elements.extend(was.iter().map(|e| (**e).clone()));
+                    if let Some((e, _)) = self.elements.get(name).and_then(|m| m.get_key_value(k)) {
+                        n.elements.push((*e.0).clone());
+                    }
+                }
+                old.sets.push(b);
+                new.sets.push(n);
+                continue;
+            }
+            // created, deleted, re-declared or per-port (small): whole in both views
+            if let Some(mut b) = j.sets[name].clone() {
+                let mut m: BTreeMap<ByKey, ()> = b
+                    .elements
+                    .drain(..)
+                    .map(|e| (ByKey(Arc::new(e)), ()))
+                    .collect();
+                if let Some(cur) = self.elements.get(name) {
+                    for k in cur.keys() {
+                        m.remove(k);
+                        m.insert(k.clone(), ());
+                    }
+                }
+                for (k, was) in touched.into_iter().flatten() {
+                    m.remove(k);
+                    if let Some(e) = was {
+                        m.insert(ByKey(Arc::clone(e)), ());
+                    }
+                }
+                b.elements = m.into_keys().map(|e| (*e.0).clone()).collect();
+                old.sets.push(b);
+            }
+            if let Some(n) = self.set_now(name) {
+                new.sets.push(n);
+            }
+        }
+        for (name, before) in &j.chains {
+            if let Some(c) = before {
+                old.chains.push(c.clone());
+            }
+            if let Some(c) = self.chain(name) {
+                new.chains.push(c.clone());
+            }
+        }
+        let ops = crate::diff::diff_tables(Some(&old), &new);
+        (ops, j.claims)
+    }
+}
+
+/// The objects of `old` and `new` (by name) that differ, with their old version.
+fn changed<T: Clone + PartialEq>(
+    old: &[T],
+    new: &[T],
+    name: impl Fn(&T) -> &String,
+) -> Vec<(String, Option<T>)> {
+    let o: BTreeMap<&String, &T> = old.iter().map(|x| (name(x), x)).collect();
+    let n: BTreeMap<&String, &T> = new.iter().map(|x| (name(x), x)).collect();
+    let mut names: BTreeSet<&String> = o.keys().copied().collect();
+    names.extend(n.keys().copied());
+    names
+        .into_iter()
+        .filter(|k| o.get(k) != n.get(k))
+        .map(|k| (k.clone(), o.get(k).map(|x| (*x).clone())))
+        .collect()
+}
+
+/// A set's declaration without its elements.
+fn decl(s: &Set) -> Set {
+    Set {
+        elements: Vec::new(),
+        ..s.clone()
+    }
+}
+
+/// Two service ports claiming one destination: `winner` keeps it, `loser` is skipped
+/// for it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Conflict {
+    pub key: ClaimKey,
+    pub winner: PortId,
+    pub loser: PortId,
+}
+
+impl Conflict {
+    pub fn error(&self) -> RulesetError {
+        RulesetError::Conflict {
+            service: self.loser.service.to_string(),
+            port: self.loser.port_name.clone(),
+            other: self.winner.service.to_string(),
+            what: self
+                .key
+                .iter()
+                .map(nft_model::render::value)
+                .collect::<Vec<_>>()
+                .join(" . "),
+        }
+    }
+}

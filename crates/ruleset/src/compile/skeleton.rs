@@ -1,0 +1,344 @@
+//! The fixed part of a table: base chains, the chains every service shares, the sets
+//! and maps they look up, and one chain, set and map per endpoint class in use. It
+//! depends on the configuration, the node and the classes in use only, never on a
+//! service: services are elements of its sets (see docs/ruleset.md).
+
+use std::collections::BTreeSet;
+
+use nft_model::build::{self, goto, jump, rule, verdict, KeyField};
+use nft_model::*;
+
+use super::classes::{Class, Space};
+use super::Ctx;
+use crate::config::NodePortAddrs;
+use crate::names::*;
+use crate::rules::{addr_type, cidr_match, fam_value, DST_KEY, PORT_KEY};
+
+/// What a base chain does: enter a fixed chain, for new connections only or always.
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    /// `ct state new jump <chain>`
+    New(&'static str),
+    /// `jump <chain>`
+    Always(&'static str),
+}
+
+/// The base chains: name, type, hook, priority, what they enter (policy accept).
+const BASE_CHAINS: [(&str, ChainType, Hook, i32, &[Entry]); 8] = [
+    (
+        FIREWALL_PREROUTING,
+        ChainType::Filter,
+        Hook::Prerouting,
+        -110,
+        &[Entry::New(FIREWALL_CHECK)],
+    ),
+    (
+        FIREWALL_OUTPUT,
+        ChainType::Filter,
+        Hook::Output,
+        -110,
+        &[Entry::New(FIREWALL_CHECK)],
+    ),
+    (
+        NAT_PREROUTING,
+        ChainType::Nat,
+        Hook::Prerouting,
+        -100,
+        &[Entry::Always(SERVICES)],
+    ),
+    (
+        NAT_OUTPUT,
+        ChainType::Nat,
+        Hook::Output,
+        -100,
+        &[Entry::Always(SERVICES)],
+    ),
+    (
+        FILTER_INPUT,
+        ChainType::Filter,
+        Hook::Input,
+        0,
+        &[Entry::New(ENDPOINTS_CHECK)],
+    ),
+    (
+        FILTER_FORWARD,
+        ChainType::Filter,
+        Hook::Forward,
+        0,
+        &[Entry::New(ENDPOINTS_CHECK), Entry::New(CLUSTER_IPS_CHECK)],
+    ),
+    (
+        FILTER_OUTPUT,
+        ChainType::Filter,
+        Hook::Output,
+        0,
+        &[Entry::New(ENDPOINTS_CHECK), Entry::New(CLUSTER_IPS_CHECK)],
+    ),
+    (
+        NAT_POSTROUTING,
+        ChainType::Nat,
+        Hook::Postrouting,
+        100,
+        &[Entry::Always(MASQUERADING)],
+    ),
+];
+
+/// Where a destination set sends its keys: (set, marks for masquerading, chain).
+const DEST_DISPATCH: [(&str, bool, &str); 4] = [
+    (DISPATCH_CLUSTER, false, PICK_CLUSTER),
+    (DISPATCH_CLUSTER_MASQ, true, PICK_CLUSTER),
+    (DISPATCH_LOCAL, false, PICK_LOCAL),
+    (DISPATCH_EXTERNAL_LOCAL, false, EXTERNAL_LOCAL),
+];
+
+/// The same for NodePorts.
+const NODEPORT_DISPATCH: [(&str, bool, &str); 2] = [
+    (DISPATCH_NP_CLUSTER_MASQ, true, PICK_NP_CLUSTER),
+    (DISPATCH_NP_EXTERNAL_LOCAL, false, NP_EXTERNAL_LOCAL),
+];
+
+/// The fixed objects of one table.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Skeleton {
+    /// Declarations, with the elements that belong to the skeleton itself (nodeport-ips).
+    pub sets: Vec<Set>,
+    pub chains: Vec<Chain>,
+}
+
+/// The skeleton for this context and these classes in use.
+pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
+    let family = ctx.family;
+    let at = addr_type(family);
+    let dst_key = vec![at, DataType::InetProto, DataType::InetService];
+    let port_key = vec![DataType::InetProto, DataType::InetService];
+    let np_addrs = ctx.np_addrs();
+
+    let mut sets = vec![Set::set(CLUSTER_IPS, vec![at])];
+    for (name, _, _) in DEST_DISPATCH {
+        sets.push(Set::set(name, dst_key.clone()));
+    }
+    for (name, _, _) in NODEPORT_DISPATCH {
+        sets.push(Set::set(name, port_key.clone()));
+    }
+    sets.push(Set::map(SERVICE_IPS, dst_key.clone(), SetData::Verdict));
+    sets.push(Set::map(
+        SERVICE_NODEPORTS,
+        port_key.clone(),
+        SetData::Verdict,
+    ));
+    if let NodePortAddrs::Addrs(a) = &np_addrs {
+        let mut s = Set::set(NODEPORT_IPS, vec![at]);
+        s.elements = a
+            .iter()
+            .map(|ip| Element::key(vec![fam_value(ip)]))
+            .collect();
+        sets.push(s);
+    }
+    sets.push(Set::set(NO_ENDPOINT_SERVICES, dst_key.clone()));
+    sets.push(Set::set(NO_LOCAL_ENDPOINT_SERVICES, dst_key.clone()));
+    sets.push(Set::set(NO_ENDPOINT_NODEPORTS, port_key.clone()));
+    sets.push(Set::set(NO_LOCAL_ENDPOINT_NODEPORTS, port_key));
+    sets.push(Set::set(FIREWALL_IPS, dst_key.clone()));
+    let mut fw_key = dst_key;
+    fw_key.push(at);
+    let mut allow = Set::set(FIREWALL_ALLOW, fw_key);
+    allow.flags.interval = true;
+    sets.push(allow);
+    sets.push(Set::set(HAIRPIN, vec![at, at]));
+    for c in classes {
+        sets.push(c.dests_decl(family));
+        sets.push(c.endpoints_decl(family));
+    }
+
+    let mut chains: Vec<Chain> = BASE_CHAINS
+        .iter()
+        .map(|(name, chain_type, hook, priority, entries)| {
+            let rules = entries
+                .iter()
+                .map(|e| match e {
+                    Entry::New(c) => rule(vec![build::ct_new(), vec![jump(c)]]),
+                    Entry::Always(c) => rule(vec![vec![jump(c)]]),
+                })
+                .collect();
+            Chain::base(
+                *name,
+                BaseHook {
+                    chain_type: *chain_type,
+                    hook: *hook,
+                    priority: *priority,
+                    policy: Policy::Accept,
+                },
+            )
+            .with_rules(rules)
+        })
+        .collect();
+    chains.extend(fixed_chains(ctx, &np_addrs));
+    for space in Space::ALL {
+        let rules = classes
+            .iter()
+            .filter(|c| c.space == space)
+            .map(|c| c.dispatch_rule(family))
+            .collect();
+        chains.push(Chain::regular(space.pick_chain()).with_rules(rules));
+    }
+    for c in classes {
+        chains.push(Chain::regular(c.chain()).with_rules(c.chain_rules(family)));
+    }
+    Skeleton { sets, chains }
+}
+
+/// `ip daddr @nodeport-ips`, or every local address but loopback.
+fn nodeport_match(family: Family, np_addrs: &NodePortAddrs) -> Vec<Expr> {
+    match np_addrs {
+        NodePortAddrs::Addrs(_) => build::addr_in_set(family, false, NODEPORT_IPS, false),
+        NodePortAddrs::AllLocal => {
+            let mut e = build::fib_daddr_local();
+            if family == Family::Ip6 {
+                e.extend(build::addr_cmp(
+                    family,
+                    false,
+                    CmpOp::Neq,
+                    &Value::Ipv6(std::net::Ipv6Addr::LOCALHOST),
+                ));
+            } else {
+                e.extend(build::prefix_match(
+                    family,
+                    false,
+                    &Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+                    8,
+                    true,
+                ));
+            }
+            e
+        }
+    }
+}
+
+/// The regular chains that do not depend on classes.
+fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
+    let family = ctx.family;
+    let mark = ctx.cfg.masquerade_mark;
+    let np_match = nodeport_match(family, np_addrs);
+    let dispatch = |fields: &[KeyField], (set, masq, chain): (&str, bool, &str)| {
+        let mut parts = vec![build::set_lookup(family, fields, set, false)];
+        if masq {
+            parts.push(build::mark_or(mark));
+        }
+        parts.push(vec![goto(chain)]);
+        rule(parts)
+    };
+
+    let mut services = Vec::new();
+    let cluster_masq = if ctx.cfg.masquerade_all {
+        Some(Vec::new())
+    } else {
+        ctx.detector_not_local()
+    };
+    if let Some(d) = cluster_masq {
+        // ClusterIP traffic not from a local pod is masqueraded (all of it with
+        // masqueradeAll); traffic that is not DNATed is rejected or dropped anyway.
+        services.push(rule(vec![
+            build::addr_in_set(family, false, CLUSTER_IPS, false),
+            d,
+            build::mark_or(mark),
+        ]));
+    }
+    services.extend(DEST_DISPATCH.iter().map(|d| dispatch(&DST_KEY, *d)));
+    services.push(Rule::new(build::vmap_lookup(family, &DST_KEY, SERVICE_IPS)));
+    services.push(rule(vec![np_match.clone(), vec![goto(NODEPORTS)]]));
+
+    let mut nodeports: Vec<Rule> = NODEPORT_DISPATCH
+        .iter()
+        .map(|d| dispatch(&PORT_KEY, *d))
+        .collect();
+    nodeports.push(Rule::new(build::vmap_lookup(
+        family,
+        &PORT_KEY,
+        SERVICE_NODEPORTS,
+    )));
+
+    // externalTrafficPolicy Local: pods short-circuit to the cluster-wide endpoints,
+    // the host too (masqueraded), everyone else gets the node-local endpoints.
+    let external_local = |cluster: &str, local: &str| {
+        let mut rules: Vec<Rule> = ctx
+            .detector_local()
+            .into_iter()
+            .map(|d| rule(vec![d, vec![goto(cluster)]]))
+            .collect();
+        rules.push(rule(vec![build::fib_saddr_local(), build::mark_or(mark)]));
+        rules.push(rule(vec![build::fib_saddr_local(), vec![goto(cluster)]]));
+        rules.push(rule(vec![vec![goto(local)]]));
+        rules
+    };
+
+    let mut cip_rules = vec![rule(vec![
+        build::addr_in_set(family, false, CLUSTER_IPS, false),
+        vec![build::reject(family)],
+    ])];
+    for c in ctx
+        .cfg
+        .service_cidrs
+        .iter()
+        .filter(|c| c.family() == ctx.fam)
+    {
+        cip_rules.push(rule(vec![
+            cidr_match(family, false, c, false),
+            vec![verdict(Verdict::Drop)],
+        ]));
+    }
+
+    let no_endpoint = |fields: &[KeyField], pre: &[Expr], set: &str, end: Expr| {
+        rule(vec![
+            pre.to_vec(),
+            build::set_lookup(family, fields, set, false),
+            vec![end],
+        ])
+    };
+    let drop = verdict(Verdict::Drop);
+    vec![
+        Chain::regular(SERVICES).with_rules(services),
+        Chain::regular(NODEPORTS).with_rules(nodeports),
+        Chain::regular(EXTERNAL_LOCAL).with_rules(external_local(PICK_CLUSTER, PICK_LOCAL)),
+        Chain::regular(NP_EXTERNAL_LOCAL)
+            .with_rules(external_local(PICK_NP_CLUSTER, PICK_NP_LOCAL)),
+        Chain::regular(MASQUERADING).with_rules(vec![
+            rule(vec![
+                build::set_lookup(family, &[KeyField::Saddr, KeyField::Daddr], HAIRPIN, false),
+                build::mark_or(mark),
+            ]),
+            rule(vec![
+                build::mark_test(mark, false),
+                vec![verdict(Verdict::Return)],
+            ]),
+            rule(vec![build::mark_xor(mark)]),
+            rule(vec![vec![build::masquerade_fully_random()]]),
+        ]),
+        Chain::regular(FIREWALL_CHECK).with_rules(vec![rule(vec![
+            build::set_lookup(family, &DST_KEY, FIREWALL_IPS, false),
+            build::set_lookup(
+                family,
+                &[
+                    KeyField::Daddr,
+                    KeyField::L4proto,
+                    KeyField::Dport,
+                    KeyField::Saddr,
+                ],
+                FIREWALL_ALLOW,
+                true,
+            ),
+            vec![verdict(Verdict::Drop)],
+        ])]),
+        Chain::regular(ENDPOINTS_CHECK).with_rules(vec![
+            no_endpoint(&DST_KEY, &[], NO_ENDPOINT_SERVICES, build::reject(family)),
+            no_endpoint(&DST_KEY, &[], NO_LOCAL_ENDPOINT_SERVICES, drop.clone()),
+            no_endpoint(
+                &PORT_KEY,
+                &np_match,
+                NO_ENDPOINT_NODEPORTS,
+                build::reject(family),
+            ),
+            no_endpoint(&PORT_KEY, &np_match, NO_LOCAL_ENDPOINT_NODEPORTS, drop),
+        ]),
+        Chain::regular(CLUSTER_IPS_CHECK).with_rules(cip_rules),
+    ]
+}

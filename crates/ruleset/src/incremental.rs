@@ -1,0 +1,458 @@
+//! Incremental compilation: a change costs work proportional to what changed.
+//!
+//! [`Compiler`] keeps, per family, the fragment of every service port and the desired
+//! table as their sum ([`crate::compile::mirror::Mirror`]). Given the updated cluster and
+//! the keys of the services whose Service or EndpointSlices changed, it recompiles those
+//! services' ports only and returns the batch turning the previous desired tables into
+//! the new ones, built from the changed objects only. A node change recompiles the
+//! ports that depend on the node (Local traffic policies, topology hints, source ranges)
+//! and the skeleton; a configuration change that touches more than the host's addresses
+//! or the service CIDRs recompiles everything. [`crate::compile`] is this compiler built
+//! from scratch: full and incremental compilation cannot disagree on a fresh build, and
+//! the property tests check that updates reach the same tables.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use kube_model::{Cluster, EndpointSlice, IpFamily, Node, ServiceKey};
+use nft_model::{Family, Op, Table, Value};
+
+use crate::compile::fragment::{fragment, ClaimKey, Fragment};
+use crate::compile::mirror::{Conflict, Mirror};
+use crate::compile::skeleton::skeleton;
+use crate::compile::Ctx;
+use crate::config::ParsedConfig;
+use crate::names::PortId;
+use crate::RulesetError;
+
+/// What changed since the last compilation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Services whose Service object or EndpointSlices were added, changed or deleted
+    /// (the key of the service a slice names, before and after the change).
+    pub services: BTreeSet<ServiceKey>,
+    /// The proxier's Node changed (name, zone, pod CIDRs or primary IPs). Pass it only
+    /// when the model's [`Node`] differs: status heartbeats do not matter.
+    pub node: bool,
+}
+
+/// A UDP destination the rules send to endpoints (conntrack cleanup: flows to it that
+/// went nowhere before must be forgotten, see docs/sync.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Served {
+    /// A ClusterIP, external IP or LoadBalancer IP with the service port.
+    Dst { addr: IpAddr, port: u16 },
+    /// A NodePort (any address of the family).
+    NodePort { v6: bool, port: u16 },
+}
+
+impl Served {
+    /// The served destination a UDP claim key stands for.
+    pub fn of_key(key: &[Value], family: Family) -> Option<Served> {
+        match key {
+            [a, Value::Proto(17), Value::Port(port)] => Some(Served::Dst {
+                addr: match a {
+                    Value::Ipv4(a) => IpAddr::V4(*a),
+                    Value::Ipv6(a) => IpAddr::V6(*a),
+                    _ => return None,
+                },
+                port: *port,
+            }),
+            [Value::Proto(17), Value::Port(port)] => Some(Served::NodePort {
+                v6: family == Family::Ip6,
+                port: *port,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What one service port changed for conntrack cleanup.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PortTargets {
+    /// UDP destinations this port now serves that were not served before.
+    pub became_served: BTreeSet<Served>,
+    /// UDP endpoints (address, target port) that served this port and no longer do.
+    pub stopped_serving: BTreeSet<(IpAddr, u16)>,
+}
+
+/// The result of one incremental compilation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Update {
+    /// The batch turning the previous desired tables into the new ones.
+    pub ops: Vec<Op>,
+    /// Conflicts on the destinations this change touched, each with both service ports.
+    pub conflicts: Vec<Conflict>,
+    /// Problems of the recompiled service ports.
+    pub errors: Vec<RulesetError>,
+    /// Per service port and family: conntrack cleanup inputs. A destination that became
+    /// served is listed under the port that now owns it.
+    pub targets: BTreeMap<(PortId, IpFamily), PortTargets>,
+    /// Service ports recompiled (in all families).
+    pub recompiled: usize,
+    /// Everything was recompiled (configuration change).
+    pub full: bool,
+}
+
+impl Update {
+    /// Every UDP destination that became served.
+    pub fn became_served(&self) -> BTreeSet<Served> {
+        self.targets
+            .values()
+            .flat_map(|t| t.became_served.iter().copied())
+            .collect()
+    }
+    /// Every UDP endpoint that stopped serving a port.
+    pub fn stopped_serving(&self) -> BTreeSet<(IpAddr, u16)> {
+        self.targets
+            .values()
+            .flat_map(|t| t.stopped_serving.iter().copied())
+            .collect()
+    }
+}
+
+/// One family's state.
+#[derive(Debug)]
+struct FamilyState {
+    fam: IpFamily,
+    mirror: Mirror,
+    /// The fragments of each service's ports, in port order.
+    fragments: BTreeMap<ServiceKey, Vec<Fragment>>,
+    /// Services with a fragment that depends on the node.
+    node_dependent: BTreeSet<ServiceKey>,
+}
+
+/// The incremental compiler. See the module documentation.
+#[derive(Debug)]
+pub struct Compiler {
+    cfg: ParsedConfig,
+    node: Option<Node>,
+    families: Vec<FamilyState>,
+}
+
+fn build_service(ctx: &Ctx, cluster: &Cluster, key: &ServiceKey) -> Vec<Fragment> {
+    let Some(svc) = cluster.services.get(key) else {
+        return Vec::new();
+    };
+    let slices: Vec<&EndpointSlice> = cluster.slices_of(key).collect();
+    svc.ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| fragment(ctx, svc, i, p, &slices))
+        .collect()
+}
+
+impl Compiler {
+    /// Compile `cluster` from scratch.
+    pub fn new(cfg: ParsedConfig, cluster: &Cluster) -> Compiler {
+        let node = cluster.node.clone();
+        let idx = cluster.endpoint_index();
+        let families = cfg
+            .families
+            .iter()
+            .map(|fam| {
+                let ctx = Ctx::new(*fam, &cfg, node.as_ref());
+                let mut st = FamilyState {
+                    fam: *fam,
+                    mirror: Mirror::new(ctx.family, false),
+                    fragments: BTreeMap::new(),
+                    node_dependent: BTreeSet::new(),
+                };
+                for svc in cluster.services.values() {
+                    let slices = idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]);
+                    let frags: Vec<Fragment> = svc
+                        .ports
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| fragment(&ctx, svc, i, p, slices))
+                        .collect();
+                    st.insert(svc.key.clone(), frags);
+                }
+                st.mirror.set_skeleton(skeleton(&ctx, &st.mirror.classes()));
+                st.mirror.start_journal();
+                st
+            })
+            .collect();
+        Compiler {
+            cfg,
+            node,
+            families,
+        }
+    }
+
+    pub fn config(&self) -> &ParsedConfig {
+        &self.cfg
+    }
+
+    /// The full desired tables (one per family, `ip` first), without recompiling.
+    pub fn tables(&self) -> Vec<Table> {
+        self.families.iter().map(|f| f.mirror.table()).collect()
+    }
+
+    /// Every problem of the current state: the compiled ports' and every conflict.
+    pub fn errors(&self) -> Vec<RulesetError> {
+        let mut out = Vec::new();
+        for f in &self.families {
+            for frags in f.fragments.values() {
+                for fr in frags {
+                    out.extend(fr.errors.iter().cloned());
+                }
+            }
+            out.extend(f.mirror.conflicts(None).iter().map(Conflict::error));
+        }
+        out
+    }
+
+    /// Every conflict of the current state.
+    pub fn conflicts(&self) -> Vec<Conflict> {
+        self.families
+            .iter()
+            .flat_map(|f| f.mirror.conflicts(None))
+            .collect()
+    }
+
+    /// Recompile what `changes` names, against the updated `cluster`.
+    pub fn update(&mut self, cluster: &Cluster, changes: &Changes) -> Update {
+        let node_changed = changes.node && cluster.node != self.node;
+        if node_changed {
+            self.node = cluster.node.clone();
+        }
+        let mut out = Update::default();
+        for st in &mut self.families {
+            let ctx = Ctx::new(st.fam, &self.cfg, self.node.as_ref());
+            let mut services = changes.services.clone();
+            if node_changed {
+                services.extend(st.node_dependent.iter().cloned());
+            }
+            st.update(&ctx, cluster, &services, node_changed, &mut out);
+        }
+        out
+    }
+
+    /// Take a new configuration. Only the host's addresses or the service CIDRs
+    /// changed: the skeleton and the ports depending on node addresses are recompiled;
+    /// otherwise everything is (`Update::full`), and the batch is the diff of the tables.
+    pub fn set_config(&mut self, cfg: ParsedConfig, cluster: &Cluster) -> Update {
+        let same_but_addresses = ParsedConfig {
+            local_addresses: cfg.local_addresses.clone(),
+            service_cidrs: cfg.service_cidrs.clone(),
+            ..self.cfg.clone()
+        } == cfg;
+        if same_but_addresses && cluster.node == self.node {
+            self.cfg = cfg;
+            let mut out = Update::default();
+            for st in &mut self.families {
+                let ctx = Ctx::new(st.fam, &self.cfg, self.node.as_ref());
+                let services = st.node_dependent.clone();
+                st.update(&ctx, cluster, &services, true, &mut out);
+            }
+            return out;
+        }
+        let old = self.tables();
+        let old_frags: Vec<BTreeMap<ServiceKey, Vec<Fragment>>> = self
+            .families
+            .iter_mut()
+            .map(|f| std::mem::take(&mut f.fragments))
+            .collect();
+        let old_fams: Vec<IpFamily> = self.families.iter().map(|f| f.fam).collect();
+        *self = Compiler::new(cfg, cluster);
+        let mut out = Update {
+            ops: crate::diff::diff(&old, &self.tables()),
+            full: true,
+            ..Update::default()
+        };
+        for f in &self.families {
+            out.conflicts.extend(f.mirror.conflicts(None));
+            let before = old_fams
+                .iter()
+                .position(|x| *x == f.fam)
+                .map(|i| &old_frags[i]);
+            let old_served = before.map(served_of).unwrap_or_default();
+            let new_served = served_of(&f.fragments);
+            for (key, (id, served)) in &new_served {
+                if *served && !old_served.get(key).is_some_and(|(_, s)| *s) {
+                    if let Some(s) = Served::of_key(key, f.mirror.family()) {
+                        out.targets
+                            .entry((id.clone(), f.fam))
+                            .or_default()
+                            .became_served
+                            .insert(s);
+                    }
+                }
+            }
+            for (svc, frags) in before.into_iter().flatten() {
+                let now = f.fragments.get(svc);
+                for fr in frags {
+                    let kept = now
+                        .and_then(|v| v.iter().find(|n| n.id == fr.id))
+                        .map(|n| &n.udp_serving);
+                    let gone: BTreeSet<(IpAddr, u16)> = match kept {
+                        Some(k) => fr.udp_serving.difference(k).copied().collect(),
+                        None => fr.udp_serving.clone(),
+                    };
+                    if !gone.is_empty() {
+                        out.targets
+                            .entry((fr.id.clone(), f.fam))
+                            .or_default()
+                            .stopped_serving
+                            .extend(gone);
+                    }
+                }
+            }
+            out.recompiled += f.fragments.values().map(Vec::len).sum::<usize>();
+        }
+        out
+    }
+}
+
+/// The winner of every claim of these fragments and whether it is served (a full
+/// recompile compares all of them).
+fn served_of(frags: &BTreeMap<ServiceKey, Vec<Fragment>>) -> BTreeMap<ClaimKey, (PortId, bool)> {
+    let mut best: BTreeMap<ClaimKey, (&crate::compile::fragment::PortOrder, PortId, bool)> =
+        BTreeMap::new();
+    for f in frags.values().flatten() {
+        for c in &f.claims {
+            let e = best
+                .entry(c.key.clone())
+                .or_insert((&f.order, f.id.clone(), c.served));
+            if f.order < *e.0 {
+                *e = (&f.order, f.id.clone(), c.served);
+            }
+        }
+    }
+    best.into_iter()
+        .map(|(k, (_, id, s))| (k, (id, s)))
+        .collect()
+}
+
+impl FamilyState {
+    fn insert(&mut self, key: ServiceKey, frags: Vec<Fragment>) {
+        if frags.iter().any(|f| f.node_dependent) {
+            self.node_dependent.insert(key.clone());
+        } else {
+            self.node_dependent.remove(&key);
+        }
+        for f in &frags {
+            self.mirror.add(f);
+        }
+        if frags.is_empty() {
+            self.fragments.remove(&key);
+        } else {
+            self.fragments.insert(key, frags);
+        }
+    }
+
+    fn update(
+        &mut self,
+        ctx: &Ctx,
+        cluster: &Cluster,
+        services: &BTreeSet<ServiceKey>,
+        skeleton_changed: bool,
+        out: &mut Update,
+    ) {
+        let family = self.mirror.family();
+        let new: Vec<(ServiceKey, Vec<Fragment>)> = services
+            .iter()
+            .map(|k| (k.clone(), build_service(ctx, cluster, k)))
+            .collect();
+        // every destination whose owner may change, and who served it before
+        let mut keys: BTreeSet<ClaimKey> = BTreeSet::new();
+        for (k, frags) in &new {
+            for f in frags
+                .iter()
+                .chain(self.fragments.get(k).into_iter().flatten())
+            {
+                keys.extend(f.claims.iter().map(|c| c.key.clone()));
+            }
+        }
+        let served_before = self.mirror.served(&keys);
+        let classes_before = self.mirror.classes();
+        for (k, frags) in new {
+            let old = self.fragments.remove(&k).unwrap_or_default();
+            for f in &old {
+                self.mirror.remove(f);
+            }
+            for f in &old {
+                let kept = frags.iter().find(|n| n.id == f.id).map(|n| &n.udp_serving);
+                let gone: BTreeSet<(IpAddr, u16)> = match kept {
+                    Some(k) => f.udp_serving.difference(k).copied().collect(),
+                    None => f.udp_serving.clone(),
+                };
+                if !gone.is_empty() {
+                    out.targets
+                        .entry((f.id.clone(), self.fam))
+                        .or_default()
+                        .stopped_serving
+                        .extend(gone);
+                }
+            }
+            out.recompiled += frags.len();
+            for f in &frags {
+                out.errors.extend(f.errors.iter().cloned());
+            }
+            self.insert(k, frags);
+        }
+        if skeleton_changed || self.mirror.classes() != classes_before {
+            self.mirror
+                .set_skeleton(skeleton(ctx, &self.mirror.classes()));
+        }
+        let (ops, touched) = self.mirror.take_ops();
+        out.ops.extend(ops);
+        out.conflicts.extend(self.mirror.conflicts(Some(&touched)));
+        for key in self.mirror.served(&keys).difference(&served_before) {
+            let (Some(s), Some(owner)) = (Served::of_key(key, family), self.mirror.owner(key))
+            else {
+                continue;
+            };
+            out.targets
+                .entry((owner, self.fam))
+                .or_default()
+                .became_served
+                .insert(s);
+        }
+    }
+}
+
+/// The UDP destinations `tables` send to endpoints: the keys of the dispatch sets and of
+/// the affinity verdict maps (`names::SERVED_SETS`). Used against tables dumped from the
+/// kernel (after a restart), where no compiler state exists.
+pub fn served_destinations(tables: &[Table]) -> BTreeSet<Served> {
+    let mut out = BTreeSet::new();
+    for t in tables {
+        for s in t
+            .sets
+            .iter()
+            .filter(|s| crate::names::SERVED_SETS.contains(&s.name.as_str()))
+        {
+            out.extend(
+                s.elements
+                    .iter()
+                    .filter_map(|e| Served::of_key(&e.key, t.family)),
+            );
+        }
+    }
+    out
+}
+
+/// Every `address . port` DNAT target in the endpoint maps of `tables` (all protocols:
+/// the maps do not say).
+pub fn table_endpoints(tables: &[Table]) -> BTreeSet<(IpAddr, u16)> {
+    let mut out = BTreeSet::new();
+    for t in tables {
+        for s in t.sets.iter().filter(|s| s.name.starts_with("endpoints-")) {
+            for e in &s.elements {
+                if let Some(nft_model::ElemData::Values(v)) = &e.data {
+                    if let [a, Value::Port(port)] = v.as_slice() {
+                        let addr = match a {
+                            Value::Ipv4(a) => IpAddr::V4(*a),
+                            Value::Ipv6(a) => IpAddr::V6(*a),
+                            _ => continue,
+                        };
+                        out.insert((addr, *port));
+                    }
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,286 @@
+//! The incremental compiler against the full one: random change sequences applied one
+//! change at a time give exactly the tables a fresh compile of the final state gives;
+//! every returned batch turns the previous tables into the new ones (per
+//! `ruleset::apply`); conflicts and conntrack cleanup inputs equal what the whole
+//! tables and the whole model say; and only the changed service's ports are recompiled.
+//! Plus the shape's promise: the frequent changes are element operations only.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use common::changes::{change, play, Change};
+use common::model::*;
+use kube_model::{resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey};
+use nft_model::{Op, Table};
+use proptest::prelude::*;
+use ruleset::incremental::served_destinations;
+use ruleset::{apply, compile_parsed, Changes, Compiler, ParsedConfig};
+
+fn parsed() -> ParsedConfig {
+    let mut cfg = config();
+    // the Node's name decides which endpoints are local
+    cfg.node_name = String::new();
+    cfg.parse().expect("config")
+}
+
+fn canon(t: &[Table]) -> Vec<Table> {
+    t.iter().map(Table::canonical).collect()
+}
+
+type Snapshot = BTreeMap<(ServiceKey, String, IpFamily), BTreeSet<(IpAddr, u16)>>;
+
+/// The serving endpoints of every UDP port, from the whole model (as the engine
+/// computed them before the incremental compiler).
+fn snapshot(c: &Cluster) -> Snapshot {
+    let mut out = Snapshot::new();
+    for svc in c.services.values() {
+        let slices: Vec<_> = c.slices_of(&svc.key).collect();
+        for p in svc.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
+            let eps: BTreeSet<_> = resolve_endpoints(&slices, p, IpFamily::V4)
+                .into_iter()
+                .filter(|e| e.ready || e.serving)
+                .map(|e| (e.addr, e.port))
+                .collect();
+            if !eps.is_empty() {
+                out.insert((svc.key.clone(), p.name.clone(), IpFamily::V4), eps);
+            }
+        }
+    }
+    out
+}
+
+fn stale(old: &Snapshot, new: &Snapshot) -> BTreeSet<(IpAddr, u16)> {
+    let empty = BTreeSet::new();
+    old.iter()
+        .flat_map(|(k, eps)| eps.difference(new.get(k).unwrap_or(&empty)).copied())
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 250, ..ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_updates_equal_a_fresh_compile(changes in prop::collection::vec(change(), 1..30)) {
+        let cfg = parsed();
+        let mut c = cluster(0);
+        let mut comp = Compiler::new(cfg.clone(), &c);
+        let mut cur = comp.tables();
+        prop_assert_eq!(&cur, &compile_parsed(&c, &cfg).tables);
+        for ch in &changes {
+            let before = c.clone();
+            play(&mut c, ch);
+            let upd = comp.update(&c, &Changes {
+                services: ch.service().into_iter().collect(),
+                node: matches!(ch, Change::Node { .. }),
+            });
+            let fresh = compile_parsed(&c, &cfg);
+            prop_assert_eq!(&comp.tables(), &fresh.tables, "after {:?}", ch);
+            let old = cur.clone();
+            apply(&mut cur, &upd.ops).map_err(|e| {
+                TestCaseError::fail(format!("{e}\n{}", nft_model::render::script(&upd.ops)))
+            })?;
+            prop_assert_eq!(canon(&cur), canon(&fresh.tables), "ops of {:?}", ch);
+            let mut got = comp.conflicts();
+            let mut want = Compiler::new(cfg.clone(), &c).conflicts();
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want);
+            let newly: BTreeSet<_> = served_destinations(&fresh.tables)
+                .difference(&served_destinations(&old))
+                .copied()
+                .collect();
+            prop_assert_eq!(upd.became_served(), newly, "served after {:?}", ch);
+            prop_assert_eq!(
+                upd.stopped_serving(),
+                stale(&snapshot(&before), &snapshot(&c)),
+                "stale after {:?}", ch
+            );
+            if !matches!(ch, Change::Node { .. }) {
+                // the changed service's ports only (at most two)
+                prop_assert!(upd.recompiled <= 2, "{} ports recompiled", upd.recompiled);
+            }
+        }
+    }
+}
+
+fn only_elements(ops: &[Op]) -> bool {
+    ops.iter()
+        .all(|o| matches!(o, Op::AddElements { .. } | Op::DeleteElements { .. }))
+}
+
+/// The frequent changes commit as element operations only: an endpoint added, removed,
+/// becoming ready or terminating (counts crossing from 1 to 12 endpoints, so every
+/// class), a service created with endpoints and deleted, while another service keeps
+/// every class in use. The first list of a class adds its chain and rules (once).
+#[test]
+fn frequent_changes_are_element_operations_only() {
+    let cfg = parsed();
+    let mut c = cluster(0);
+    let eps = |n: u32| {
+        (0..n)
+            .map(|a| endpoint(pod(a), "node-b", true, false))
+            .collect()
+    };
+    // service 5 holds a list of every size 1..=12 over time: keep every class alive in
+    // services 1..=4 (1, 2, 3, 4 endpoints ... and 9-16 in one of them)
+    for (i, n) in [(1u32, 1u32), (2, 2), (3, 3), (4, 12)] {
+        add(&mut c, i, eps(n));
+    }
+    for (i, n) in [(6u32, 4u32), (7, 5), (8, 6), (9, 7), (10, 8)] {
+        add(&mut c, i, eps(n));
+    }
+    let mut comp = Compiler::new(cfg.clone(), &c);
+    let svc = ServiceKey::new("ns", "svc5");
+    let changed = Changes {
+        services: BTreeSet::from([svc.clone()]),
+        node: false,
+    };
+    // created with endpoints
+    add(&mut c, 5, eps(1));
+    let upd = comp.update(&c, &changed);
+    assert!(
+        only_elements(&upd.ops),
+        "{}",
+        nft_model::render::script(&upd.ops)
+    );
+    // endpoints added one by one, up to 12 (every class)
+    for n in 2..=12 {
+        c.insert_slice(slice(5, eps(n)));
+        let upd = comp.update(&c, &changed);
+        assert!(
+            only_elements(&upd.ops),
+            "to {n}: {}",
+            nft_model::render::script(&upd.ops)
+        );
+    }
+    // one becomes not ready, then terminating only, then ready again
+    for (ready, term) in [(false, false), (false, true), (true, false)] {
+        let mut e: Vec<_> = eps(12);
+        e[3] = endpoint(pod(3), "node-b", ready, term);
+        c.insert_slice(slice(5, e));
+        let upd = comp.update(&c, &changed);
+        assert!(
+            only_elements(&upd.ops),
+            "{}",
+            nft_model::render::script(&upd.ops)
+        );
+    }
+    // removed one by one, down to none, then the service deleted
+    for n in (0..12).rev() {
+        c.insert_slice(slice(5, eps(n)));
+        let upd = comp.update(&c, &changed);
+        assert!(
+            only_elements(&upd.ops),
+            "to {n}: {}",
+            nft_model::render::script(&upd.ops)
+        );
+    }
+    c.services.remove(&svc);
+    c.remove_slice(&slice(5, vec![]).key);
+    let upd = comp.update(&c, &changed);
+    assert!(
+        only_elements(&upd.ops),
+        "{}",
+        nft_model::render::script(&upd.ops)
+    );
+    assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
+
+    // control: the first list of a new class brings its chain and rules
+    add(&mut c, 11, eps(20));
+    let upd = comp.update(
+        &c,
+        &Changes {
+            services: BTreeSet::from([ServiceKey::new("ns", "svc11")]),
+            node: false,
+        },
+    );
+    assert!(
+        upd.ops
+            .iter()
+            .any(|o| matches!(o, Op::AddRule { chain, .. } if chain == "pick-cluster-32")),
+        "{}",
+        nft_model::render::script(&upd.ops)
+    );
+}
+
+/// Conflicts: both names, once per change that touches the destination; the first
+/// service keeps it, in full and incremental compiles alike.
+#[test]
+fn conflicts_name_both_services() {
+    let cfg = parsed();
+    let mut c = cluster(2);
+    let mut comp = Compiler::new(cfg.clone(), &c);
+    // service 1 takes service 0's ClusterIP
+    let mut s1 = c.services[&ServiceKey::new("ns", "svc1")].clone();
+    s1.cluster_ips = c.services[&ServiceKey::new("ns", "svc0")]
+        .cluster_ips
+        .clone();
+    c.services.insert(s1.key.clone(), s1);
+    let upd = comp.update(
+        &c,
+        &Changes {
+            services: BTreeSet::from([ServiceKey::new("ns", "svc1")]),
+            node: false,
+        },
+    );
+    assert_eq!(upd.conflicts.len(), 1, "{:?}", upd.conflicts);
+    let k = &upd.conflicts[0];
+    assert_eq!(k.winner.service, ServiceKey::new("ns", "svc0"));
+    assert_eq!(k.loser.service, ServiceKey::new("ns", "svc1"));
+    let text = k.error().to_string();
+    assert!(
+        text.contains("ns/svc0") && text.contains("ns/svc1"),
+        "{text}"
+    );
+    // a change elsewhere does not repeat it
+    add(&mut c, 3, vec![endpoint(pod(3), "node-b", true, false)]);
+    let upd = comp.update(
+        &c,
+        &Changes {
+            services: BTreeSet::from([ServiceKey::new("ns", "svc3")]),
+            node: false,
+        },
+    );
+    assert!(upd.conflicts.is_empty());
+    assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
+}
+
+/// A new configuration: host addresses or service CIDRs only recompile the skeleton and
+/// the ports depending on node addresses; anything else recompiles everything. Either
+/// way the batch reaches a fresh compile.
+#[test]
+fn configuration_changes_reach_a_fresh_compile() {
+    let mut c = cluster(4);
+    let mut s = c.services[&ServiceKey::new("ns", "svc2")].clone();
+    s.service_type = kube_model::ServiceType::LoadBalancer;
+    s.ports[0].node_port = Some(30002);
+    s.load_balancer_ips = vec!["198.18.250.3".parse().unwrap()];
+    s.source_ranges = vec![kube_model::Cidr::new("198.18.200.0".parse().unwrap(), 24).unwrap()];
+    c.services.insert(s.key.clone(), s);
+    let mut cfg = config();
+    cfg.node_name = String::new();
+    cfg.node_port_addresses = vec!["198.18.200.0/24".into()];
+    let mut comp = Compiler::new(cfg.parse().unwrap(), &c);
+    let mut cur = comp.tables();
+    let mut step = |cfg: &ruleset::Config, full: bool| {
+        let p = cfg.parse().unwrap();
+        let upd = comp.set_config(p.clone(), &c);
+        assert_eq!(upd.full, full);
+        apply(&mut cur, &upd.ops).unwrap();
+        let fresh = compile_parsed(&c, &p).tables;
+        assert_eq!(canon(&cur), canon(&fresh));
+        assert_eq!(comp.tables(), fresh);
+        upd
+    };
+    // a host address appears: nodeport-ips and the source-range service change
+    cfg.local_addresses = vec!["198.18.200.7".into()];
+    let upd = step(&cfg, false);
+    assert!(upd.recompiled <= 1, "{}", upd.recompiled);
+    cfg.service_cidrs = vec!["198.18.100.0/24".into()];
+    step(&cfg, false);
+    cfg.masquerade_all = true;
+    let upd = step(&cfg, true);
+    assert_eq!(upd.recompiled, 4);
+}

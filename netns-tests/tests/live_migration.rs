@@ -1,0 +1,852 @@
+//! Live migration from kube-proxy to kube-nlproxy without loss (issue 13, item 5), on the
+//! two-node namespace cluster (root only; see docs/migration.md).
+//!
+//! Node A runs kube-proxy's rules, built here in the shape upstream generates: (a)
+//! iptables mode loaded with `iptables-restore` (KUBE-SERVICES, KUBE-SVC-/KUBE-SEP-/
+//! KUBE-EXT- chains with upstream's hashes, DNAT, masquerade mark), (b) nftables mode
+//! loaded with `nft -f` (table `ip kube-proxy`: service-ips and service-nodeports verdict
+//! maps, per-service chains, numgen vmaps, per-endpoint DNAT chains). Established flows
+//! stream through them: two UDP flows at ~200 datagrams/s each (ClusterIP, NodePort) and
+//! a TCP connection exchanging a message every 20 ms. Then the real `kube-nlproxy` daemon
+//! starts on node A (manifests mode, the same services and endpoints), takes over and
+//! removes kube-proxy's rules, while new TCP connections and new UDP flows are probed in
+//! a loop. Checked: no datagram lost and every established flow answered by the same pod
+//! throughout; the TCP connection never breaks; every probe answered; afterwards only our
+//! tables (and the host's) remain in `nft list tables`, no kube-proxy chain in
+//! `iptables-save`.
+//!
+//! The daemon is `KUBE_NLPROXY_BIN` (.ci/run sets it to the release build), else the
+//! debug build next to this test's binary (`cargo test --workspace` builds it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use netns_tests::cluster::*;
+use netns_tests::{bins, require_root, wait_until, Netns};
+use serde_json::{json, Value};
+
+const WEB4: &str = "198.18.100.10";
+const NP4: &str = "198.18.100.11";
+const NODE_PORT: u16 = 30080;
+/// The service port and pod port of the long-lived TCP stream.
+const STREAM_PORT: u16 = 81;
+const STREAM_TARGET: u16 = 8081;
+const UDP_INTERVAL: Duration = Duration::from_millis(5);
+const TCP_INTERVAL: Duration = Duration::from_millis(20);
+/// Every loop of the test ends by then at the latest.
+const MAX_RUN: Duration = Duration::from_secs(90);
+
+/// One service port as kube-proxy sees it.
+struct Port {
+    svc: &'static str,
+    name: &'static str,
+    proto: &'static str,
+    cluster_ip: &'static str,
+    port: u16,
+    target: u16,
+    node_port: Option<u16>,
+    endpoints: Vec<IpAddr>,
+}
+
+impl Port {
+    /// `ns/name:port`, upstream's ServicePortName.
+    fn spn(&self) -> String {
+        format!("conf/{}:{}", self.svc, self.name)
+    }
+}
+
+fn sha256_base32(s: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, s.as_bytes());
+    const ALPHA: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = String::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for &b in d.as_ref() {
+        acc = (acc << 8) | u32::from(b);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(ALPHA[((acc >> bits) & 31) as usize] as char);
+        }
+        acc &= (1 << bits) - 1;
+    }
+    out
+}
+
+/// Upstream's iptables-mode chain hash: base32(sha256(ServicePortName + protocol
+/// [+ endpoint]))[:16].
+fn hash16(s: &str) -> String {
+    sha256_base32(s)[..16].to_string()
+}
+
+/// kube-proxy's iptables mode for `ports` (as `iptables-restore` input), in the shape
+/// `pkg/proxy/iptables` writes: the fixed chains and jumps, per-service KUBE-SVC-, per
+/// endpoint KUBE-SEP- (statistic random), KUBE-EXT- for NodePorts, masquerade by mark.
+fn iptables_mode(ports: &[Port]) -> String {
+    let mut nat_chains = vec![
+        "KUBE-SERVICES".to_string(),
+        "KUBE-POSTROUTING".into(),
+        "KUBE-MARK-MASQ".into(),
+        "KUBE-NODEPORTS".into(),
+        "KUBE-PROXY-CANARY".into(),
+    ];
+    let mut nat = Vec::new();
+    let mut nodeports = Vec::new();
+    for p in ports {
+        let spn = p.spn();
+        let svc = format!("KUBE-SVC-{}", hash16(&format!("{spn}{}", p.proto)));
+        nat_chains.push(svc.clone());
+        nat.push(format!(
+            "-A KUBE-SERVICES -d {}/32 -p {proto} -m comment --comment \"{spn} cluster IP\" -m {proto} --dport {} -j {svc}",
+            p.cluster_ip, p.port, proto = p.proto
+        ));
+        nat.push(format!(
+            "-A {svc} ! -s {CLUSTER_CIDR4} -d {}/32 -p {proto} -m comment --comment \"{spn} cluster IP\" -m {proto} --dport {} -j KUBE-MARK-MASQ",
+            p.cluster_ip, p.port, proto = p.proto
+        ));
+        let n = p.endpoints.len();
+        for (i, ep) in p.endpoints.iter().enumerate() {
+            let epstr = format!("{ep}:{}", p.target);
+            let sep = format!("KUBE-SEP-{}", hash16(&format!("{spn}{}{epstr}", p.proto)));
+            nat_chains.push(sep.clone());
+            let stat = if i + 1 < n {
+                format!(
+                    " -m statistic --mode random --probability {:.11}",
+                    1.0 / (n - i) as f64
+                )
+            } else {
+                String::new()
+            };
+            nat.push(format!(
+                "-A {svc} -m comment --comment \"{spn} -> {epstr}\"{stat} -j {sep}"
+            ));
+            nat.push(format!(
+                "-A {sep} -s {ep}/32 -m comment --comment \"{spn}\" -j KUBE-MARK-MASQ"
+            ));
+            nat.push(format!(
+                "-A {sep} -p {proto} -m comment --comment \"{spn}\" -m {proto} -j DNAT --to-destination {epstr}",
+                proto = p.proto
+            ));
+        }
+        if let Some(np) = p.node_port {
+            let ext = format!("KUBE-EXT-{}", hash16(&format!("{spn}{}", p.proto)));
+            nat_chains.push(ext.clone());
+            nodeports.push(format!(
+                "-A KUBE-NODEPORTS -p {proto} -m comment --comment \"{spn}\" -m {proto} --dport {np} -j {ext}",
+                proto = p.proto
+            ));
+            nodeports.push(format!(
+                "-A {ext} -m comment --comment \"masquerade traffic for {spn} external destinations\" -j KUBE-MARK-MASQ"
+            ));
+            nodeports.push(format!("-A {ext} -j {svc}"));
+        }
+    }
+    let mut out = String::from(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n",
+    );
+    for c in &nat_chains {
+        out += &format!(":{c} - [0:0]\n");
+    }
+    out += "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+            -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+            -A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING\n\
+            -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n\
+            -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n\
+            -A KUBE-POSTROUTING -j MARK --xor-mark 0x4000\n\
+            -A KUBE-POSTROUTING -m comment --comment \"kubernetes service traffic requiring SNAT\" -j MASQUERADE --random-fully\n";
+    for l in nat.iter().chain(&nodeports) {
+        out += l;
+        out.push('\n');
+    }
+    out += &format!(
+        "-A KUBE-SERVICES -d {NODE_A4}/32 -m comment --comment \"kubernetes service nodeports; NOTE: this must be the last rule in this chain\" -j KUBE-NODEPORTS\nCOMMIT\n"
+    );
+    out += "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+            :KUBE-SERVICES - [0:0]\n:KUBE-EXTERNAL-SERVICES - [0:0]\n:KUBE-FORWARD - [0:0]\n\
+            :KUBE-NODEPORTS - [0:0]\n:KUBE-PROXY-FIREWALL - [0:0]\n:KUBE-PROXY-CANARY - [0:0]\n\
+            -A INPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL\n\
+            -A INPUT -m comment --comment \"kubernetes health check service ports\" -j KUBE-NODEPORTS\n\
+            -A INPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes externally-visible service portals\" -j KUBE-EXTERNAL-SERVICES\n\
+            -A FORWARD -m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL\n\
+            -A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD\n\
+            -A FORWARD -m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+            -A FORWARD -m conntrack --ctstate NEW -m comment --comment \"kubernetes externally-visible service portals\" -j KUBE-EXTERNAL-SERVICES\n\
+            -A OUTPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes load balancer firewall\" -j KUBE-PROXY-FIREWALL\n\
+            -A OUTPUT -m conntrack --ctstate NEW -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+            -A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n\
+            -A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark 0x4000/0x4000 -j ACCEPT\n\
+            -A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+            COMMIT\n*mangle\n:PREROUTING ACCEPT [0:0]\n:KUBE-PROXY-CANARY - [0:0]\nCOMMIT\n";
+    out
+}
+
+/// Upstream's nftables-mode chain name: prefix, the first 8 characters of
+/// base32(sha256(base)), and the base `ns/name/proto/port`.
+fn nft_chain(prefix: &str, base: &str) -> String {
+    format!("{prefix}-{}-{base}", &sha256_base32(base)[..8])
+}
+
+/// kube-proxy's nftables mode for `ports` (as `nft -f` input), in the shape
+/// `pkg/proxy/nftables` writes (`ip kube-proxy`).
+fn nftables_mode(ports: &[Port]) -> String {
+    let mut chains = String::new();
+    let mut service_ips = Vec::new();
+    let mut service_nodeports = Vec::new();
+    let mut cluster_ips = BTreeSet::new();
+    for p in ports {
+        let base = format!("conf/{}/{}/{}", p.svc, p.proto, p.name);
+        let svc = nft_chain("service", &base);
+        cluster_ips.insert(p.cluster_ip);
+        service_ips.push(format!(
+            "{} . {} . {} : goto {svc}",
+            p.cluster_ip, p.proto, p.port
+        ));
+        let mut vmap = Vec::new();
+        for (i, ep) in p.endpoints.iter().enumerate() {
+            let epc = nft_chain("endpoint", &format!("{base}__{ep}/{}", p.target));
+            vmap.push(format!("{i} : goto {epc}"));
+            chains += &format!(
+                "\tchain {epc} {{\n\t\tip saddr {ep} jump mark-for-masquerade\n\t\tmeta l4proto {} dnat to {ep}:{}\n\t}}\n",
+                p.proto, p.target
+            );
+        }
+        chains += &format!(
+            "\tchain {svc} {{\n\t\tip daddr {} {} dport {} ip saddr != {CLUSTER_CIDR4} jump mark-for-masquerade\n\t\tnumgen random mod {} vmap {{ {} }}\n\t}}\n",
+            p.cluster_ip,
+            p.proto,
+            p.port,
+            p.endpoints.len(),
+            vmap.join(", ")
+        );
+        if let Some(np) = p.node_port {
+            let ext = nft_chain("external", &base);
+            service_nodeports.push(format!("{} . {np} : goto {ext}", p.proto));
+            chains +=
+                &format!("\tchain {ext} {{\n\t\tjump mark-for-masquerade\n\t\tgoto {svc}\n\t}}\n");
+        }
+    }
+    let ips: Vec<&str> = cluster_ips.into_iter().collect();
+    format!(
+        "table ip kube-proxy {{
+\tcomment \"rules for kube-proxy\"
+\tset cluster-ips {{
+\t\ttype ipv4_addr
+\t\tcomment \"Active ClusterIPs\"
+\t\telements = {{ {ips} }}
+\t}}
+\tset nodeport-ips {{
+\t\ttype ipv4_addr
+\t\tcomment \"IPs that accept NodePort traffic\"
+\t\telements = {{ {NODE_A4} }}
+\t}}
+\tmap no-endpoint-services {{
+\t\ttype ipv4_addr . inet_proto . inet_service : verdict
+\t\tcomment \"vmap to drop or reject packets to services with no endpoints\"
+\t}}
+\tmap no-endpoint-nodeports {{
+\t\ttype inet_proto . inet_service : verdict
+\t\tcomment \"vmap to drop or reject packets to service nodeports with no endpoints\"
+\t}}
+\tmap firewall-ips {{
+\t\ttype ipv4_addr . inet_proto . inet_service : verdict
+\t\tcomment \"destinations that are subject to LoadBalancerSourceRanges\"
+\t}}
+\tmap service-ips {{
+\t\ttype ipv4_addr . inet_proto . inet_service : verdict
+\t\tcomment \"ClusterIP, ExternalIP and LoadBalancer IP traffic\"
+\t\telements = {{ {sips} }}
+\t}}
+\tmap service-nodeports {{
+\t\ttype inet_proto . inet_service : verdict
+\t\tcomment \"NodePort traffic\"
+\t\telements = {{ {snps} }}
+\t}}
+\tchain filter-prerouting {{
+\t\ttype filter hook prerouting priority dstnat - 10; policy accept;
+\t\tct state new jump firewall-check
+\t}}
+\tchain filter-input {{
+\t\ttype filter hook input priority -110; policy accept;
+\t\tct state new jump nodeport-endpoints-check
+\t\tct state new jump service-endpoints-check
+\t}}
+\tchain filter-forward {{
+\t\ttype filter hook forward priority -110; policy accept;
+\t\tct state new jump service-endpoints-check
+\t\tct state new jump cluster-ips-check
+\t}}
+\tchain filter-output {{
+\t\ttype filter hook output priority -110; policy accept;
+\t\tct state new jump service-endpoints-check
+\t\tct state new jump cluster-ips-check
+\t}}
+\tchain filter-output-post-dnat {{
+\t\ttype filter hook output priority -90; policy accept;
+\t\tct state new jump firewall-check
+\t}}
+\tchain nat-prerouting {{
+\t\ttype nat hook prerouting priority dstnat; policy accept;
+\t\tjump services
+\t}}
+\tchain nat-output {{
+\t\ttype nat hook output priority -100; policy accept;
+\t\tjump services
+\t}}
+\tchain nat-postrouting {{
+\t\ttype nat hook postrouting priority srcnat; policy accept;
+\t\tjump masquerading
+\t}}
+\tchain mark-for-masquerade {{
+\t\tmeta mark set meta mark | 0x4000
+\t}}
+\tchain masquerading {{
+\t\tmeta mark & 0x4000 == 0 return
+\t\tmeta mark set meta mark ^ 0x4000
+\t\tmasquerade fully-random
+\t}}
+\tchain services {{
+\t\tip daddr . meta l4proto . th dport vmap @service-ips
+\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
+\t}}
+\tchain firewall-check {{
+\t\tip daddr . meta l4proto . th dport vmap @firewall-ips
+\t}}
+\tchain reject-chain {{
+\t\treject
+\t}}
+\tchain cluster-ips-check {{
+\t\tip daddr @cluster-ips reject
+\t\tip daddr {SERVICE_CIDR4} drop
+\t}}
+\tchain service-endpoints-check {{
+\t\tip daddr . meta l4proto . th dport vmap @no-endpoint-services
+\t}}
+\tchain nodeport-endpoints-check {{
+\t\tip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports
+\t}}
+{chains}}}
+table ip6 kube-proxy {{
+\tcomment \"rules for kube-proxy\"
+\tchain nat-prerouting {{
+\t\ttype nat hook prerouting priority dstnat; policy accept;
+\t}}
+}}
+",
+        ips = ips.join(", "),
+        sips = service_ips.join(", "),
+        snps = service_nodeports.join(", "),
+    )
+}
+
+/// The Services and EndpointSlices of `ports`, as the daemon reads them.
+fn manifests(ports: &[Port]) -> Vec<Value> {
+    let mut by_svc: BTreeMap<&str, Vec<&Port>> = BTreeMap::new();
+    for p in ports {
+        by_svc.entry(p.svc).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    for (svc, ps) in by_svc {
+        let np = ps.iter().any(|p| p.node_port.is_some());
+        let sports: Vec<Value> = ps
+            .iter()
+            .map(|p| {
+                let mut v = json!({"name": p.name, "port": p.port, "targetPort": p.target,
+                    "protocol": p.proto.to_uppercase()});
+                if let Some(n) = p.node_port {
+                    v["nodePort"] = json!(n);
+                }
+                v
+            })
+            .collect();
+        let mut spec = json!({
+            "type": if np { "NodePort" } else { "ClusterIP" },
+            "clusterIP": ps[0].cluster_ip, "clusterIPs": [ps[0].cluster_ip],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "ports": sports,
+        });
+        if np {
+            spec["externalTrafficPolicy"] = json!("Cluster");
+        }
+        out.push(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": svc, "namespace": "conf"}, "spec": spec}));
+        let eps: Vec<Value> = ps[0]
+            .endpoints
+            .iter()
+            .map(|ip| {
+                let node = if ip.to_string().starts_with("198.18.1.") {
+                    NODE_A
+                } else {
+                    NODE_B
+                };
+                json!({"addresses": [ip.to_string()], "nodeName": node,
+                    "conditions": {"ready": true, "serving": true, "terminating": false}})
+            })
+            .collect();
+        let eports: Vec<Value> = ps
+            .iter()
+            .map(|p| json!({"name": p.name, "port": p.target, "protocol": p.proto.to_uppercase()}))
+            .collect();
+        out.push(
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("{svc}-v4"), "namespace": "conf",
+                "labels": {"kubernetes.io/service-name": svc}},
+            "addressType": "IPv4", "endpoints": eps, "ports": eports}),
+        );
+    }
+    out
+}
+
+/// Run `f` on a new thread inside namespace `ns` (by name).
+fn spawn_in<T: Send + 'static>(
+    ns: &Netns,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    let path = format!("/run/netns/{}", ns.name());
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap();
+        // SAFETY: a valid namespace fd; setns affects only this thread.
+        let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns {path}");
+        f()
+    })
+}
+
+/// A line-echo TCP server on [::]:STREAM_TARGET in a pod: every line comes back as
+/// `POD LINE`. Ends with `stop`.
+fn stream_server(pod: &Pod, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+    let name = pod.name.clone();
+    spawn_in(&pod.ns, move || {
+        let l = TcpListener::bind(("::", STREAM_TARGET)).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let start = Instant::now();
+        while !stop.load(Ordering::SeqCst) && start.elapsed() < MAX_RUN {
+            match l.accept() {
+                Ok((c, _)) => {
+                    let (name, stop) = (name.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        c.set_nonblocking(false).unwrap();
+                        c.set_read_timeout(Some(Duration::from_millis(200)))
+                            .unwrap();
+                        let mut w = c.try_clone().unwrap();
+                        let mut r = BufReader::new(c);
+                        let mut line = String::new();
+                        while !stop.load(Ordering::SeqCst) && start.elapsed() < MAX_RUN {
+                            match r.read_line(&mut line) {
+                                Ok(0) => break,
+                                Ok(_) => {
+                                    if w.write_all(format!("{name} {line}").as_bytes()).is_err() {
+                                        break;
+                                    }
+                                    line.clear();
+                                }
+                                Err(_) => {} // timeout: check stop
+                            }
+                        }
+                    });
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    })
+}
+
+/// What one established UDP flow saw.
+#[derive(Debug, Default)]
+struct UdpFlow {
+    sent: u64,
+    /// seq -> pod that answered
+    answers: BTreeMap<u64, String>,
+}
+
+/// One UDP flow (one socket, one source port) from the client to `dst`, a datagram
+/// every UDP_INTERVAL until `stop`, then 1 s for the last answers.
+fn udp_flow(ns: &Netns, dst: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<UdpFlow> {
+    spawn_in(ns, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.connect(dst).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let mut f = UdpFlow::default();
+        let mut buf = [0u8; 700];
+        let start = Instant::now();
+        let mut next = Instant::now();
+        let mut drain_until: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            if drain_until.is_none() && (stop.load(Ordering::SeqCst) || start.elapsed() > MAX_RUN) {
+                drain_until = Some(now + Duration::from_secs(1));
+            }
+            if drain_until.is_some_and(|d| now > d) {
+                break;
+            }
+            if drain_until.is_none() && now >= next {
+                // an ICMP error would show as a send error: counted as sent, never answered
+                let _ = s.send(format!("seq{}", f.sent).as_bytes());
+                f.sent += 1;
+                next += UDP_INTERVAL;
+            }
+            while let Ok(n) = s.recv(&mut buf) {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                let mut w = text.split_whitespace();
+                let pod = w.next().unwrap_or("?").to_string();
+                if let Some(seq) = w
+                    .nth(2)
+                    .and_then(|p| p.strip_prefix("seq"))
+                    .and_then(|n| n.parse().ok())
+                {
+                    f.answers.insert(seq, pod);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        f
+    })
+}
+
+/// What the established TCP connection saw.
+#[derive(Debug, Default)]
+struct TcpFlow {
+    exchanged: u64,
+    pods: BTreeSet<String>,
+    error: Option<String>,
+}
+
+/// One TCP connection from the client to `dst`, a line every TCP_INTERVAL, each
+/// answered within 2 s, until `stop` or the first error.
+fn tcp_flow(ns: &Netns, dst: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<TcpFlow> {
+    spawn_in(ns, move || {
+        let mut f = TcpFlow::default();
+        let c = match TcpStream::connect_timeout(&dst, Duration::from_secs(2)) {
+            Ok(c) => c,
+            Err(e) => {
+                f.error = Some(format!("connect: {e}"));
+                return f;
+            }
+        };
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut w = c.try_clone().unwrap();
+        let mut r = BufReader::new(c);
+        let start = Instant::now();
+        while !stop.load(Ordering::SeqCst) && start.elapsed() < MAX_RUN {
+            let msg = format!("m{}\n", f.exchanged);
+            if let Err(e) = w.write_all(msg.as_bytes()) {
+                f.error = Some(format!("write {}: {e}", f.exchanged));
+                break;
+            }
+            let mut line = String::new();
+            match r.read_line(&mut line) {
+                Ok(0) => {
+                    f.error = Some(format!("closed after {}", f.exchanged));
+                    break;
+                }
+                Ok(_) => {
+                    let mut parts = line.split_whitespace();
+                    let pod = parts.next().unwrap_or("?").to_string();
+                    if parts.next() != Some(msg.trim()) {
+                        f.error = Some(format!("bad echo {line:?} for {msg:?}"));
+                        break;
+                    }
+                    f.pods.insert(pod);
+                    f.exchanged += 1;
+                }
+                Err(e) => {
+                    f.error = Some(format!("read {}: {e}", f.exchanged));
+                    break;
+                }
+            }
+            std::thread::sleep(TCP_INTERVAL);
+        }
+        f
+    })
+}
+
+/// A probe that failed: what was probed and what came back.
+type Failed = (Proto, SocketAddr, Outcome);
+
+/// New connections and new flows in a loop until `stop`: the number of probes, and
+/// (destination, outcome) of every probe not answered by one of the target's pods (node
+/// B's sink answers a ClusterIP that no rule DNATs).
+fn prober(
+    ns: &Netns,
+    targets: Vec<(Proto, SocketAddr, [&'static str; 2])>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(usize, Vec<Failed>)> {
+    spawn_in(ns, move || {
+        let (mut n, mut bad) = (0, Vec::new());
+        let start = Instant::now();
+        while !stop.load(Ordering::SeqCst) && start.elapsed() < MAX_RUN {
+            for &(proto, dst, pods) in &targets {
+                let o = probe_here(proto, dst, None, REPLY_TIMEOUT);
+                n += 1;
+                if !o.pod().is_some_and(|p| pods.contains(&p)) {
+                    bad.push((proto, dst, o));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (n, bad)
+    })
+}
+
+static DAEMON: Once = Once::new();
+
+/// Make the cluster run the real daemon (KUBE_NLPROXY_BIN, else the debug build).
+fn use_daemon() {
+    DAEMON.call_once(|| {
+        if std::env::var_os("KUBE_NLPROXY_BIN").is_some() {
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let bin = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .map(|d| d.join("kube-nlproxy"))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| {
+                panic!("no kube-nlproxy binary next to {exe:?}: build it (cargo build -p kube-nlproxy) or set KUBE_NLPROXY_BIN")
+            });
+        std::env::set_var("KUBE_NLPROXY_BIN", bin);
+    });
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Iptables,
+    Nftables,
+}
+
+fn kube_proxy_gone(node: &Netns) -> bool {
+    let saved = node.exec_ok("iptables-save", &[]);
+    let tables = node.exec_ok("nft", &["list", "tables"]);
+    !saved.contains("KUBE-") && !tables.contains("kube-proxy")
+}
+
+fn migrate_without_loss(mode: Mode) {
+    use_daemon();
+    let mut c = Cluster::new(bins!(), &[("a1", On::A), ("a2", On::A), ("b1", On::B)]);
+    let (a1, a2, b1) = (c.pod("a1").v4, c.pod("a2").v4, c.pod("b1").v4);
+    let ports = vec![
+        Port {
+            svc: "web",
+            name: "tcp",
+            proto: "tcp",
+            cluster_ip: WEB4,
+            port: SERVICE_PORT,
+            target: TARGET_PORT,
+            node_port: None,
+            endpoints: vec![a1, b1],
+        },
+        Port {
+            svc: "web",
+            name: "udp",
+            proto: "udp",
+            cluster_ip: WEB4,
+            port: SERVICE_PORT,
+            target: TARGET_PORT,
+            node_port: None,
+            endpoints: vec![a1, b1],
+        },
+        Port {
+            svc: "web",
+            name: "stream",
+            proto: "tcp",
+            cluster_ip: WEB4,
+            port: STREAM_PORT,
+            target: STREAM_TARGET,
+            node_port: None,
+            endpoints: vec![a1, b1],
+        },
+        Port {
+            svc: "np",
+            name: "tcp",
+            proto: "tcp",
+            cluster_ip: NP4,
+            port: SERVICE_PORT,
+            target: TARGET_PORT,
+            node_port: Some(NODE_PORT),
+            endpoints: vec![a2, b1],
+        },
+        Port {
+            svc: "np",
+            name: "udp",
+            proto: "udp",
+            cluster_ip: NP4,
+            port: SERVICE_PORT,
+            target: TARGET_PORT,
+            node_port: Some(NODE_PORT),
+            endpoints: vec![a2, b1],
+        },
+    ];
+    match mode {
+        Mode::Iptables => {
+            let rules = iptables_mode(&ports);
+            let mut child = std::process::Command::new("ip")
+                .args(["netns", "exec", c.node_a.name(), "iptables-restore"])
+                .stdin(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(rules.as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}\n{rules}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Mode::Nftables => c.node_a.nft(&nftables_mode(&ports)),
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let servers: Vec<_> = ["a1", "b1"]
+        .iter()
+        .map(|p| stream_server(c.pod(p), stop.clone()))
+        .collect();
+
+    // kube-proxy's rules serve the services
+    let web = sa(WEB4, SERVICE_PORT);
+    let np = sa(NODE_A4, NODE_PORT);
+    reach_all(&c.client, Proto::Tcp, web, &["a1", "b1"], 40);
+    reach_all(&c.client, Proto::Udp, web, &["a1", "b1"], 40);
+    reach_all(&c.client, Proto::Udp, np, &["a2", "b1"], 40);
+    reach_all(&c.client, Proto::Tcp, np, &["a2", "b1"], 40);
+
+    // established flows, and probes of new ones
+    let flows_stop = Arc::new(AtomicBool::new(false));
+    let udp_web = udp_flow(&c.client, web, flows_stop.clone());
+    let udp_np = udp_flow(&c.client, np, flows_stop.clone());
+    let tcp = tcp_flow(&c.client, sa(WEB4, STREAM_PORT), flows_stop.clone());
+    let probes = prober(
+        &c.client,
+        vec![
+            (Proto::Tcp, web, ["a1", "b1"]),
+            (Proto::Udp, web, ["a1", "b1"]),
+            (Proto::Tcp, np, ["a2", "b1"]),
+            (Proto::Udp, np, ["a2", "b1"]),
+        ],
+        flows_stop.clone(),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+
+    // the takeover
+    let start = Instant::now();
+    c.start_proxy(&manifests(&ports), Duration::from_secs(30));
+    let ours_in = start.elapsed();
+    assert!(
+        wait_until(Duration::from_secs(30), || kube_proxy_gone(&c.node_a)),
+        "kube-proxy's rules are still there: {}\n{}",
+        c.node_a.exec_ok("iptables-save", &[]),
+        c.node_a.exec_ok("nft", &["list", "tables"])
+    );
+    let gone = start.elapsed();
+    eprintln!("{mode:?}: our rules in after {ours_in:?}, kube-proxy's gone after {gone:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    flows_stop.store(true, Ordering::SeqCst);
+    let (udp_web, udp_np, tcp, (nprobes, failed)) = (
+        udp_web.join().unwrap(),
+        udp_np.join().unwrap(),
+        tcp.join().unwrap(),
+        probes.join().unwrap(),
+    );
+    stop.store(true, Ordering::SeqCst);
+    for s in servers {
+        s.join().unwrap();
+    }
+
+    for (what, f) in [
+        ("UDP to the ClusterIP", &udp_web),
+        ("UDP to the NodePort", &udp_np),
+    ] {
+        let lost: Vec<u64> = (0..f.sent).filter(|s| !f.answers.contains_key(s)).collect();
+        let pods: Vec<&String> = f.answers.values().collect();
+        let moves = pods.windows(2).filter(|w| w[0] != w[1]).count();
+        eprintln!(
+            "{mode:?}: {what}: {} sent, {} lost, answered by {:?}, {moves} move(s)",
+            f.sent,
+            lost.len(),
+            pods.iter().collect::<BTreeSet<_>>()
+        );
+        assert!(f.sent > 600, "{what}: only {} datagrams sent", f.sent);
+        assert!(
+            lost.is_empty(),
+            "{what}: {} of {} datagrams lost: {lost:?}",
+            lost.len(),
+            f.sent
+        );
+        // Known limit (docs/migration.md): our first sync's conntrack cleanup deletes the
+        // UDP entries to every destination it newly serves, kube-proxy's DNAT'ed ones
+        // included, so an established UDP flow may be balanced anew once, at the
+        // takeover. Never more than once, and never a lost datagram.
+        assert!(
+            moves <= 1,
+            "{what}: the established flow moved {moves} times: {pods:?}"
+        );
+    }
+    eprintln!(
+        "{mode:?}: TCP stream: {} messages, pods {:?}",
+        tcp.exchanged, tcp.pods
+    );
+    assert_eq!(tcp.error, None, "the established TCP connection broke");
+    assert!(tcp.exchanged > 50 && tcp.pods.len() == 1, "{tcp:?}");
+    eprintln!(
+        "{mode:?}: {nprobes} new connections/flows probed, {} failed",
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "new connections failed during the takeover: {failed:?}"
+    );
+
+    // afterwards: only our tables (and the host's) in nftables; no kube-proxy chain, no
+    // rule left in iptables-nft's tables
+    let tables = c.node_a.exec_ok("nft", &["list", "tables"]);
+    let tables: BTreeSet<&str> = tables.lines().collect();
+    let allowed: BTreeSet<&str> = [
+        "table ip kube-nlproxy",
+        "table ip6 kube-nlproxy",
+        "table inet nlp-host-firewall",
+        "table ip nat",
+        "table ip filter",
+        "table ip mangle",
+    ]
+    .into();
+    assert!(tables.is_subset(&allowed), "{tables:?}");
+    let saved = c.node_a.exec_ok("iptables-save", &[]);
+    assert!(
+        !saved
+            .lines()
+            .any(|l| l.starts_with("-A ") || l.starts_with(":KUBE-")),
+        "iptables rules or kube-proxy chains left:\n{saved}"
+    );
+    // and the services still work on our rules alone
+    reach_all(&c.client, Proto::Tcp, web, &["a1", "b1"], 40);
+    reach_all(&c.client, Proto::Udp, np, &["a2", "b1"], 40);
+}
+
+#[test]
+fn live_migration_from_iptables_mode_loses_nothing() {
+    require_root!();
+    migrate_without_loss(Mode::Iptables);
+}
+
+#[test]
+fn live_migration_from_nftables_mode_loses_nothing() {
+    require_root!();
+    migrate_without_loss(Mode::Nftables);
+}
+
+#[test]
+fn chain_hashes_are_upstreams() {
+    // KUBE-SVC- names as kube-proxy's iptables mode writes them (base32 of SHA-256 of
+    // the service port name and protocol, first 16 characters)
+    assert_eq!(hash16("conf/web:tcptcp"), "B2Y6MZ3GXH44JJRM");
+    assert_eq!(hash16("conf/np:udpudp198.18.2.11:8080"), "OYFQAE2JDSS333MM");
+    assert!(nftables_mode(&[]).contains("table ip kube-proxy"));
+}

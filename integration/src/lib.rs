@@ -627,6 +627,12 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(bin: &Path, args: &[&str], log: PathBuf) -> Daemon {
+        Daemon::start_wrapped(bin, &[], args, log)
+    }
+
+    /// The daemon started through `wrapper` (a command that execs the rest, e.g.
+    /// `prlimit --nofile=1024:1024 --`).
+    pub fn start_wrapped(bin: &Path, wrapper: &[&str], args: &[&str], log: PathBuf) -> Daemon {
         let f = std::fs::File::create(&log).expect("log file");
         // Unless a test picks them, the health and metrics servers listen on free
         // loopback ports, so parallel daemons never compete for kube-proxy's ports (port
@@ -644,7 +650,15 @@ impl Daemon {
         {
             args.push("--v=2".into());
         }
-        let child = Command::new(bin)
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

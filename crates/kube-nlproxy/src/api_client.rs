@@ -320,6 +320,7 @@ pub fn client(
         .then(|| RateLimitLayer::new(f64::from(qps), u32::try_from(burst).unwrap_or(10)));
     let service = tower::ServiceBuilder::new()
         .option_layer(limit)
+        .layer(crate::rest_metrics::RestMetricsLayer::new(&cfg.cluster_url))
         .layer(cfg.base_uri_layer())
         .option_layer(cfg.auth_layer()?)
         .map_err(BoxError::from)

@@ -63,6 +63,10 @@ pub struct Flags {
     /// port gets --metrics-port. Empty disables it.
     #[arg(long, value_parser = ip_port_var, help_heading = KP)]
     pub metrics_bind_address: Option<String>,
+    /// Exit (status 1) when the health or metrics server cannot bind its port, instead of
+    /// logging it and trying again every 5 s.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = KP)]
+    pub bind_address_hard_fail: Option<bool>,
     /// Deprecated: port of the health server when --healthz-bind-address has none; 0
     /// disables the server (only without --config).
     #[arg(long, help_heading = KP)]
@@ -164,9 +168,6 @@ pub struct Flags {
     pub logging_format: Option<String>,
 
     // --- accepted, without effect ---
-    /// Exit when the health or metrics port cannot be bound (logged; servers retry).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = NONE)]
-    pub bind_address_hard_fail: Option<bool>,
     /// Serve /debug/pprof: not offered.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = NONE)]
     pub profiling: Option<bool>,
@@ -396,10 +397,6 @@ fn ip_port_var(s: &str) -> Result<String, FlagValueError> {
 
 /// The flags without effect, and what happens to them; logged once when given.
 pub const NO_EFFECT: &[(&str, &str)] = &[
-    (
-        "bind_address_hard_fail",
-        "a server that cannot bind is logged and retried",
-    ),
     ("profiling", "kube-nlproxy serves no /debug/pprof"),
     (
         "show_hidden_metrics_for_version",

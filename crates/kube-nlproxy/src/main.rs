@@ -16,6 +16,7 @@ mod manifests;
 mod node_event;
 mod node_ip;
 mod operate;
+mod rest_metrics;
 mod settings;
 mod sink;
 
@@ -114,6 +115,18 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         info!("initialisation done (--init-only)");
         return Ok(ExitCode::SUCCESS);
     }
+    // as Go's runtime does for kube-proxy: room for every connection the servers allow
+    match ops_server::server::raise_fd_limit() {
+        Ok((old, new)) if old != new => {
+            info!(
+                from = old,
+                to = new,
+                "Raised the soft limit of open files to the hard limit"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => warn!(err = %e, "Cannot raise the soft limit of open files"),
+    }
     match host::local_addresses() {
         Ok(a) => settings.ruleset.local_addresses = a.iter().map(ToString::to_string).collect(),
         Err(e) => warn!(err = %e, "Cannot list the host's addresses"),
@@ -140,13 +153,6 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
-    start_source(flags, settings, &rt, tx.clone())?;
-    let rx = node_ip::map_events(rx, settings.node_ip_override);
-
-    if flags.dry_run {
-        return dry_run(settings, rx);
-    }
     let families: Vec<&'static str> = settings
         .ruleset
         .families
@@ -157,18 +163,27 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
             _ => None,
         })
         .collect();
-    let strategy = if touches_kernel(flags) {
-        "probed"
-    } else {
-        "none"
-    };
-    let metrics = ops_server::Metrics::new(&families, strategy);
+    let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
+    rest_metrics::install(metrics.rest_client());
+    let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
+    start_source(flags, settings, &rt, tx.clone())?;
+    let rx = node_ip::map_events(rx, settings.node_ip_override);
+
+    if flags.dry_run {
+        return dry_run(settings, rx);
+    }
     let rx = operate::counting(rx, metrics.clone())?;
     let ops = Operate {
         metrics,
         families,
         healthz: settings.healthz_bind_address.clone(),
         metrics_addr: settings.metrics_bind_address.clone(),
+        hard_fail: settings.bind_address_hard_fail,
+        info: proxy_info(settings),
+        node_ports: settings
+            .ruleset
+            .parse()
+            .map_err(|e| anyhow!("configuration: {e}"))?,
         migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
     };
     let cfg = EngineConfig {
@@ -271,8 +286,25 @@ struct Operate {
     families: Vec<&'static str>,
     healthz: String,
     metrics_addr: String,
+    hard_fail: bool,
+    info: ops_server::ProxyInfo,
+    node_ports: ruleset::config::ParsedConfig,
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
+}
+
+/// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
+/// JSON).
+fn proxy_info(settings: &Settings) -> ops_server::ProxyInfo {
+    let yaml = config::to_yaml(&settings.config);
+    let config_json = serde_yaml::from_str::<serde_json::Value>(&yaml)
+        .ok()
+        .and_then(|v| serde_json::to_string(&v).ok())
+        .unwrap_or_default();
+    ops_server::ProxyInfo {
+        mode: settings.config.mode.clone(),
+        config_json,
+    }
 }
 
 fn drive<N, C, K>(
@@ -300,17 +332,19 @@ where
     }
     engine.set_observer(Box::new(operate::Observers(observers)));
     if !flags.once {
-        if let Err(e) = operate::start_servers(
+        operate::start_servers(
             rt,
-            engine.status(),
-            ops.metrics.clone(),
-            ops.families.clone(),
-            &ops.healthz,
-            &ops.metrics_addr,
-        ) {
-            // as kube-proxy: a server that cannot bind is reported, the proxy goes on
-            warn!(err = format!("{e:#}"), "Starting the servers failed");
-        }
+            operate::Servers {
+                status: engine.status(),
+                metrics: ops.metrics.clone(),
+                families: ops.families.clone(),
+                healthz_addr: ops.healthz.clone(),
+                metrics_addr: ops.metrics_addr.clone(),
+                hard_fail: ops.hard_fail,
+                info: ops.info.clone(),
+                node_ports: ops.node_ports.clone(),
+            },
+        );
     }
     rt.spawn(async move {
         shutdown_signal().await;

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context as _};
 use ops_server::hcport::HealthCheckPorts;
-use ops_server::metrics::MetricsObserver;
-use ops_server::Metrics;
+use ops_server::observer::MetricsObserver;
+use ops_server::server::{serve_forever, Limits, OnBindError, ServerKind};
+use ops_server::{Metrics, ProxyInfo};
+use ruleset::config::{NodePortAddrs, ParsedConfig};
 use sync_engine::{CleanupReport, Event, ForeignWriter, Observer, StatusHandle, SyncReport};
-use tracing::{info, warn};
+use tracing::{error, warn};
 
 use crate::leftovers;
 use crate::settings::Settings;
@@ -111,8 +113,8 @@ pub fn counting(rx: Receiver<Event>, metrics: Arc<Metrics>) -> anyhow::Result<Re
     Ok(out)
 }
 
-/// The address health-check node port servers listen on: `[::]` (which also accepts
-/// IPv4) where IPv6 works, else `0.0.0.0`.
+/// The wildcard address: `[::]` (which also accepts IPv4) where IPv6 works, else
+/// `0.0.0.0`.
 fn any_address() -> IpAddr {
     match std::net::TcpListener::bind((Ipv6Addr::UNSPECIFIED, 0)) {
         Ok(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -120,35 +122,80 @@ fn any_address() -> IpAddr {
     }
 }
 
+/// Where health-check node ports listen, as kube-proxy's service health server decides
+/// (`nodePortAddresses`): every address when a family's NodePorts are served on all of
+/// them, else the node's addresses they are served on (its primary IPs for `primary`,
+/// the local addresses inside the CIDRs). Nothing while those are not known yet.
+pub fn health_check_addresses(cfg: &ParsedConfig, primary_ips: &[IpAddr]) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for family in &cfg.families {
+        match cfg.node_port_addrs(*family, primary_ips) {
+            NodePortAddrs::AllLocal => return vec![any_address()],
+            NodePortAddrs::Addrs(a) => out.extend(a),
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What the operator servers need.
+pub struct Servers {
+    pub status: StatusHandle,
+    pub metrics: Arc<Metrics>,
+    pub families: Vec<&'static str>,
+    pub healthz_addr: String,
+    pub metrics_addr: String,
+    /// `bindAddressHardFail`: a server that cannot bind ends the process.
+    pub hard_fail: bool,
+    pub info: ProxyInfo,
+    /// The ruleset's configuration (nodePortAddresses, local addresses), for the
+    /// health-check node ports.
+    pub node_ports: ParsedConfig,
+}
+
 /// Start the health and metrics servers and the health-check node port reconciler on
-/// the runtime. An empty bind address disables that server, as in kube-proxy.
-pub fn start_servers(
-    rt: &tokio::runtime::Runtime,
-    status: StatusHandle,
-    metrics: Arc<Metrics>,
-    families: Vec<&'static str>,
-    healthz_addr: &str,
-    metrics_addr: &str,
-) -> anyhow::Result<()> {
-    if !healthz_addr.is_empty() {
-        let l = rt
-            .block_on(ops_server::bind(healthz_addr))
-            .map_err(|e| anyhow!("healthz server: {e}"))?;
-        let router = ops_server::health_router(status.clone(), families, Some(metrics.clone()));
-        rt.spawn(ops_server::serve(l, router));
-        info!(address = healthz_addr, "serving /healthz and /livez");
-    }
-    if !metrics_addr.is_empty() {
-        let l = rt
-            .block_on(ops_server::bind(metrics_addr))
-            .map_err(|e| anyhow!("metrics server: {e}"))?;
-        rt.spawn(ops_server::serve(
-            l,
-            ops_server::metrics_router(metrics.clone()),
+/// the runtime, each on its own (a server that cannot bind is retried every 5 s and
+/// holds no other back, or ends the process with `bindAddressHardFail`). An empty bind
+/// address disables that server, as in kube-proxy.
+pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
+    let limits = Limits::for_process();
+    let on_error = if s.hard_fail {
+        OnBindError::Fail(Arc::new(|msg: String| {
+            error!(err = %msg, "Error running ProxyServer");
+            std::process::exit(1);
+        }))
+    } else {
+        OnBindError::Retry
+    };
+    if !s.healthz_addr.is_empty() {
+        let router =
+            ops_server::health_router(s.status.clone(), s.families, Some(s.metrics.clone()));
+        rt.spawn(serve_forever(
+            ServerKind::Healthz,
+            s.healthz_addr,
+            router,
+            limits,
+            on_error.clone(),
         ));
-        info!(address = metrics_addr, "serving /metrics");
     }
-    let mut ports = HealthCheckPorts::new(status.clone(), vec![any_address()]);
+    if !s.metrics_addr.is_empty() {
+        let router = ops_server::metrics_router(s.metrics.clone(), s.info);
+        rt.spawn(serve_forever(
+            ServerKind::Metrics,
+            s.metrics_addr,
+            router,
+            limits,
+            on_error,
+        ));
+    }
+    let cfg = s.node_ports;
+    let mut ports = HealthCheckPorts::new(
+        s.status.clone(),
+        Box::new(move |st| health_check_addresses(&cfg, &st.node_primary_ips)),
+        limits,
+    );
+    let (status, metrics) = (s.status, s.metrics);
     rt.spawn(async move {
         loop {
             ports.reconcile().await;
@@ -156,7 +203,6 @@ pub fn start_servers(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
-    Ok(())
 }
 
 /// The metrics hook for the engine.

@@ -38,6 +38,8 @@ pub struct Settings {
     /// `healthzBindAddress` / `metricsBindAddress`, completed (empty: disabled).
     pub healthz_bind_address: String,
     pub metrics_bind_address: String,
+    /// `bindAddressHardFail`: a server that cannot bind ends the process.
+    pub bind_address_hard_fail: bool,
     /// `bindAddress` when it names an address: the node's primary IP of its family.
     pub node_ip_override: Option<IpAddr>,
     /// What to log once at start (accepted-but-ignored options, notes).
@@ -454,13 +456,6 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
             reason,
         })
     };
-    if c.bind_address_hard_fail {
-        push(
-            "bindAddressHardFail",
-            "true".into(),
-            "a server that cannot bind is logged and retried",
-        );
-    }
     if c.enable_profiling {
         push(
             "enableProfiling",
@@ -634,6 +629,7 @@ pub fn derive(
         verbosity: c.logging.verbosity,
         healthz_bind_address: c.healthz_bind_address.clone(),
         metrics_bind_address: c.metrics_bind_address.clone(),
+        bind_address_hard_fail: c.bind_address_hard_fail,
         node_ip_override: Flags::bind_ip(&c.bind_address),
         notices,
         config: c,

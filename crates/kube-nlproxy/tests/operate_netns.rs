@@ -43,15 +43,23 @@ fn lb_manifest(nodes: &[&str]) -> String {
     )
 }
 
-/// GET http://127.0.0.1:port/ from inside `ns`: (status, weight header, body).
+/// The node's address (its InternalIP): health-check node ports listen there
+/// (nftables mode's default nodePortAddresses is `primary`).
+const NODE_IP: &str = "198.18.3.1";
+
+/// GET http://NODE_IP:port/ from inside `ns`: (status, weight header, body).
 fn get(ns: &Netns, port: u16) -> Option<(u16, Option<String>, String)> {
-    get_path(ns, port, "/")
+    get_at(ns, NODE_IP, port, "/")
 }
 
 fn get_path(ns: &Netns, port: u16, path: &str) -> Option<(u16, Option<String>, String)> {
-    let path = path.to_string();
+    get_at(ns, "127.0.0.1", port, path)
+}
+
+fn get_at(ns: &Netns, ip: &str, port: u16, path: &str) -> Option<(u16, Option<String>, String)> {
+    let (path, ip) = (path.to_string(), ip.to_string());
     ns.run(move || {
-        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let mut s = TcpStream::connect((ip.as_str(), port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
         s.write_all(
             format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
@@ -121,6 +129,11 @@ fn health_check_node_port_reports_local_endpoints_and_closes_with_the_service() 
     assert_eq!(v["service"]["namespace"], "web");
     assert_eq!(v["service"]["name"], "lb");
     assert_eq!(v["serviceProxyHealthy"], true);
+    // only where NodePorts are served (nodePortAddresses: primary), as kube-proxy
+    assert!(
+        get_at(&ns, "127.0.0.1", 32000, "/").is_none(),
+        "the health-check port must not listen on loopback"
+    );
     // the proxy's own /healthz is served in the namespace too
     assert!(wait_until(WAIT, || get_path(&ns, 10256, "/healthz")
         .is_some_and(|r| r.0 == 200)));
@@ -214,5 +227,103 @@ fn start_removes_kube_proxy_iptables_leftovers() {
     assert!(ns
         .exec_ok("nft", &["list", "table", "ip", "kube-nlproxy"])
         .contains("table ip kube-nlproxy"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn start_in(ns: &Netns, dir: &std::path::Path, extra: &[&str], log: &std::path::Path) -> Running {
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN, "--manifests"])
+        .arg(dir)
+        .args(["--hostname-override", "node-a", "--proxy-mode", "nftables"])
+        .args([
+            "--iptables-min-sync-period",
+            "100ms",
+            "--manifests-poll",
+            "100ms",
+        ])
+        .args(["--healthz-bind-address", "127.0.0.1:10256"])
+        .args(["--metrics-bind-address", "127.0.0.1:10249"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("start kube-nlproxy");
+    Running(child)
+}
+
+/// As kube-proxy: each server starts on its own. With the health port taken (two pods
+/// during a DaemonSet rollout), the metrics server and the health-check node ports start
+/// anyway, and /healthz follows within 5 s of the port coming free; with
+/// `--bind-address-hard-fail` the daemon exits instead.
+#[test]
+fn servers_start_independently_and_retry_binding() {
+    require_root!();
+    let ns = Netns::new("servers");
+    ns.ip(&["addr", "add", "198.18.3.1/32", "dev", "lo"]);
+    let dir = std::env::temp_dir().join(format!("nlp-srv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = dir.join("m");
+    std::fs::create_dir_all(&m).unwrap();
+    std::fs::write(m.join("node.yaml"), node_manifest()).unwrap();
+    std::fs::write(m.join("lb.yaml"), lb_manifest(&["node-a"])).unwrap();
+    // another process holds the health port
+    let holder = ns.run(|| std::net::TcpListener::bind("127.0.0.1:10256").unwrap());
+    let log = dir.join("daemon.log");
+    let daemon = start_in(&ns, &m, &[], &log);
+    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        wait_until(WAIT, || get_path(&ns, 10249, "/metrics")
+            .is_some_and(|r| r.0 == 200)),
+        "the metrics server did not start while the health port was taken:\n{}",
+        logs()
+    );
+    assert!(
+        wait_until(WAIT, || get(&ns, 32000).is_some_and(|r| r.0 == 200)),
+        "the health-check node port did not start while the health port was taken:\n{}",
+        logs()
+    );
+    assert!(
+        logs().contains(
+            "\"Healthz server failed\" err=\"failed to start proxy healthz on 127.0.0.1:10256"
+        ),
+        "{}",
+        logs()
+    );
+    // the port comes free: the health server binds at its next try (every 5 s)
+    drop(holder);
+    let t0 = std::time::Instant::now();
+    assert!(
+        wait_until(WAIT, || get_path(&ns, 10256, "/healthz")
+            .is_some_and(|r| r.0 == 200)),
+        "/healthz never came up:\n{}",
+        logs()
+    );
+    assert!(
+        t0.elapsed() <= Duration::from_millis(6500),
+        "took {:?}",
+        t0.elapsed()
+    );
+    drop(daemon);
+
+    // hard fail: the daemon ends with status 1
+    let holder = ns.run(|| std::net::TcpListener::bind("127.0.0.1:10249").unwrap());
+    let log2 = dir.join("hard.log");
+    let mut daemon = start_in(&ns, &m, &["--bind-address-hard-fail"], &log2);
+    let mut status = None;
+    assert!(
+        wait_until(WAIT, || {
+            status = daemon.0.try_wait().unwrap();
+            status.is_some()
+        }),
+        "the daemon kept running with a port it cannot bind and --bind-address-hard-fail"
+    );
+    assert_eq!(status.unwrap().code(), Some(1));
+    let text = std::fs::read_to_string(&log2).unwrap();
+    assert!(
+        text.contains("\"Error running ProxyServer\" err=\"starting metrics server failed: listen tcp 127.0.0.1:10249"),
+        "{text}"
+    );
+    drop(holder);
     let _ = std::fs::remove_dir_all(&dir);
 }

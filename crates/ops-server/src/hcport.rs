@@ -1,41 +1,46 @@
-//! Health-check node ports: for each externalTrafficPolicy Local LoadBalancer service,
-//! an HTTP server on its `healthCheckNodePort` answering with the number of local
-//! endpoints in the `X-Load-Balancing-Endpoint-Weight` header and the JSON body
-//! `{"service":{"namespace","name"},"localEndpoints":n,"serviceProxyHealthy":bool}`;
-//! 200 only with local endpoints and a healthy proxy, else 503. Servers open and close
-//! as services come and go ([`HealthCheckPorts::reconcile`]).
+//! Health-check node ports (`pkg/proxy/healthcheck/service_health.go`): for each
+//! externalTrafficPolicy Local LoadBalancer service, an HTTP server on its
+//! `healthCheckNodePort`, on the addresses NodePorts are served on (nodePortAddresses:
+//! every address when it covers everything, else the node's matching addresses),
+//! answering with the number of local endpoints in the `X-Load-Balancing-Endpoint-Weight`
+//! header and kube-proxy's JSON body; 200 only with local endpoints and a healthy proxy,
+//! else 503. Servers open and close as services come and go
+//! ([`HealthCheckPorts::reconcile`]); a port that cannot be bound on every address is
+//! closed again (as upstream) and tried again after [`crate::server::BIND_RETRY`],
+//! without holding back the other ports.
 
+use crate::server::{Limits, BIND_RETRY};
 use crate::StatusSource;
 use axum::extract::State;
 use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::any;
 use axum::Router;
 use kube_model::ServiceKey;
-use serde::Serialize;
+use proxy_status::Status;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::task::JoinHandle;
-
-#[derive(Serialize)]
-struct Svc<'a> {
-    namespace: &'a str,
-    name: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Body<'a> {
-    service: Svc<'a>,
-    local_endpoints: usize,
-    service_proxy_healthy: bool,
-}
 
 struct Ctx<S> {
     source: S,
     key: ServiceKey,
     port: u16,
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// The body exactly as kube-proxy writes it (a dedented, tab-indented JSON object).
+pub fn body(key: &ServiceKey, local_endpoints: usize, healthy: bool) -> String {
+    format!(
+        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\t\"localEndpoints\": {local_endpoints},\n\t\"serviceProxyHealthy\": {healthy}\n}}",
+        quote(&key.namespace),
+        quote(&key.name)
+    )
 }
 
 async fn answer<S: StatusSource>(State(ctx): State<Arc<Ctx<S>>>) -> Response {
@@ -49,20 +54,11 @@ async fn answer<S: StatusSource>(State(ctx): State<Arc<Ctx<S>>>) -> Response {
         .filter(|h| h.node_port == ctx.port)
         .map(|h| h.local_endpoints)
         .unwrap_or(0);
-    let body = Body {
-        service: Svc {
-            namespace: &ctx.key.namespace,
-            name: &ctx.key.name,
-        },
-        local_endpoints: n,
-        service_proxy_healthy: healthy,
-    };
     let code = if n > 0 && healthy {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let json = serde_json::to_string(&body).unwrap_or_else(|_| "{}".into());
     (
         code,
         [
@@ -76,26 +72,45 @@ async fn answer<S: StatusSource>(State(ctx): State<Arc<Ctx<S>>>) -> Response {
                 n.to_string(),
             ),
         ],
-        json,
+        body(&ctx.key, n, healthy),
     )
         .into_response()
+}
+
+/// Where the servers listen, from the status (the node's addresses may arrive late).
+pub type BindAddrs = Box<dyn Fn(&Status) -> Vec<IpAddr> + Send + Sync>;
+
+struct Open {
+    key: ServiceKey,
+    addrs: Vec<IpAddr>,
+    task: JoinHandle<()>,
 }
 
 /// The open health-check servers, keyed by port.
 pub struct HealthCheckPorts<S: StatusSource> {
     source: S,
-    bind: Vec<IpAddr>,
-    open: BTreeMap<u16, (ServiceKey, JoinHandle<()>)>,
+    bind: BindAddrs,
+    limits: Limits,
+    open: BTreeMap<u16, Open>,
+    /// Ports that could not be bound: when to try again.
+    failed: BTreeMap<u16, Instant>,
 }
 
 impl<S: StatusSource> HealthCheckPorts<S> {
-    /// Servers will listen on each of `bind` (e.g. the node's addresses, or 0.0.0.0).
-    pub fn new(source: S, bind: Vec<IpAddr>) -> HealthCheckPorts<S> {
+    /// Servers will listen on each of the addresses `bind` gives for the current status.
+    pub fn new(source: S, bind: BindAddrs, limits: Limits) -> HealthCheckPorts<S> {
         HealthCheckPorts {
             source,
             bind,
+            limits,
             open: BTreeMap::new(),
+            failed: BTreeMap::new(),
         }
+    }
+
+    /// Servers on fixed addresses.
+    pub fn on(source: S, addrs: Vec<IpAddr>, limits: Limits) -> HealthCheckPorts<S> {
+        HealthCheckPorts::new(source, Box::new(move |_| addrs.clone()), limits)
     }
 
     /// Ports with a server now.
@@ -104,12 +119,12 @@ impl<S: StatusSource> HealthCheckPorts<S> {
     }
 
     /// Open servers for new health-check ports and close those of services that went
-    /// away, from the current status. A port that cannot be bound is logged and retried
-    /// at the next call.
+    /// away (or whose addresses changed), from the current status. A port that cannot
+    /// be bound is logged and tried again after [`BIND_RETRY`].
     pub async fn reconcile(&mut self) {
-        let want: BTreeMap<u16, ServiceKey> = self
-            .source
-            .snapshot()
+        let status = self.source.snapshot();
+        let addrs = (self.bind)(&status);
+        let want: BTreeMap<u16, ServiceKey> = status
             .health_checks
             .into_iter()
             .map(|(k, h)| (h.node_port, k))
@@ -117,56 +132,90 @@ impl<S: StatusSource> HealthCheckPorts<S> {
         let stale: Vec<u16> = self
             .open
             .iter()
-            .filter(|(p, (k, _))| want.get(p) != Some(k))
+            .filter(|(p, o)| want.get(p) != Some(&o.key) || o.addrs != addrs)
             .map(|(p, _)| *p)
             .collect();
         for p in stale {
-            if let Some((key, task)) = self.open.remove(&p) {
-                task.abort();
-                let _ = task.await;
-                tracing::info!(port = p, service = %format!("{}/{}", key.namespace, key.name), "closed health-check node port");
+            if let Some(o) = self.open.remove(&p) {
+                o.task.abort();
+                let _ = o.task.await;
+                tracing::debug!(port = p, service = %o.key, "Closing healthcheck");
             }
         }
+        self.failed.retain(|p, _| want.contains_key(p));
+        if addrs.is_empty() {
+            return;
+        }
+        let now = Instant::now();
         for (port, key) in want {
-            if self.open.contains_key(&port) {
+            if self.open.contains_key(&port) || self.failed.get(&port).is_some_and(|t| *t > now) {
                 continue;
             }
             let mut listeners = Vec::new();
-            for ip in &self.bind {
-                let addr = std::net::SocketAddr::new(*ip, port);
+            let mut error = None;
+            for ip in &addrs {
+                let addr = SocketAddr::new(*ip, port);
                 match tokio::net::TcpListener::bind(addr).await {
                     Ok(l) => listeners.push(l),
                     Err(e) => {
-                        tracing::warn!(%addr, error = %e, "cannot open health-check node port")
+                        error = Some(format!("listen tcp {addr}: {e}"));
+                        break;
                     }
                 }
             }
-            if listeners.len() != self.bind.len() {
+            if let Some(err) = error {
+                // close what was opened, to let another owner take the port
+                drop(listeners);
+                if self.failed.insert(port, now + BIND_RETRY).is_none() {
+                    tracing::error!(err = %err, service = %key, port, retry_s = BIND_RETRY.as_secs(), "Failed to start healthcheck");
+                }
                 continue;
             }
+            self.failed.remove(&port);
             let ctx = Arc::new(Ctx {
                 source: self.source.clone(),
                 key: key.clone(),
                 port,
             });
-            let router = Router::new().fallback(get(answer::<S>)).with_state(ctx);
+            let router = Router::new().fallback(any(answer::<S>)).with_state(ctx);
+            let limits = self.limits;
             let task = tokio::spawn(async move {
                 let mut set = tokio::task::JoinSet::new();
                 for l in listeners {
-                    set.spawn(crate::serve(l, router.clone()));
+                    set.spawn(crate::server::serve(l, router.clone(), limits));
                 }
                 while set.join_next().await.is_some() {}
             });
-            tracing::info!(port, service = %format!("{}/{}", key.namespace, key.name), "opened health-check node port");
-            self.open.insert(port, (key, task));
+            tracing::debug!(port, service = %key, "Opening healthcheck");
+            self.open.insert(
+                port,
+                Open {
+                    key,
+                    addrs: addrs.clone(),
+                    task,
+                },
+            );
         }
     }
 }
 
 impl<S: StatusSource> Drop for HealthCheckPorts<S> {
     fn drop(&mut self) {
-        for (_, (_, task)) in std::mem::take(&mut self.open) {
-            task.abort();
+        for (_, o) in std::mem::take(&mut self.open) {
+            o.task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_kube_proxys_text() {
+        assert_eq!(
+            body(&ServiceKey::new("web", "lb"), 2, true),
+            "{\n\t\"service\": {\n\t\t\"namespace\": \"web\",\n\t\t\"name\": \"lb\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
+        );
     }
 }

@@ -1,17 +1,20 @@
-//! `/healthz` and `/livez`, as kube-proxy serves them on healthzBindAddress.
+//! `/healthz` and `/livez`, as kube-proxy serves them on healthzBindAddress
+//! (`pkg/proxy/healthcheck/proxy_health.go`).
 //!
 //! Both answer JSON `{"lastUpdated", "currentTime", "healthy", "status": {family:
-//! {"lastUpdated", "healthy"}}}`; `/healthz` adds `"nodeEligible"`. Unhealthy (503) when a
-//! change has been queued for more than 2 x syncPeriod without being applied; `/healthz`
-//! is also 503 while the node is being deleted or carries the
-//! `ToBeDeletedByClusterAutoscaler` taint.
+//! {"lastUpdated", "healthy"}}}` (`status` once a family has synced); `/healthz` adds
+//! `"nodeEligible"`. Unhealthy (503) when a change has been queued for more than
+//! 2 x syncPeriod without being applied; `/healthz` is also 503 while the node is being
+//! deleted or carries the `ToBeDeletedByClusterAutoscaler` taint. As in kube-proxy, the
+//! top-level `lastUpdated` is the current time when healthy (older clients read it as
+//! "the sync loop ran recently"), else the last sync.
 
 use crate::metrics::Metrics;
 use crate::StatusSource;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::any;
 use axum::Router;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -33,13 +36,30 @@ struct Body {
     #[serde(skip_serializing_if = "Option::is_none")]
     node_eligible: Option<bool>,
     healthy: bool,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     status: BTreeMap<&'static str, FamilyStatus>,
 }
 
-/// RFC 3339 with nanoseconds, UTC, as Go's JSON encoding of `time.Time` prints it.
+/// A time as Go's JSON encoding of `time.Time` writes it (RFC 3339 with the
+/// nanoseconds' trailing zeros cut, UTC).
 pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_nanos(t).to_string()
+    let s = humantime::format_rfc3339_nanos(t).to_string();
+    // "...:SS.nnnnnnnnnZ" -> "...:SS.nnnZ" / "...:SSZ"
+    match s.strip_suffix('Z').and_then(|b| b.rsplit_once('.')) {
+        Some((head, frac)) => {
+            let frac = frac.trim_end_matches('0');
+            if frac.is_empty() {
+                format!("{head}Z")
+            } else {
+                format!("{head}.{frac}Z")
+            }
+        }
+        None => s,
+    }
 }
+
+/// Go's zero `time.Time`.
+const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
 
 struct Ctx<S> {
     source: S,
@@ -48,7 +68,7 @@ struct Ctx<S> {
 }
 
 /// The router for `/healthz` and `/livez`. `families` are the IP families the proxy
-/// serves (`"IPv4"`, `"IPv6"`), each reported under `status`.
+/// serves (`"IPv4"`, `"IPv6"`), each reported under `status` once synced.
 pub fn health_router<S: StatusSource>(
     source: S,
     families: Vec<&'static str>,
@@ -60,8 +80,9 @@ pub fn health_router<S: StatusSource>(
         metrics,
     });
     Router::new()
-        .route("/healthz", get(healthz::<S>))
-        .route("/livez", get(livez::<S>))
+        .route("/healthz", any(healthz::<S>))
+        .route("/livez", any(livez::<S>))
+        .fallback(crate::metrics_server::not_found)
         .with_state(ctx)
 }
 
@@ -72,31 +93,34 @@ fn answer<S: StatusSource>(ctx: &Ctx<S>, with_node: bool) -> (StatusCode, Body) 
     // `Status::stale_source`); /livez follows upstream's rule alone.
     let healthy = status.healthy(now) && (!with_node || status.stale_source(now).is_none());
     let wall_now = SystemTime::now();
-    // Before the first sync, kube-proxy reports the zero time as lastUpdated.
-    let last = status
-        .last_sync_wall
-        .map(rfc3339)
-        .unwrap_or_else(|| "0001-01-01T00:00:00Z".into());
+    let last = status.last_sync_wall.map(rfc3339);
     let eligible = status.node.as_ref().is_none_or(|n| n.eligible());
     let ok = healthy && (!with_node || eligible);
     let body = Body {
-        last_updated: last.clone(),
+        last_updated: if ok {
+            rfc3339(wall_now)
+        } else {
+            last.clone().unwrap_or_else(|| ZERO_TIME.into())
+        },
         current_time: rfc3339(wall_now),
         node_eligible: with_node.then_some(eligible),
         healthy,
-        status: ctx
-            .families
-            .iter()
-            .map(|f| {
-                (
-                    *f,
-                    FamilyStatus {
-                        last_updated: last.clone(),
-                        healthy,
-                    },
-                )
-            })
-            .collect(),
+        status: match &last {
+            None => BTreeMap::new(),
+            Some(last) => ctx
+                .families
+                .iter()
+                .map(|f| {
+                    (
+                        *f,
+                        FamilyStatus {
+                            last_updated: last.clone(),
+                            healthy,
+                        },
+                    )
+                })
+                .collect(),
+        },
     };
     (
         if ok {
@@ -138,4 +162,24 @@ async fn livez<S: StatusSource>(State(ctx): State<Arc<Ctx<S>>>) -> Response {
         m.livez(code.as_u16());
     }
     respond(code, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn times_as_go_marshals_them() {
+        let t = UNIX_EPOCH + Duration::new(1709210096, 0);
+        assert_eq!(rfc3339(t), "2024-02-29T12:34:56Z");
+        assert_eq!(
+            rfc3339(t + Duration::from_nanos(123_400_000)),
+            "2024-02-29T12:34:56.1234Z"
+        );
+        assert_eq!(
+            rfc3339(t + Duration::from_nanos(5)),
+            "2024-02-29T12:34:56.000000005Z"
+        );
+    }
 }

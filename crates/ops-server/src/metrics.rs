@@ -1,540 +1,457 @@
-//! Prometheus metrics with kube-proxy's names and labels, plus kube-nlproxy's own
-//! (`kubenlproxy_*`): ops and bytes per batch, conntrack deletions and time per strategy,
-//! tamper repairs. Fed by the engine through [`proxy_status::Observer`] and by the
-//! daemon's sources ([`Metrics::service_change`], [`Metrics::endpoint_change`]).
+//! The metrics kube-proxy serves in nftables mode, with upstream's names, types, labels,
+//! buckets and HELP texts (`pkg/proxy/metrics/metrics.go`, `[ALPHA] ` prefix from
+//! component-base), `kubernetes_build_info`, client_golang's `process_*`, the API
+//! client's `rest_client_*` ([`crate::restclient`]), and ours beyond upstream in the
+//! same `kubeproxy_` style. Fed by the engine through [`crate::observer::MetricsObserver`],
+//! by the sources ([`Metrics::service_change`], [`Metrics::endpoint_change`]) and by
+//! the health handlers.
 
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use axum::Router;
-use prometheus_client::encoding::{text::encode, EncodeLabelSet};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
-use proxy_status::{CleanupReport, ForeignWriter, Observer, Status, SyncReport};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FamilyLabel {
-    pub ip_family: String,
+use proxy_status::Status;
+
+use crate::expo::{exponential_buckets, linear_buckets, Desc, Family, Format, Registry};
+use crate::restclient::RestClient;
+
+/// kube-proxy's sync latency buckets: 1 ms .. 16.384 s.
+pub fn sync_buckets() -> Vec<f64> {
+    exponential_buckets(0.001, 2.0, 15)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CodeLabel {
-    pub code: String,
+/// kube-proxy's network programming latency buckets (component-base's `MergeBuckets`,
+/// which starts with a 0 bucket): 0, 0.25, 0.5, 1..59 s, 60..115 s by 5, 120..300 s by 30.
+pub fn programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.0];
+    b.extend(linear_buckets(0.25, 0.25, 2));
+    b.extend(linear_buckets(1.0, 1.0, 59));
+    b.extend(linear_buckets(60.0, 5.0, 12));
+    b.extend(linear_buckets(120.0, 30.0, 7));
+    b
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PolicyLabel {
-    pub ip_family: String,
-    pub traffic_policy: String,
+/// Batch size buckets (operations, bytes): 1 .. 4^13.
+fn size_buckets() -> Vec<f64> {
+    exponential_buckets(1.0, 4.0, 14)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProcessLabel {
-    pub process: String,
+/// What `kubernetes_build_info` says about this binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub major: String,
+    pub minor: String,
+    pub git_version: String,
+    pub git_commit: String,
+    pub git_tree_state: String,
+    pub build_date: String,
+    pub go_version: String,
+    pub compiler: String,
+    pub platform: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StrategyLabel {
-    pub strategy: String,
+impl BuildInfo {
+    /// This build: the crate version, the commit and date when the build sets
+    /// `KUBE_NLPROXY_GIT_COMMIT`, `KUBE_NLPROXY_GIT_TREE_STATE`, `KUBE_NLPROXY_BUILD_DATE`
+    /// (else upstream's defaults for an unstamped build), `rustc` as the compiler, no Go
+    /// version, and the platform in Go's names.
+    pub fn ours() -> BuildInfo {
+        let version = env!("CARGO_PKG_VERSION");
+        let mut parts = version.split('.');
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            "x86" => "386",
+            "powerpc64" => "ppc64le",
+            a => a,
+        };
+        BuildInfo {
+            major: parts.next().unwrap_or("0").to_string(),
+            minor: parts.next().unwrap_or("0").to_string(),
+            git_version: format!("v{version}"),
+            git_commit: option_env!("KUBE_NLPROXY_GIT_COMMIT")
+                .unwrap_or("")
+                .to_string(),
+            git_tree_state: option_env!("KUBE_NLPROXY_GIT_TREE_STATE")
+                .unwrap_or("")
+                .to_string(),
+            build_date: option_env!("KUBE_NLPROXY_BUILD_DATE")
+                .unwrap_or("1970-01-01T00:00:00Z")
+                .to_string(),
+            go_version: String::new(),
+            compiler: "rustc".into(),
+            platform: format!("{}/{arch}", std::env::consts::OS),
+        }
+    }
 }
 
-type FGauge = Gauge<f64, AtomicU64>;
-type Hist = Family<FamilyLabel, Histogram, fn() -> Histogram>;
-
-fn seconds() -> Histogram {
-    // 1 ms .. ~16 s, as kube-proxy's sync histograms span
-    Histogram::new(exponential_buckets(0.001, 2.0, 15))
-}
-
-fn sizes() -> Histogram {
-    Histogram::new(exponential_buckets(1.0, 4.0, 14))
-}
-
-/// Every metric we serve, registered in one registry.
+/// Every metric served on `/metrics`.
 pub struct Metrics {
     registry: Registry,
-    families: Vec<String>,
-    strategy: String,
-    sync_duration: Hist,
-    sync_full: Hist,
-    sync_partial: Hist,
-    last_timestamp: Family<FamilyLabel, FGauge>,
-    last_queued: Family<FamilyLabel, FGauge>,
-    programming: Hist,
-    endpoint_pending: Family<FamilyLabel, Gauge>,
-    endpoint_total: Family<FamilyLabel, Counter>,
-    service_pending: Family<FamilyLabel, Gauge>,
-    service_total: Family<FamilyLabel, Counter>,
-    no_local: Family<PolicyLabel, Gauge>,
-    healthz: Family<CodeLabel, Counter>,
-    livez: Family<CodeLabel, Counter>,
-    sync_failures: Family<FamilyLabel, Counter>,
-    cleanup_failures: Family<FamilyLabel, Counter>,
-    ct_duration: Hist,
-    ct_deleted: Family<FamilyLabel, Counter>,
-    ops: Hist,
-    bytes: Hist,
-    ct_deleted_by_strategy: Family<StrategyLabel, Counter>,
-    ct_seconds_by_strategy: Family<StrategyLabel, Histogram, fn() -> Histogram>,
-    repairs: Counter,
-    services: Gauge,
-    endpoints: Gauge,
-    invalid: Gauge,
-    ct_pending: Gauge,
-    ct_oldest_pending: FGauge,
-    ct_available: Gauge,
-    skipped_ports: Gauge,
-    foreign_writes: Family<ProcessLabel, Counter>,
-    /// When the oldest change not yet synced arrived (for network programming latency).
-    first_pending: Mutex<Option<Instant>>,
+    families: Vec<&'static str>,
+    pub(crate) sync_duration: Arc<Family>,
+    pub(crate) sync_full: Arc<Family>,
+    pub(crate) sync_partial: Arc<Family>,
+    pub(crate) last_timestamp: Arc<Family>,
+    pub(crate) last_queued: Arc<Family>,
+    pub(crate) programming: Arc<Family>,
+    endpoint_pending: Arc<Family>,
+    endpoint_total: Arc<Family>,
+    service_pending: Arc<Family>,
+    service_total: Arc<Family>,
+    no_local: Arc<Family>,
+    healthz: Arc<Family>,
+    livez: Arc<Family>,
+    pub(crate) sync_failures: Arc<Family>,
+    cleanup_failures: Arc<Family>,
+    pub(crate) ct_duration: Arc<Family>,
+    pub(crate) ct_deleted: Arc<Family>,
+    // ours
+    pub(crate) batch_ops: Arc<Family>,
+    pub(crate) batch_bytes: Arc<Family>,
+    pub(crate) ct_targets: Arc<Family>,
+    pub(crate) ct_deleted_by_strategy: Arc<Family>,
+    pub(crate) ct_seconds_by_strategy: Arc<Family>,
+    ct_pending: Arc<Family>,
+    ct_oldest_pending: Arc<Family>,
+    ct_available: Arc<Family>,
+    skipped_ports: Arc<Family>,
+    pub(crate) foreign_writes: Arc<Family>,
+    pub(crate) repairs: Arc<Family>,
+    pub(crate) services: Arc<Family>,
+    pub(crate) endpoints: Arc<Family>,
+    pub(crate) invalid: Arc<Family>,
+    rest: RestClient,
 }
 
+const FAMILY: &[&str] = &["ip_family"];
+
 impl Metrics {
-    /// `families`: the IP families served (`"IPv4"`, `"IPv6"`); `strategy`: the conntrack
-    /// cleanup strategy in use (label of our conntrack metrics).
-    pub fn new(families: &[&str], strategy: &str) -> Arc<Metrics> {
-        let mut r = Registry::default();
-        let hist = || Hist::new_with_constructor(seconds as fn() -> Histogram);
+    /// `families`: the IP families served (`"IPv4"`, `"IPv6"`).
+    pub fn new(families: &[&'static str], build: &BuildInfo) -> Arc<Metrics> {
+        let r = Registry::default();
+        let hist = |name, help, buckets| r.register(Desc::histogram(name, help, FAMILY, buckets));
         let m = Metrics {
-            families: families.iter().map(|f| f.to_string()).collect(),
-            strategy: strategy.to_string(),
-            sync_duration: hist(),
-            sync_full: hist(),
-            sync_partial: hist(),
-            last_timestamp: Default::default(),
-            last_queued: Default::default(),
-            programming: hist(),
-            endpoint_pending: Default::default(),
-            endpoint_total: Default::default(),
-            service_pending: Default::default(),
-            service_total: Default::default(),
-            no_local: Default::default(),
-            healthz: Default::default(),
-            livez: Default::default(),
-            sync_failures: Default::default(),
-            cleanup_failures: Default::default(),
-            ct_duration: hist(),
-            ct_deleted: Default::default(),
-            ops: Hist::new_with_constructor(sizes as fn() -> Histogram),
-            bytes: Hist::new_with_constructor(sizes as fn() -> Histogram),
-            ct_deleted_by_strategy: Default::default(),
-            ct_seconds_by_strategy: Family::new_with_constructor(seconds as fn() -> Histogram),
-            repairs: Default::default(),
-            services: Default::default(),
-            endpoints: Default::default(),
-            invalid: Default::default(),
-            ct_pending: Default::default(),
-            ct_oldest_pending: Default::default(),
-            ct_available: Default::default(),
-            skipped_ports: Default::default(),
-            foreign_writes: Default::default(),
-            first_pending: Mutex::new(None),
-            registry: Registry::default(),
+            families: families.to_vec(),
+            sync_duration: hist(
+                "kubeproxy_sync_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds",
+                sync_buckets(),
+            ),
+            sync_full: hist(
+                "kubeproxy_sync_full_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for full resyncs",
+                sync_buckets(),
+            ),
+            sync_partial: hist(
+                "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for partial resyncs",
+                sync_buckets(),
+            ),
+            last_timestamp: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                "The last time proxy rules were successfully synced",
+                FAMILY,
+            )),
+            last_queued: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+                "The last time a sync of proxy rules was queued",
+                FAMILY,
+            )),
+            programming: hist(
+                "kubeproxy_network_programming_duration_seconds",
+                "In Cluster Network Programming Latency in seconds",
+                programming_buckets(),
+            ),
+            endpoint_pending: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                "Pending proxy rules Endpoint changes",
+                &[],
+            )),
+            endpoint_total: r.register(Desc::counter(
+                "kubeproxy_sync_proxy_rules_endpoint_changes_total",
+                "Cumulative proxy rules Endpoint changes",
+                &[],
+            )),
+            service_pending: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_service_changes_pending",
+                "Pending proxy rules Service changes",
+                &[],
+            )),
+            service_total: r.register(Desc::counter(
+                "kubeproxy_sync_proxy_rules_service_changes_total",
+                "Cumulative proxy rules Service changes",
+                &[],
+            )),
+            no_local: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+                "Number of services with a Local traffic policy and no endpoints",
+                &["ip_family", "traffic_policy"],
+            )),
+            healthz: r.register(Desc::counter(
+                "kubeproxy_proxy_healthz_total",
+                "Cumulative proxy healthz HTTP status",
+                &["code"],
+            )),
+            livez: r.register(Desc::counter(
+                "kubeproxy_proxy_livez_total",
+                "Cumulative proxy livez HTTP status",
+                &["code"],
+            )),
+            sync_failures: r.register(Desc::counter(
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+                "Cumulative proxy nftables sync failures",
+                FAMILY,
+            )),
+            cleanup_failures: r.register(Desc::counter(
+                "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total",
+                "Cumulative proxy nftables cleanup failures",
+                FAMILY,
+            )),
+            ct_duration: hist(
+                "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+                "ReconcileConntrackFlowsLatency latency in seconds",
+                sync_buckets(),
+            ),
+            ct_deleted: r.register(Desc::counter(
+                "kubeproxy_conntrack_reconciler_deleted_entries_total",
+                "Cumulative conntrack flows deleted by conntrack reconciler",
+                FAMILY,
+            )),
+            batch_ops: r.register(Desc::histogram(
+                "kubeproxy_sync_proxy_rules_nftables_batch_operations",
+                "Operations (netlink messages) in each committed nftables batch; one batch programs both IP families",
+                &[],
+                size_buckets(),
+            )),
+            batch_bytes: r.register(Desc::histogram(
+                "kubeproxy_sync_proxy_rules_nftables_batch_bytes",
+                "Bytes of each committed nftables batch; one batch programs both IP families",
+                &[],
+                size_buckets(),
+            )),
+            ct_targets: r.register(Desc::counter(
+                "kubeproxy_conntrack_cleanup_targets_total",
+                "Conntrack cleanup targets (filters) worked on, by outcome (deleted, already-gone, capped, incomplete, failed) and by the strategy that served them (filtered-flush, filtered-dump, full-dump; unknown when the call failed as a whole)",
+                &["outcome", "strategy"],
+            )),
+            ct_deleted_by_strategy: r.register(Desc::counter(
+                "kubeproxy_conntrack_cleanup_deleted_entries_total",
+                "Conntrack entries deleted by the cleanup, by strategy; entries removed by a filtered flush are not counted: the kernel does not report how many a flush removed (see kubeproxy_conntrack_cleanup_targets_total)",
+                &["strategy"],
+            )),
+            ct_seconds_by_strategy: r.register(Desc::histogram(
+                "kubeproxy_conntrack_cleanup_duration_seconds",
+                "Duration of each conntrack cleanup call in seconds, by the strategy used (full-dump when any family was served by a full dump, else filtered-dump when any filter was, else filtered-flush)",
+                &["strategy"],
+                sync_buckets(),
+            )),
+            ct_pending: r.register(Desc::gauge(
+                "kubeproxy_conntrack_cleanup_pending_targets",
+                "Conntrack cleanup targets not finished yet (retried with a backoff)",
+                &[],
+            )),
+            ct_oldest_pending: r.register(Desc::gauge(
+                "kubeproxy_conntrack_cleanup_oldest_pending_seconds",
+                "Age of the oldest conntrack cleanup target not finished yet",
+                &[],
+            )),
+            ct_available: r.register(Desc::gauge(
+                "kubeproxy_conntrack_cleanup_available",
+                "Whether the conntrack cleanup can run (1) or ctnetlink is unavailable (0)",
+                &[],
+            )),
+            skipped_ports: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_skipped_service_ports",
+                "Service ports left out of the rules because the kernel refused them",
+                &[],
+            )),
+            foreign_writes: r.register(Desc::counter(
+                "kubeproxy_nftables_foreign_writes_total",
+                "Transactions of other programs that changed our nftables tables, by process name",
+                &["process"],
+            )),
+            repairs: r.register(Desc::counter(
+                "kubeproxy_nftables_repairs_total",
+                "Repairs of our nftables tables after another program changed them",
+                &[],
+            )),
+            services: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_services",
+                "Services programmed by the last successful sync",
+                &[],
+            )),
+            endpoints: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_endpoints",
+                "Endpoints programmed by the last successful sync",
+                &[],
+            )),
+            invalid: r.register(Desc::gauge(
+                "kubeproxy_sync_proxy_rules_invalid_objects",
+                "Objects skipped or partly skipped as invalid by the last successful sync",
+                &[],
+            )),
+            rest: RestClient::register(&r),
+            registry: r,
         };
-        r.register(
-            "kubeproxy_sync_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds",
-            m.sync_duration.clone(),
+        let info = m.registry.register(Desc::gauge(
+            "kubernetes_build_info",
+            "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+            &[
+                "build_date",
+                "compiler",
+                "git_commit",
+                "git_tree_state",
+                "git_version",
+                "go_version",
+                "major",
+                "minor",
+                "platform",
+            ],
+        ));
+        info.set(
+            &[
+                &build.build_date,
+                &build.compiler,
+                &build.git_commit,
+                &build.git_tree_state,
+                &build.git_version,
+                &build.go_version,
+                &build.major,
+                &build.minor,
+                &build.platform,
+            ],
+            1.0,
         );
-        r.register(
-            "kubeproxy_sync_full_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for full resyncs",
-            m.sync_full.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs",
-            m.sync_partial.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            "The last time proxy rules were successfully synced",
-            m.last_timestamp.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-            "The last time a sync of proxy rules was queued",
-            m.last_queued.clone(),
-        );
-        r.register(
-            "kubeproxy_network_programming_duration_seconds",
-            "In Cluster Network Programming Latency in seconds",
-            m.programming.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-            "Pending proxy rules Endpoint changes",
-            m.endpoint_pending.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_endpoint_changes",
-            "Cumulative proxy rules Endpoint changes",
-            m.endpoint_total.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_service_changes_pending",
-            "Pending proxy rules Service changes",
-            m.service_pending.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_service_changes",
-            "Cumulative proxy rules Service changes",
-            m.service_total.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-            "Number of services with a Local traffic policy and no endpoints",
-            m.no_local.clone(),
-        );
-        r.register(
-            "kubeproxy_proxy_healthz",
-            "Cumulative proxy healthz HTTP status",
-            m.healthz.clone(),
-        );
-        r.register(
-            "kubeproxy_proxy_livez",
-            "Cumulative proxy livez HTTP status",
-            m.livez.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
-            "SyncProxyRules nftables transaction failures",
-            m.sync_failures.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures",
-            "SyncProxyRules nftables stale chain cleanup failures",
-            m.cleanup_failures.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-            "Conntrack cleanup latency in seconds",
-            m.ct_duration.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_reconciler_deleted_entries",
-            "Cumulative conntrack flows deleted by the conntrack cleanup",
-            m.ct_deleted.clone(),
-        );
-        r.register(
-            "kubenlproxy_sync_ops",
-            "Operations in each committed nftables batch",
-            m.ops.clone(),
-        );
-        r.register(
-            "kubenlproxy_sync_bytes",
-            "Bytes of each committed nftables batch",
-            m.bytes.clone(),
-        );
-        r.register(
-            "kubenlproxy_conntrack_deleted_entries",
-            "Conntrack entries deleted, by cleanup strategy",
-            m.ct_deleted_by_strategy.clone(),
-        );
-        r.register(
-            "kubenlproxy_conntrack_cleanup_duration_seconds",
-            "Time spent deleting conntrack entries, by cleanup strategy",
-            m.ct_seconds_by_strategy.clone(),
-        );
-        r.register(
-            "kubenlproxy_tamper_repairs",
-            "Repairs of our tables after another program changed them",
-            m.repairs.clone(),
-        );
-        r.register(
-            "kubenlproxy_services",
-            "Service ports programmed by the last sync",
-            m.services.clone(),
-        );
-        r.register(
-            "kubenlproxy_endpoints",
-            "Endpoints programmed by the last sync",
-            m.endpoints.clone(),
-        );
-        r.register(
-            "kubenlproxy_invalid_objects",
-            "Invalid objects skipped by the last sync",
-            m.invalid.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_cleanup_pending_targets",
-            "Conntrack cleanup targets not finished yet (retried with a backoff)",
-            m.ct_pending.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_cleanup_oldest_pending_seconds",
-            "Age of the oldest conntrack cleanup target not finished yet",
-            m.ct_oldest_pending.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_cleanup_available",
-            "Whether the conntrack cleanup can run (1) or ctnetlink is unavailable (0)",
-            m.ct_available.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_skipped_service_ports",
-            "Service ports left out of the rules because the kernel refused them",
-            m.skipped_ports.clone(),
-        );
-        r.register(
-            "kubeproxy_nftables_foreign_writes",
-            "Transactions of other programs that changed our nftables tables, by process name",
-            m.foreign_writes.clone(),
-        );
-        let mut m = m;
-        m.registry = r;
-        // series that exist from the start, as in kube-proxy
+        m.registry
+            .collector(|| crate::process::snapshots(&crate::process::read_self()));
+        // series that exist from the start (so that rates and dashboards have a zero)
         for f in &m.families {
-            let l = FamilyLabel {
-                ip_family: f.clone(),
-            };
-            let _ = m.sync_failures.get_or_create(&l);
-            let _ = m.cleanup_failures.get_or_create(&l);
-            let _ = m.ct_deleted.get_or_create(&l);
-            let _ = m.endpoint_pending.get_or_create(&l);
-            let _ = m.service_pending.get_or_create(&l);
-            for h in [
+            for fam in [
                 &m.sync_duration,
                 &m.sync_full,
                 &m.sync_partial,
                 &m.programming,
                 &m.ct_duration,
-                &m.ops,
-                &m.bytes,
+                &m.ct_deleted,
+                &m.sync_failures,
+                &m.cleanup_failures,
             ] {
-                let _ = h.get_or_create(&l);
+                fam.touch(&[f]);
             }
-            let _ = m.last_timestamp.get_or_create(&l);
-            let _ = m.last_queued.get_or_create(&l);
-            let _ = m.endpoint_total.get_or_create(&l);
-            let _ = m.service_total.get_or_create(&l);
             for p in ["internal", "external"] {
-                let _ = m.no_local.get_or_create(&PolicyLabel {
-                    ip_family: f.clone(),
-                    traffic_policy: p.into(),
-                });
+                m.no_local.touch(&[f, p]);
             }
+        }
+        for fam in [
+            &m.endpoint_pending,
+            &m.endpoint_total,
+            &m.service_pending,
+            &m.service_total,
+            &m.repairs,
+            &m.batch_ops,
+            &m.batch_bytes,
+            &m.skipped_ports,
+            &m.ct_pending,
+            &m.ct_oldest_pending,
+            &m.ct_available,
+        ] {
+            fam.touch(&[]);
         }
         for code in ["200", "503"] {
-            let _ = m.healthz.get_or_create(&CodeLabel { code: code.into() });
-            let _ = m.livez.get_or_create(&CodeLabel { code: code.into() });
+            m.healthz.touch(&[code]);
+            m.livez.touch(&[code]);
         }
-        let s = StrategyLabel {
-            strategy: m.strategy.clone(),
-        };
-        let _ = m.ct_deleted_by_strategy.get_or_create(&s);
-        let _ = m.ct_seconds_by_strategy.get_or_create(&s);
+        m.ct_available.set(&[], 1.0);
         Arc::new(m)
     }
 
-    fn each(&self, mut f: impl FnMut(&FamilyLabel)) {
-        for fam in &self.families {
-            f(&FamilyLabel {
-                ip_family: fam.clone(),
-            });
-        }
+    /// The IP families served.
+    pub fn families(&self) -> &[&'static str] {
+        &self.families
+    }
+
+    /// The API client's metrics (for the client's tower layer).
+    pub fn rest_client(&self) -> &RestClient {
+        &self.rest
     }
 
     fn queued(&self) {
-        let mut p = self.first_pending.lock().unwrap_or_else(|e| e.into_inner());
-        p.get_or_insert_with(Instant::now);
         let now = unix_now();
-        self.each(|l| {
-            self.last_queued.get_or_create(l).set(now);
-        });
+        for f in &self.families {
+            self.last_queued.set(&[f], now);
+        }
     }
 
     /// A Service change arrived from a source.
     pub fn service_change(&self) {
-        self.each(|l| {
-            self.service_total.get_or_create(l).inc();
-            self.service_pending.get_or_create(l).inc();
-        });
+        self.service_total.inc(&[]);
+        self.service_pending.inc(&[]);
         self.queued();
     }
 
     /// An EndpointSlice change arrived from a source.
     pub fn endpoint_change(&self) {
-        self.each(|l| {
-            self.endpoint_total.get_or_create(l).inc();
-            self.endpoint_pending.get_or_create(l).inc();
-        });
+        self.endpoint_total.inc(&[]);
+        self.endpoint_pending.inc(&[]);
         self.queued();
     }
 
+    /// The changes were applied by a sync.
+    pub(crate) fn changes_applied(&self) {
+        self.endpoint_pending.set(&[], 0.0);
+        self.service_pending.set(&[], 0.0);
+    }
+
     pub(crate) fn healthz(&self, code: u16) {
-        self.healthz
-            .get_or_create(&CodeLabel {
-                code: code.to_string(),
-            })
-            .inc();
+        self.healthz.inc(&[&code.to_string()]);
     }
 
     pub(crate) fn livez(&self, code: u16) {
-        self.livez
-            .get_or_create(&CodeLabel {
-                code: code.to_string(),
-            })
-            .inc();
+        self.livez.inc(&[&code.to_string()]);
     }
 
     /// Gauges derived from the engine's status: services with a Local traffic policy,
-    /// ready endpoints, and none on this node; pending conntrack cleanup targets;
-    /// service ports the kernel refused.
+    /// ready endpoints and none on this node (per family); pending conntrack cleanup
+    /// targets; service ports the kernel refused.
     pub fn update_from_status(&self, s: &Status) {
         self.update_cleanup(s, Instant::now());
-        self.skipped_ports.set(s.skipped_service_ports.len() as i64);
-        self.each(|l| {
-            for (policy, n) in [
-                ("internal", s.no_local_internal),
-                ("external", s.no_local_external),
-            ] {
-                self.no_local
-                    .get_or_create(&PolicyLabel {
-                        ip_family: l.ip_family.clone(),
-                        traffic_policy: policy.into(),
-                    })
-                    .set(n as i64);
+        self.skipped_ports
+            .set(&[], s.skipped_service_ports.len() as f64);
+        for (family, (internal, external)) in &s.no_local {
+            let f = family.k8s_name();
+            if !self.families.contains(&f) {
+                continue;
             }
-        });
+            self.no_local.set(&[f, "internal"], *internal as f64);
+            self.no_local.set(&[f, "external"], *external as f64);
+        }
     }
 
     /// The conntrack cleanup gauges (`now`: the monotonic time the age is taken at).
     pub fn update_cleanup(&self, s: &Status, now: Instant) {
-        self.ct_pending.set(s.cleanup_pending as i64);
+        self.ct_pending.set(&[], s.cleanup_pending as f64);
         self.ct_oldest_pending.set(
+            &[],
             s.cleanup_oldest_pending
                 .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64()),
         );
         self.ct_available
-            .set(i64::from(s.cleanup_unavailable.is_none()));
+            .set(&[], f64::from(u8::from(s.cleanup_unavailable.is_none())));
     }
 
-    /// Conntrack deletions and their time (a sync's cleanup, or a slice between syncs).
-    fn conntrack_work(&self, deleted: u64, took: std::time::Duration) {
-        let took = took.as_secs_f64();
-        self.each(|l| {
-            self.ct_duration.get_or_create(l).observe(took);
-        });
-        // deletions are counted once, under the first family (one cleanup serves both)
-        if let Some(f) = self.families.first() {
-            self.ct_deleted
-                .get_or_create(&FamilyLabel {
-                    ip_family: f.clone(),
-                })
-                .inc_by(deleted);
-        }
-        let s = StrategyLabel {
-            strategy: self.strategy.clone(),
-        };
-        self.ct_deleted_by_strategy
-            .get_or_create(&s)
-            .inc_by(deleted);
-        self.ct_seconds_by_strategy.get_or_create(&s).observe(took);
-    }
-
-    /// The text exposition format.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        if encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
+    /// The exposition in `format`.
+    pub fn encode(&self, format: Format) -> String {
+        self.registry.encode(format)
     }
 }
 
-fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+pub(crate) fn unix_now() -> f64 {
+    unix(SystemTime::now())
 }
 
-/// The engine's metrics hooks.
-pub struct MetricsObserver(pub Arc<Metrics>);
-
-impl Observer for MetricsObserver {
-    fn synced(&self, r: &SyncReport) {
-        let m = &self.0;
-        let total = (r.compile + r.commit + r.conntrack).as_secs_f64();
-        let pending = m
-            .first_pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let now = unix_now();
-        m.each(|l| {
-            m.sync_duration.get_or_create(l).observe(total);
-            if r.full {
-                &m.sync_full
-            } else {
-                &m.sync_partial
-            }
-            .get_or_create(l)
-            .observe(total);
-            m.last_timestamp.get_or_create(l).set(now);
-            if let Some(p) = pending {
-                m.programming
-                    .get_or_create(l)
-                    .observe(p.elapsed().as_secs_f64());
-            }
-            m.endpoint_pending.get_or_create(l).set(0);
-            m.service_pending.get_or_create(l).set(0);
-            m.ops.get_or_create(l).observe(r.ops as f64);
-            m.bytes.get_or_create(l).observe(r.bytes as f64);
-        });
-        if r.conntrack_targets > 0 {
-            m.conntrack_work(r.conntrack_deleted, r.conntrack);
-        }
-        m.services.set(r.services as i64);
-        m.endpoints.set(r.endpoints as i64);
-        m.invalid.set(r.errors.len() as i64);
+pub(crate) fn unix(t: SystemTime) -> f64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
     }
-
-    fn cleaned(&self, r: &CleanupReport) {
-        self.0.conntrack_work(r.deleted, r.took);
-    }
-
-    fn failed(&self, _e: &(dyn std::error::Error + 'static)) {
-        self.0.each(|l| {
-            self.0.sync_failures.get_or_create(l).inc();
-        });
-    }
-
-    fn repaired(&self) {
-        self.0.repairs.inc();
-    }
-
-    fn foreign_write(&self, w: &ForeignWriter) {
-        self.0
-            .foreign_writes
-            .get_or_create(&ProcessLabel {
-                process: w.process.clone().unwrap_or_else(|| "unknown".into()),
-            })
-            .inc();
-    }
-}
-
-/// The router serving `/metrics`.
-pub fn metrics_router(m: Arc<Metrics>) -> Router {
-    Router::new()
-        .route("/metrics", get(serve_metrics))
-        .with_state(m)
-}
-
-async fn serve_metrics(State(m): State<Arc<Metrics>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        m.encode(),
-    )
 }

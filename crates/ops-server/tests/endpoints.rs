@@ -1,11 +1,11 @@
-//! The operator endpoints over real HTTP: health JSON and status codes, metric names,
-//! types and values, health-check node ports opening and closing.
+//! The operator endpoints over real HTTP: health JSON and status codes, the metrics
+//! port's paths, health-check node ports opening, answering, closing and retrying.
 
 use kube_model::ServiceKey;
 use ops_server::hcport::HealthCheckPorts;
-use ops_server::metrics::MetricsObserver;
-use ops_server::{health_router, metrics_router, Metrics, StatusSource};
-use proxy_status::{HealthCheck, NodeHealth, Observer, Status, SyncReport};
+use ops_server::server::Limits;
+use ops_server::{health_router, metrics_router, BuildInfo, Metrics, ProxyInfo, StatusSource};
+use proxy_status::{HealthCheck, NodeHealth, Status};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,29 +29,40 @@ fn synced_now() -> Fake {
     f.set(|s| {
         s.sync_period = Duration::from_secs(1);
         s.last_sync = Some(Instant::now());
-        s.last_sync_wall = Some(SystemTime::now());
+        s.last_sync_wall = Some(SystemTime::now() - Duration::from_secs(30));
     });
     f
 }
 
 /// Serve `router` on 127.0.0.1 from a background runtime; returns the base URL.
 fn serve(rt: &tokio::runtime::Runtime, router: axum::Router) -> String {
-    let listener = rt.block_on(ops_server::bind("127.0.0.1:0")).unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let addr = listener.local_addr().unwrap();
-    rt.spawn(ops_server::serve(listener, router));
+    rt.spawn(ops_server::server::serve(
+        listener,
+        router,
+        Limits::for_process(),
+    ));
     format!("http://{addr}")
 }
 
 /// GET returning (status, header value, body) without treating 503 as an error.
 fn get(url: &str, header: &str) -> (u16, Option<String>, String) {
+    get_with(url, header, None)
+}
+
+fn get_with(url: &str, header: &str, accept: Option<&str>) -> (u16, Option<String>, String) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
-    let mut r = agent
-        .get(url)
-        .call()
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let mut req = agent.get(url);
+    if let Some(a) = accept {
+        req = req.header("accept", a);
+    }
+    let mut r = req.call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let h = r
         .headers()
         .get(header)
@@ -72,35 +83,55 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+fn parse_time(s: &str) -> SystemTime {
+    humantime::parse_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
 #[test]
 fn healthz_and_livez_follow_upstream_fields_and_status_codes() {
     let rt = rt();
     let src = synced_now();
-    let metrics = Metrics::new(&["IPv4", "IPv6"], "filtered-flush");
+    let metrics = Metrics::new(&["IPv4", "IPv6"], &BuildInfo::ours());
     let base = serve(
         &rt,
         health_router(src.clone(), vec!["IPv4", "IPv6"], Some(metrics.clone())),
     );
 
-    let (code, _, body) = get(&format!("{base}/healthz"), "content-type");
+    let (code, ctype, body) = get(&format!("{base}/healthz"), "content-type");
     assert_eq!(code, 200, "{body}");
+    assert_eq!(ctype.as_deref(), Some("application/json"));
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    for field in [
+    // Go's field order
+    let at = |f: &str| body.find(&format!("\"{f}\":")).unwrap_or(usize::MAX);
+    let order = [
         "lastUpdated",
         "currentTime",
         "nodeEligible",
         "healthy",
         "status",
-    ] {
-        assert!(v.get(field).is_some(), "field {field} missing: {body}");
-    }
+    ];
+    assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{body}");
     assert_eq!(v["healthy"], true);
     assert_eq!(v["nodeEligible"], true);
+    // healthy: lastUpdated is now (kube-proxy's compatibility rule); the family's
+    // lastUpdated is its last sync (30 s ago)
+    let now = SystemTime::now();
+    let last = parse_time(v["lastUpdated"].as_str().unwrap());
+    assert!(
+        now.duration_since(last).unwrap() < Duration::from_secs(5),
+        "{body}"
+    );
+    let fam = parse_time(v["status"]["IPv6"]["lastUpdated"].as_str().unwrap());
+    assert!(
+        now.duration_since(fam).unwrap() >= Duration::from_secs(29),
+        "{body}"
+    );
     assert_eq!(v["status"]["IPv4"]["healthy"], true);
-    assert!(v["status"]["IPv6"]["lastUpdated"]
-        .as_str()
-        .unwrap()
-        .ends_with('Z'));
+    assert_eq!(
+        get(&format!("{base}/metrics"), "x"),
+        (404, None, "404 page not found\n".into()),
+        "only /healthz and /livez, as Go's mux"
+    );
     let (code, _, body) = get(&format!("{base}/livez"), "content-type");
     assert_eq!(code, 200);
     assert!(serde_json::from_str::<serde_json::Value>(&body)
@@ -108,9 +139,18 @@ fn healthz_and_livez_follow_upstream_fields_and_status_codes() {
         .get("nodeEligible")
         .is_none());
 
-    // a change queued for more than 2 x syncPeriod and not applied: stalled
+    // a change queued for more than 2 x syncPeriod and not applied: stalled, and
+    // lastUpdated is the last sync
     src.set(|s| s.queued_since = Some(Instant::now() - Duration::from_secs(3)));
-    assert_eq!(get(&format!("{base}/healthz"), "x").0, 503);
+    let (code, _, body) = get(&format!("{base}/healthz"), "x");
+    assert_eq!(code, 503);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"]["IPv4"]["healthy"], false);
+    let last = parse_time(v["lastUpdated"].as_str().unwrap());
+    assert!(
+        now.duration_since(last).unwrap() >= Duration::from_secs(29),
+        "{body}"
+    );
     assert_eq!(get(&format!("{base}/livez"), "x").0, 503);
     src.set(|s| s.queued_since = Some(Instant::now()));
     assert_eq!(
@@ -138,183 +178,118 @@ fn healthz_and_livez_follow_upstream_fields_and_status_codes() {
         assert!(body.contains("\"nodeEligible\":false"), "{body}");
         assert_eq!(get(&format!("{base}/livez"), "x").0, 200);
     }
-    let text = metrics.encode();
+    let text = metrics.encode(ops_server::expo::Format::Text);
+    for line in [
+        "kubeproxy_proxy_healthz_total{code=\"200\"} 2",
+        "kubeproxy_proxy_healthz_total{code=\"503\"} 3",
+        "kubeproxy_proxy_livez_total{code=\"503\"} 1",
+    ] {
+        assert!(text.contains(line), "{line}:\n{text}");
+    }
+
+    // before the first sync: no per-family status, the zero time when unhealthy
+    let fresh = Fake::default();
+    fresh.set(|s| s.sync_period = Duration::from_secs(1));
+    let base = serve(&rt, health_router(fresh.clone(), vec!["IPv4"], None));
+    let (code, _, body) = get(&format!("{base}/livez"), "x");
+    assert_eq!(code, 200);
+    assert!(!body.contains("\"status\""), "{body}");
+    fresh.set(|s| s.queued_since = Some(Instant::now() - Duration::from_secs(3)));
+    let (code, _, body) = get(&format!("{base}/livez"), "x");
+    assert_eq!(code, 503);
     assert!(
-        text.contains("kubeproxy_proxy_healthz_total{code=\"200\"} 2"),
-        "{text}"
-    );
-    assert!(
-        text.contains("kubeproxy_proxy_healthz_total{code=\"503\"} 3"),
-        "{text}"
-    );
-    assert!(
-        text.contains("kubeproxy_proxy_livez_total{code=\"503\"} 1"),
-        "{text}"
+        body.starts_with("{\"lastUpdated\":\"0001-01-01T00:00:00Z\""),
+        "{body}"
     );
 }
 
+fn proxy_info() -> ProxyInfo {
+    ProxyInfo {
+        mode: "nftables".into(),
+        config_json: "{\"mode\":\"nftables\"}".into(),
+    }
+}
+
 #[test]
-fn metrics_have_upstream_names_types_and_move_after_syncs() {
+fn metrics_port_serves_kube_proxys_paths() {
     let rt = rt();
-    let metrics = Metrics::new(&["IPv4"], "filtered-flush");
-    let base = serve(&rt, metrics_router(metrics.clone()));
-    let (code, ctype, before) = get(&format!("{base}/metrics"), "content-type");
+    let metrics = Metrics::new(&["IPv4"], &BuildInfo::ours());
+    let base = serve(&rt, metrics_router(metrics, proxy_info()));
+
+    let (code, ctype, body) = get(&format!("{base}/metrics"), "content-type");
     assert_eq!(code, 200);
-    assert!(ctype.unwrap().starts_with("text/plain"));
-    for (name, kind) in [
-        ("kubeproxy_sync_proxy_rules_duration_seconds", "histogram"),
-        (
-            "kubeproxy_sync_full_proxy_rules_duration_seconds",
-            "histogram",
-        ),
-        (
-            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "histogram",
-        ),
-        ("kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge"),
-        (
-            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-            "gauge",
-        ),
-        (
-            "kubeproxy_network_programming_duration_seconds",
-            "histogram",
-        ),
-        (
-            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-            "gauge",
-        ),
-        ("kubeproxy_sync_proxy_rules_endpoint_changes", "counter"),
-        (
-            "kubeproxy_sync_proxy_rules_service_changes_pending",
-            "gauge",
-        ),
-        ("kubeproxy_sync_proxy_rules_service_changes", "counter"),
-        (
-            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-            "gauge",
-        ),
-        ("kubeproxy_proxy_healthz", "counter"),
-        ("kubeproxy_proxy_livez", "counter"),
-        (
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
-            "counter",
-        ),
-        (
-            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures",
-            "counter",
-        ),
-        (
-            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-            "histogram",
-        ),
-        ("kubeproxy_conntrack_reconciler_deleted_entries", "counter"),
-        ("kubenlproxy_sync_ops", "histogram"),
-        ("kubenlproxy_sync_bytes", "histogram"),
-        ("kubenlproxy_conntrack_deleted_entries", "counter"),
-        (
-            "kubenlproxy_conntrack_cleanup_duration_seconds",
-            "histogram",
-        ),
-        ("kubenlproxy_tamper_repairs", "counter"),
-    ] {
-        assert!(
-            before.contains(&format!("# TYPE {name} {kind}\n")),
-            "{name} {kind} missing:\n{before}"
-        );
-    }
-    assert!(before
-        .contains("kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 0"));
-    assert!(before.contains("kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 0"));
+    assert_eq!(
+        ctype.as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(!body.contains("# EOF"), "0.0.4 has no end marker");
+    assert!(body.contains("# TYPE kubeproxy_sync_proxy_rules_endpoint_changes_total counter\n"));
 
-    metrics.service_change();
-    metrics.endpoint_change();
-    metrics.endpoint_change();
-    let mid = get(&format!("{base}/metrics"), "x").2;
+    let (code, ctype, body) = get_with(
+        &format!("{base}/metrics"),
+        "content-type",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        ctype.as_deref(),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    assert!(body.ends_with("# EOF\n"));
+    assert!(body.contains("# TYPE kubeproxy_sync_proxy_rules_endpoint_changes counter\n"));
+    assert!(body.contains("\nkubeproxy_sync_proxy_rules_endpoint_changes_total 0.0\n"));
+
+    assert_eq!(
+        get(&format!("{base}/healthz"), "content-type"),
+        (200, Some("text/plain; charset=utf-8".into()), "ok".into())
+    );
+    assert_eq!(
+        get(&format!("{base}/healthz?verbose"), "x").2,
+        "[+]ping ok\nhealthz check passed\n"
+    );
+    assert_eq!(get(&format!("{base}/healthz/ping"), "x").2, "ok");
+    assert_eq!(
+        get(&format!("{base}/proxyMode"), "content-type"),
+        (
+            200,
+            Some("text/plain; charset=utf-8".into()),
+            "nftables".into()
+        )
+    );
+    let (code, _, body) = get(&format!("{base}/configz"), "x");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kubeproxy.config.k8s.io"]["mode"], "nftables");
+    let (_, _, slis) = get(&format!("{base}/metrics/slis"), "x");
     assert!(
-        mid.contains("kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 2"),
-        "{mid}"
+        slis.contains("# HELP kubernetes_healthcheck [STABLE] This metric records the result of a single healthcheck.\n"),
+        "{slis}"
     );
     assert!(
-        mid.contains("kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"} 1"),
-        "{mid}"
+        slis.contains(
+            "kubernetes_healthchecks_total{name=\"ping\",status=\"success\",type=\"healthz\"} 2"
+        ),
+        "{slis}"
     );
+    assert_eq!(
+        get(&format!("{base}/nothing-here"), "x"),
+        (404, None, "404 page not found\n".into())
+    );
+}
 
-    let obs = MetricsObserver(metrics.clone());
-    obs.synced(&SyncReport {
-        full: true,
-        ops: 12,
-        bytes: 4096,
-        conntrack_targets: 4,
-        conntrack_deleted: 7,
-        commit: Duration::from_millis(3),
-        ..Default::default()
-    });
-    obs.cleaned(&proxy_status::CleanupReport {
-        targets: 2,
-        done: 1,
-        deleted: 3,
-        took: Duration::from_millis(2),
-        pending: 5,
-    });
-    obs.failed(&std::io::Error::other("test"));
-    obs.repaired();
-    obs.foreign_write(&proxy_status::ForeignWriter {
-        pid: Some(7),
-        process: Some("nft".into()),
-    });
-    let now = Instant::now();
-    let status = Status {
-        no_local_internal: 2,
-        no_local_external: 1,
-        cleanup_pending: 5,
-        cleanup_oldest_pending: Some(now - Duration::from_secs(90)),
-        cleanup_unavailable: Some("no ctnetlink".into()),
-        skipped_service_ports: vec![proxy_status::SkippedPort {
-            service: "ns1/svc-b".into(),
-            port: "dns".into(),
-            error: "EINVAL".into(),
-            since: now,
-            retry_at: now,
-        }],
-        ..Default::default()
-    };
-    metrics.update_from_status(&status);
-    metrics.update_cleanup(&status, now);
-    let after = get(&format!("{base}/metrics"), "x").2;
-    for line in [
-        "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
-        "kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 0",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending{ip_family=\"IPv4\"} 0",
-        "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 1",
-        "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 10",
-        "kubenlproxy_conntrack_deleted_entries_total{strategy=\"filtered-flush\"} 10",
-        "kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"} 2",
-        "kubeproxy_conntrack_cleanup_pending_targets 5",
-        "kubeproxy_conntrack_cleanup_oldest_pending_seconds 90.0",
-        "kubeproxy_conntrack_cleanup_available 0",
-        "kubeproxy_sync_proxy_rules_skipped_service_ports 1",
-        "kubeproxy_nftables_foreign_writes_total{process=\"nft\"} 1",
-        "kubenlproxy_sync_ops_sum{ip_family=\"IPv4\"} 12.0",
-        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
-        "kubenlproxy_tamper_repairs_total 1",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 1",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"internal\"} 2",
-    ] {
-        assert!(after.contains(line), "missing {line}:\n{after}");
-    }
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 #[test]
 fn health_check_node_ports_open_answer_and_close() {
     let rt = rt();
     let src = synced_now();
-    // a free port
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let key = ServiceKey::new("web", "lb");
     src.set(|s| {
         s.health_checks.insert(
@@ -325,12 +300,17 @@ fn health_check_node_ports_open_answer_and_close() {
             },
         );
     });
-    let mut ports = HealthCheckPorts::new(src.clone(), vec!["127.0.0.1".parse().unwrap()]);
+    let mut ports = HealthCheckPorts::on(
+        src.clone(),
+        vec!["127.0.0.1".parse().unwrap()],
+        Limits::for_process(),
+    );
     rt.block_on(ports.reconcile());
     assert_eq!(ports.ports(), vec![port]);
     let url = format!("http://127.0.0.1:{port}/");
     let (code, weight, body) = get(&url, "x-load-balancing-endpoint-weight");
     assert_eq!((code, weight.as_deref()), (200, Some("2")), "{body}");
+    assert_eq!(body, ops_server::hcport::body(&key, 2, true));
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         v,
@@ -348,15 +328,52 @@ fn health_check_node_ports_open_answer_and_close() {
     });
     let (code, _, body) = get(&url, "x");
     assert_eq!(code, 503);
-    assert!(body.contains("\"serviceProxyHealthy\":false"));
+    assert!(body.contains("\"serviceProxyHealthy\": false"), "{body}");
 
     // the service goes away: the port closes
     src.set(|s| s.health_checks.clear());
     rt.block_on(ports.reconcile());
     assert!(ports.ports().is_empty());
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    assert!(agent.get(&url).call().is_err(), "the port must be closed");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the port must be closed"
+    );
+}
+
+/// A port held by someone else does not hold back the others, and is opened once it is
+/// free again (retried after 5 s, as kube-proxy's servers are).
+#[test]
+fn a_taken_health_check_port_is_retried_without_blocking_the_others() {
+    let rt = rt();
+    let src = synced_now();
+    let (busy, free) = (free_port(), free_port());
+    let holder = std::net::TcpListener::bind(("127.0.0.1", busy)).unwrap();
+    src.set(|s| {
+        for (name, port) in [("a", busy), ("b", free)] {
+            s.health_checks.insert(
+                ServiceKey::new("web", name),
+                HealthCheck {
+                    node_port: port,
+                    local_endpoints: 1,
+                },
+            );
+        }
+    });
+    let mut ports = HealthCheckPorts::on(
+        src.clone(),
+        vec!["127.0.0.1".parse().unwrap()],
+        Limits::for_process(),
+    );
+    rt.block_on(ports.reconcile());
+    assert_eq!(ports.ports(), vec![free]);
+    drop(holder);
+    // not retried before 5 s
+    rt.block_on(ports.reconcile());
+    assert_eq!(ports.ports(), vec![free]);
+    std::thread::sleep(Duration::from_millis(5100));
+    rt.block_on(ports.reconcile());
+    let mut want = vec![busy, free];
+    want.sort();
+    assert_eq!(ports.ports(), want);
+    assert_eq!(get(&format!("http://127.0.0.1:{busy}/"), "x").0, 200);
 }

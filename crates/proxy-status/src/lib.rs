@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use kube_model::ServiceKey;
+use kube_model::{IpFamily, ServiceKey};
 
 /// What one successful sync did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -27,6 +27,27 @@ pub struct SyncReport {
     pub conntrack_pending: usize,
     /// Invalid objects (skipped or partly skipped).
     pub errors: Vec<String>,
+    /// When the batch was committed (wall clock; the end of network programming).
+    pub committed_at: Option<SystemTime>,
+    /// The `endpoints.kubernetes.io/last-change-trigger-time` of each EndpointSlice
+    /// change this sync applied (changes since the engine started), with the slice's
+    /// family: kube-proxy's network programming latency runs from there to the commit.
+    pub trigger_times: Vec<(IpFamily, SystemTime)>,
+    /// What the conntrack cleanup did with each target of this sync, and how.
+    pub conntrack_filters: Vec<FilterWork>,
+}
+
+/// How the conntrack cleanup served one target (one filter of a delete call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilterWork {
+    pub family: IpFamily,
+    /// The strategy actually used (`filtered-flush`, `filtered-dump`, `full-dump`;
+    /// `None` when the kernel side does not say).
+    pub strategy: Option<&'static str>,
+    /// `deleted`, `already-gone`, `capped`, `incomplete` or `failed`.
+    pub outcome: &'static str,
+    /// Entries deleted, when known (a filtered flush is not counted by the kernel).
+    pub deleted: Option<u64>,
 }
 
 /// What one conntrack cleanup slice between syncs did (the slice run by a sync is in
@@ -42,6 +63,8 @@ pub struct CleanupReport {
     pub took: Duration,
     /// Targets still pending.
     pub pending: usize,
+    /// Each target worked on, and how.
+    pub filters: Vec<FilterWork>,
 }
 
 /// Metrics hooks of the engine (default: no-op).
@@ -138,12 +161,18 @@ pub struct Status {
     /// How long the pending repair waits (backoff while our tables are fought over).
     pub repair_delay: Duration,
     pub node: Option<NodeHealth>,
+    /// The node's primary IPs (health-check node ports listen there when
+    /// nodePortAddresses says `primary`).
+    pub node_primary_ips: Vec<std::net::IpAddr>,
     /// Services with a healthCheckNodePort, and their endpoints on this node.
     pub health_checks: BTreeMap<ServiceKey, HealthCheck>,
     /// Services with a Local internal / external traffic policy that have ready
     /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
     pub no_local_internal: usize,
     pub no_local_external: usize,
+    /// The same per IP family and service port (internal, external), as kube-proxy's
+    /// per-family proxiers report them.
+    pub no_local: BTreeMap<IpFamily, (usize, usize)>,
     /// Sources that made no progress (e.g. `"service"`), and when each last did.
     pub stalled_sources: BTreeMap<String, Instant>,
 }

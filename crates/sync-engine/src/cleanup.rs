@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 use nft_model::{DataType, Element, Family, Op, Set, Table, Value};
 
 use crate::engine::Engine;
-use crate::kernel::{CleanupOutcome, Clock, ConntrackKernel, NftKernel};
+use crate::kernel::{CleanupOutcome, Clock, ConntrackKernel, FilterDetail, NftKernel};
 use crate::targets::Target;
 use crate::{next_generation, CleanupReport, EngineError};
+use kube_model::IpFamily;
+use proxy_status::FilterWork;
 
 /// Set of pending destination targets (address . port).
 pub const SET_DST: &str = "cleanup-dst";
@@ -282,7 +284,7 @@ impl<C> CtSlot<C> {
 }
 
 /// What one cleanup slice did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cleaned {
     /// Targets worked on.
     pub targets: usize,
@@ -291,6 +293,32 @@ pub struct Cleaned {
     /// Conntrack entries deleted (as far as the kernel says).
     pub deleted: u64,
     pub took: Duration,
+    /// Each target worked on, and how (for the metrics).
+    pub filters: Vec<FilterWork>,
+}
+
+/// A target's outcome and strategy for the metrics.
+fn filter_work(t: &Target, d: FilterDetail) -> FilterWork {
+    let v6 = match *t {
+        Target::Dst { addr, .. } | Target::Endpoint { addr, .. } => addr.is_ipv6(),
+        Target::NodePort { v6, .. } => v6,
+    };
+    FilterWork {
+        family: if v6 { IpFamily::V6 } else { IpFamily::V4 },
+        strategy: d.strategy.map(|s| match s {
+            ct_netlink::Strategy::FilteredFlush => "filtered-flush",
+            ct_netlink::Strategy::FilteredDump => "filtered-dump",
+            ct_netlink::Strategy::FullDump => "full-dump",
+        }),
+        outcome: match d.outcome {
+            CleanupOutcome::Deleted { .. } => "deleted",
+            CleanupOutcome::AlreadyGone => "already-gone",
+            CleanupOutcome::Capped => "capped",
+            CleanupOutcome::Incomplete => "incomplete",
+            CleanupOutcome::Failed => "failed",
+        },
+        deleted: d.deleted,
+    }
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -362,7 +390,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
         out.targets = due.len();
         let filters: Vec<ct_netlink::Filter> = due.iter().map(Target::filter).collect();
-        let outcomes = match ct.delete(&filters) {
+        let outcomes = match ct.delete_detailed(&filters) {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(error = %e, targets = due.len(), "conntrack cleanup failed; retrying with a backoff");
@@ -372,7 +400,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         let now = self.clock.now();
         let mut failed = 0usize;
         for (i, t) in due.iter().enumerate() {
-            let o = outcomes.get(i).copied().unwrap_or(CleanupOutcome::Failed);
+            let d = outcomes.get(i).copied().unwrap_or(FilterDetail {
+                outcome: CleanupOutcome::Failed,
+                strategy: None,
+                deleted: Some(0),
+            });
+            out.filters.push(filter_work(t, d));
+            let o = d.outcome;
             if let CleanupOutcome::Deleted { entries: Some(n) } = o {
                 out.deleted += n;
             }
@@ -449,6 +483,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             deleted: c.deleted,
             took: c.took,
             pending: self.pending.len(),
+            filters: c.filters,
         };
         if c.targets > 0 {
             tracing::debug!(

@@ -179,6 +179,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 }
             };
             let commit = t1.elapsed();
+            let committed_at = std::time::SystemTime::now();
             let mut followup = Followup::None;
             if !ops.is_empty() {
                 let expected = next_generation(read.genid);
@@ -238,6 +239,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 conntrack_targets: cleaned.targets,
                 conntrack_pending: self.pending.len(),
                 errors,
+                committed_at: Some(committed_at),
+                trigger_times: std::mem::take(&mut self.trigger_times),
+                conntrack_filters: cleaned.filters,
             };
             return Ok(Synced {
                 report,

@@ -62,6 +62,11 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) our_gens: Vec<u32>,
     /// Service ports left out because the kernel refused their rules.
     pub(crate) skipped: BTreeMap<PortId, Skip>,
+    /// Trigger times of the EndpointSlice changes not yet synced (for the network
+    /// programming latency), and when the engine started (older ones are not counted,
+    /// as in kube-proxy).
+    pub(crate) trigger_times: Vec<(kube_model::IpFamily, SystemTime)>,
+    pub(crate) started_wall: SystemTime,
     /// Conflicts between services in the committed rules (logged once each).
     pub(crate) conflicts: std::collections::BTreeSet<String>,
 }
@@ -119,6 +124,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             pending: Pending::default(),
             our_gens: Vec::new(),
             skipped: BTreeMap::new(),
+            trigger_times: Vec::new(),
+            started_wall: SystemTime::now(),
             conflicts: Default::default(),
         }
     }
@@ -293,6 +300,14 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     r.err().map(|e| e.to_string()),
                 );
                 if self.cluster.slice(&key) != before.as_ref() {
+                    // kube-proxy's network programming latency starts at the change
+                    // behind this update (not for deletions)
+                    let t = kube_model::last_change_trigger_time(&slice.metadata);
+                    if let (Some(t), Some(s)) = (t, self.cluster.slice(&key)) {
+                        if t > self.started_wall {
+                            self.trigger_times.push((s.family, t));
+                        }
+                    }
                     self.queue();
                 }
             }
@@ -348,6 +363,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             warnings.iter().map(ToString::to_string).collect(),
             r.err().map(|e| e.to_string()),
         );
+        let primary = self
+            .cluster
+            .node
+            .as_ref()
+            .map(|n| n.primary_ips.clone())
+            .unwrap_or_default();
+        self.status.update(|s| s.node_primary_ips = primary);
         if self.cluster.node != before {
             self.queue();
         }
@@ -442,6 +464,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 let checks = status::health_checks(&self.cluster, node);
                 let (no_local_internal, no_local_external) =
                     status::no_local_endpoints(&self.cluster, node);
+                let no_local = status::no_local_endpoints_by_family(&self.cluster, node);
                 let wall = SystemTime::now();
                 let r = report.clone();
                 self.status.update(|s| {
@@ -454,6 +477,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     s.health_checks = checks;
                     s.no_local_internal = no_local_internal;
                     s.no_local_external = no_local_external;
+                    s.no_local = no_local;
                     if repaired {
                         s.repairs += 1;
                     }

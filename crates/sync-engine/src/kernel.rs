@@ -96,6 +96,36 @@ pub trait ConntrackKernel {
         &mut self,
         filters: &[ct_netlink::Filter],
     ) -> Result<Vec<CleanupOutcome>, EngineError>;
+
+    /// [`ConntrackKernel::delete`] with, per filter, the strategy that served it and the
+    /// entries it deleted (also when it was not finished), for the metrics.
+    fn delete_detailed(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<FilterDetail>, EngineError> {
+        Ok(self
+            .delete(filters)?
+            .into_iter()
+            .map(|outcome| FilterDetail {
+                outcome,
+                strategy: None,
+                deleted: match outcome {
+                    CleanupOutcome::Deleted { entries } => entries,
+                    _ => Some(0),
+                },
+            })
+            .collect())
+    }
+}
+
+/// One filter of a delete call, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterDetail {
+    pub outcome: CleanupOutcome,
+    /// How the filter was served (`None`: not known).
+    pub strategy: Option<ct_netlink::Strategy>,
+    /// Entries deleted (`None`: a filtered flush, which the kernel does not count).
+    pub deleted: Option<u64>,
 }
 
 impl ConntrackKernel for ct_netlink::Conntrack {
@@ -105,6 +135,24 @@ impl ConntrackKernel for ct_netlink::Conntrack {
     ) -> Result<Vec<CleanupOutcome>, EngineError> {
         let report = ct_netlink::Conntrack::delete(self, filters)?;
         Ok(outcomes(filters, &report))
+    }
+    fn delete_detailed(
+        &mut self,
+        filters: &[ct_netlink::Filter],
+    ) -> Result<Vec<FilterDetail>, EngineError> {
+        let report = ct_netlink::Conntrack::delete(self, filters)?;
+        Ok(outcomes(filters, &report)
+            .into_iter()
+            .zip(filters)
+            .map(|(outcome, f)| {
+                let line = report.per_filter.iter().find(|r| r.filter == *f);
+                FilterDetail {
+                    outcome,
+                    strategy: line.map(|r| r.strategy),
+                    deleted: line.map_or(Some(0), |r| r.deleted),
+                }
+            })
+            .collect())
     }
 }
 

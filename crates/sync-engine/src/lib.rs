@@ -35,10 +35,12 @@ use std::time::Instant;
 
 pub use cleanup::ConntrackOpener;
 pub use engine::{Engine, Work};
-pub use kernel::{CleanupOutcome, Clock, CommitStats, ConntrackKernel, NftKernel, SystemClock};
+pub use kernel::{
+    CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, NftKernel, SystemClock,
+};
 pub use proxy_status::{
-    CleanupReport, ForeignWriter, HealthCheck, NodeHealth, Observer, SkippedPort, Status,
-    StatusHandle, SyncReport,
+    CleanupReport, FilterWork, ForeignWriter, HealthCheck, NodeHealth, Observer, SkippedPort,
+    Status, StatusHandle, SyncReport,
 };
 pub use run::{real_engine, run};
 

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube_model::{Cluster, ServiceKey, TrafficPolicy};
+use kube_model::{Cluster, IpFamily, ServiceKey, TrafficPolicy};
 
 use crate::HealthCheck;
 
@@ -26,6 +26,47 @@ pub fn no_local_endpoints(cluster: &Cluster, node: &str) -> (usize, usize) {
         }
     }
     (internal, external)
+}
+
+/// [`no_local_endpoints`] per IP family and per service port, as kube-proxy's
+/// per-family proxiers count them (a port of a service with a ClusterIP of the family,
+/// ready endpoints of that family, none on this node): the series of both families
+/// add up without counting a service twice.
+pub fn no_local_endpoints_by_family(
+    cluster: &Cluster,
+    node: &str,
+) -> BTreeMap<IpFamily, (usize, usize)> {
+    let idx = cluster.endpoint_index();
+    let mut out = BTreeMap::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let (mut internal, mut external) = (0, 0);
+        for svc in cluster.services.values() {
+            if svc.cluster_ip(family).is_none() {
+                continue;
+            }
+            let (mut any, mut local) = (false, false);
+            for s in idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]) {
+                if s.family != family {
+                    continue;
+                }
+                for e in s.endpoints.iter().filter(|e| e.ready) {
+                    any = true;
+                    local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
+                }
+            }
+            if any && !local {
+                let ports = svc.ports.len();
+                if svc.internal_traffic_policy == TrafficPolicy::Local {
+                    internal += ports;
+                }
+                if svc.external_traffic_policy == TrafficPolicy::Local {
+                    external += ports;
+                }
+            }
+        }
+        out.insert(family, (internal, external));
+    }
+    out
 }
 
 /// Ready local endpoints per service with a healthCheckNodePort (distinct addresses).

@@ -1,0 +1,152 @@
+//! The metrics port's paths, as kube-proxy's `serveMetrics` installs them
+//! (`cmd/kube-proxy/app/server.go`): `/metrics` (format negotiated from `Accept`),
+//! component-base's `/healthz` and `/healthz/ping` (`ok`), `/metrics/slis` (the health
+//! checks' SLI metrics), `/proxyMode`, `/configz`; anything else is Go's
+//! `404 page not found`. (`/debug/pprof` and `/debug/flags/v` exist upstream only with
+//! `enableProfiling`, which kube-nlproxy does not offer.)
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderName, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+
+use crate::expo::{negotiate, Desc, Family, Format, Registry, Stability};
+use crate::metrics::Metrics;
+
+/// What the metrics port says about the running proxy.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyInfo {
+    /// The configured mode (`nftables`, `iptables`, `ipvs`), for `/proxyMode`.
+    pub mode: String,
+    /// The effective configuration as JSON, for `/configz`.
+    pub config_json: String,
+}
+
+struct Ctx {
+    metrics: Arc<Metrics>,
+    info: ProxyInfo,
+    slis: Registry,
+    sli_gauge: Arc<Family>,
+    sli_total: Arc<Family>,
+}
+
+fn text(code: StatusCode, body: String) -> Response {
+    (
+        code,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (HeaderName::from_static("x-content-type-options"), "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Go's `http.NotFound`.
+pub async fn not_found() -> Response {
+    text(StatusCode::NOT_FOUND, "404 page not found\n".into())
+}
+
+/// The router of the metrics port.
+pub fn metrics_router(metrics: Arc<Metrics>, info: ProxyInfo) -> Router {
+    let slis = Registry::default();
+    let sli_gauge = slis.register(
+        Desc::gauge(
+            "kubernetes_healthcheck",
+            "This metric records the result of a single healthcheck.",
+            &["name", "type"],
+        )
+        .stability(Stability::Stable),
+    );
+    let sli_total = slis.register(
+        Desc::counter(
+            "kubernetes_healthchecks_total",
+            "This metric records the results of all healthcheck.",
+            &["name", "status", "type"],
+        )
+        .stability(Stability::Stable),
+    );
+    let ctx = Arc::new(Ctx {
+        metrics,
+        info,
+        slis,
+        sli_gauge,
+        sli_total,
+    });
+    Router::new()
+        .route("/metrics", any(serve_metrics))
+        .route("/metrics/slis", any(serve_slis))
+        .route("/healthz", any(healthz))
+        .route("/healthz/ping", any(ping))
+        .route("/proxyMode", any(proxy_mode))
+        .route("/configz", any(configz))
+        .fallback(not_found)
+        .with_state(ctx)
+}
+
+fn format_of(headers: &HeaderMap) -> Format {
+    negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
+}
+
+fn exposition(format: Format, body: String) -> Response {
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+}
+
+async fn serve_metrics(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
+    let f = format_of(&headers);
+    exposition(f, ctx.metrics.encode(f))
+}
+
+async fn serve_slis(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
+    let f = format_of(&headers);
+    exposition(f, ctx.slis.encode(f))
+}
+
+/// component-base's healthz with its one check, `ping` (always ok): `ok`, or with
+/// `?verbose` each check and the verdict.
+async fn healthz(State(ctx): State<Arc<Ctx>>, RawQuery(q): RawQuery) -> Response {
+    ctx.sli_gauge.set(&["ping", "healthz"], 1.0);
+    ctx.sli_total.inc(&["ping", "success", "healthz"]);
+    let verbose = q
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .any(|kv| kv.split('=').next() == Some("verbose"));
+    if verbose {
+        text(StatusCode::OK, "[+]ping ok\nhealthz check passed\n".into())
+    } else {
+        text(StatusCode::OK, "ok".into())
+    }
+}
+
+async fn ping() -> Response {
+    text(StatusCode::OK, "ok".into())
+}
+
+async fn proxy_mode(State(ctx): State<Arc<Ctx>>) -> Response {
+    text(StatusCode::OK, ctx.info.mode.clone())
+}
+
+/// configz: every registered configuration under its group name.
+async fn configz(State(ctx): State<Arc<Ctx>>) -> Response {
+    let body = format!(
+        "{{\"kubeproxy.config.k8s.io\":{}}}",
+        if ctx.info.config_json.is_empty() {
+            "{}"
+        } else {
+            &ctx.info.config_json
+        }
+    );
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (HeaderName::from_static("x-content-type-options"), "nosniff"),
+        ],
+        body,
+    )
+        .into_response()
+}

@@ -120,6 +120,8 @@ struct FamilyState {
     fragments: BTreeMap<ServiceKey, Vec<Fragment>>,
     /// Services with a fragment that depends on the node.
     node_dependent: BTreeSet<ServiceKey>,
+    /// Services with a fragment that has problems (errors are listed from these only).
+    with_errors: BTreeSet<ServiceKey>,
 }
 
 /// The incremental compiler. See the module documentation.
@@ -128,23 +130,41 @@ pub struct Compiler {
     cfg: ParsedConfig,
     node: Option<Node>,
     families: Vec<FamilyState>,
+    /// Service ports left out (the engine skips ports whose rules the kernel refuses).
+    excluded: BTreeSet<PortId>,
 }
 
-fn build_service(ctx: &Ctx, cluster: &Cluster, key: &ServiceKey) -> Vec<Fragment> {
+/// The fragments of a service's ports (in port order, without the `excluded` ones).
+fn build_service(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    key: &ServiceKey,
+    slices: &[&EndpointSlice],
+    excluded: &BTreeSet<PortId>,
+) -> Vec<Fragment> {
     let Some(svc) = cluster.services.get(key) else {
         return Vec::new();
     };
-    let slices: Vec<&EndpointSlice> = cluster.slices_of(key).collect();
     svc.ports
         .iter()
         .enumerate()
-        .map(|(i, p)| fragment(ctx, svc, i, p, &slices))
+        .filter(|(_, p)| excluded.is_empty() || !excluded.contains(&PortId::new(key, p)))
+        .map(|(i, p)| fragment(ctx, svc, i, p, slices))
         .collect()
 }
 
 impl Compiler {
     /// Compile `cluster` from scratch.
     pub fn new(cfg: ParsedConfig, cluster: &Cluster) -> Compiler {
+        Compiler::with_excluded(cfg, cluster, BTreeSet::new())
+    }
+
+    /// Compile `cluster` from scratch, leaving the `excluded` service ports out.
+    pub fn with_excluded(
+        cfg: ParsedConfig,
+        cluster: &Cluster,
+        excluded: BTreeSet<PortId>,
+    ) -> Compiler {
         let node = cluster.node.clone();
         let idx = cluster.endpoint_index();
         let families = cfg
@@ -157,16 +177,12 @@ impl Compiler {
                     mirror: Mirror::new(ctx.family, false),
                     fragments: BTreeMap::new(),
                     node_dependent: BTreeSet::new(),
+                    with_errors: BTreeSet::new(),
                 };
-                for svc in cluster.services.values() {
-                    let slices = idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]);
-                    let frags: Vec<Fragment> = svc
-                        .ports
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| fragment(&ctx, svc, i, p, slices))
-                        .collect();
-                    st.insert(svc.key.clone(), frags);
+                for key in cluster.services.keys() {
+                    let slices = idx.get(key).map(Vec::as_slice).unwrap_or(&[]);
+                    let frags = build_service(&ctx, cluster, key, slices, &excluded);
+                    st.insert(key.clone(), frags);
                 }
                 st.mirror.set_skeleton(skeleton(&ctx, &st.mirror.classes()));
                 st.mirror.start_journal();
@@ -177,7 +193,38 @@ impl Compiler {
             cfg,
             node,
             families,
+            excluded,
         }
+    }
+
+    /// The service ports left out.
+    pub fn excluded(&self) -> &BTreeSet<PortId> {
+        &self.excluded
+    }
+
+    /// Leave exactly these service ports out from now on. Returns the services whose
+    /// ports are now in or out: pass them in the next [`Changes`] (nothing is
+    /// recompiled here).
+    pub fn set_excluded(&mut self, excluded: BTreeSet<PortId>) -> BTreeSet<ServiceKey> {
+        let touched = self
+            .excluded
+            .symmetric_difference(&excluded)
+            .map(|p| p.service.clone())
+            .collect();
+        self.excluded = excluded;
+        touched
+    }
+
+    /// Whether the UDP service port `id` is compiled in `fam` and `(addr, port)` is one
+    /// of its serving endpoints.
+    pub fn serves(&self, id: &PortId, fam: IpFamily, endpoint: (IpAddr, u16)) -> bool {
+        self.families.iter().filter(|f| f.fam == fam).any(|f| {
+            f.fragments
+                .get(&id.service)
+                .into_iter()
+                .flatten()
+                .any(|fr| fr.id == *id && fr.udp_serving.contains(&endpoint))
+        })
     }
 
     pub fn config(&self) -> &ParsedConfig {
@@ -189,12 +236,13 @@ impl Compiler {
         self.families.iter().map(|f| f.mirror.table()).collect()
     }
 
-    /// Every problem of the current state: the compiled ports' and every conflict.
+    /// Every problem of the current state: the compiled ports' and every conflict (in
+    /// work proportional to the problems, not to the cluster).
     pub fn errors(&self) -> Vec<RulesetError> {
         let mut out = Vec::new();
         for f in &self.families {
-            for frags in f.fragments.values() {
-                for fr in frags {
+            for key in &f.with_errors {
+                for fr in f.fragments.get(key).into_iter().flatten() {
                     out.extend(fr.errors.iter().cloned());
                 }
             }
@@ -224,7 +272,14 @@ impl Compiler {
             if node_changed {
                 services.extend(st.node_dependent.iter().cloned());
             }
-            st.update(&ctx, cluster, &services, node_changed, &mut out);
+            st.update(
+                &ctx,
+                cluster,
+                &services,
+                &self.excluded,
+                node_changed,
+                &mut out,
+            );
         }
         out
     }
@@ -244,7 +299,7 @@ impl Compiler {
             for st in &mut self.families {
                 let ctx = Ctx::new(st.fam, &self.cfg, self.node.as_ref());
                 let services = st.node_dependent.clone();
-                st.update(&ctx, cluster, &services, true, &mut out);
+                st.update(&ctx, cluster, &services, &self.excluded, true, &mut out);
             }
             return out;
         }
@@ -255,7 +310,8 @@ impl Compiler {
             .map(|f| std::mem::take(&mut f.fragments))
             .collect();
         let old_fams: Vec<IpFamily> = self.families.iter().map(|f| f.fam).collect();
-        *self = Compiler::new(cfg, cluster);
+        let excluded = std::mem::take(&mut self.excluded);
+        *self = Compiler::with_excluded(cfg, cluster, excluded);
         let mut out = Update {
             ops: crate::diff::diff(&old, &self.tables()),
             full: true,
@@ -332,6 +388,11 @@ impl FamilyState {
         } else {
             self.node_dependent.remove(&key);
         }
+        if frags.iter().any(|f| !f.errors.is_empty()) {
+            self.with_errors.insert(key.clone());
+        } else {
+            self.with_errors.remove(&key);
+        }
         for f in &frags {
             self.mirror.add(f);
         }
@@ -347,13 +408,17 @@ impl FamilyState {
         ctx: &Ctx,
         cluster: &Cluster,
         services: &BTreeSet<ServiceKey>,
+        excluded: &BTreeSet<PortId>,
         skeleton_changed: bool,
         out: &mut Update,
     ) {
         let family = self.mirror.family();
         let new: Vec<(ServiceKey, Vec<Fragment>)> = services
             .iter()
-            .map(|k| (k.clone(), build_service(ctx, cluster, k)))
+            .map(|k| {
+                let slices: Vec<&EndpointSlice> = cluster.slices_of(k).collect();
+                (k.clone(), build_service(ctx, cluster, k, &slices, excluded))
+            })
             .collect();
         // every destination whose owner may change, and who served it before
         let mut keys: BTreeSet<ClaimKey> = BTreeSet::new();

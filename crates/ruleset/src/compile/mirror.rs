@@ -72,6 +72,8 @@ pub struct Mirror {
     sets: BTreeMap<String, (Set, u32)>,
     chains: BTreeMap<String, (Chain, u32)>,
     claims: BTreeMap<ClaimKey, BTreeMap<PortOrder, Claimant>>,
+    /// Destinations with more than one claimant (conflicts are listed from these only).
+    contested: BTreeSet<ClaimKey>,
     classes: BTreeMap<Class, u32>,
     journal: Option<Journal>,
 }
@@ -87,6 +89,7 @@ impl Mirror {
             sets: BTreeMap::new(),
             chains: BTreeMap::new(),
             claims: BTreeMap::new(),
+            contested: BTreeSet::new(),
             classes: BTreeMap::new(),
             journal: journaled.then(Journal::default),
         }
@@ -249,6 +252,9 @@ impl Mirror {
                 },
             );
             let wins = claimants.keys().next() == Some(&f.order);
+            if claimants.len() > 1 {
+                self.contested.insert(c.key.clone());
+            }
             if wins {
                 if let Some(old) = old_winner {
                     self.deactivate(&old);
@@ -270,6 +276,9 @@ impl Mirror {
             let was_winner = claimants.keys().next() == Some(&f.order);
             claimants.remove(&f.order);
             let next = claimants.values().next().map(|w| w.claim.clone());
+            if claimants.len() <= 1 {
+                self.contested.remove(&c.key);
+            }
             if claimants.is_empty() {
                 self.claims.remove(&c.key);
             }
@@ -360,8 +369,8 @@ impl Mirror {
         t
     }
 
-    /// Conflicts on these destinations (all of them with `None`): every claimant but the
-    /// first, with the first.
+    /// Conflicts on these destinations (all of them with `None`, in work proportional to
+    /// the conflicts): every claimant but the first, with the first.
     pub fn conflicts(&self, keys: Option<&BTreeSet<ClaimKey>>) -> Vec<Conflict> {
         let mut out = Vec::new();
         let mut check = |key: &ClaimKey, claimants: &BTreeMap<PortOrder, Claimant>| {
@@ -377,8 +386,10 @@ impl Mirror {
         };
         match keys {
             None => {
-                for (k, c) in &self.claims {
-                    check(k, c);
+                for k in &self.contested {
+                    if let Some(c) = self.claims.get(k) {
+                        check(k, c);
+                    }
                 }
             }
             Some(keys) => {

@@ -74,6 +74,10 @@ pub struct PortTargets {
     pub became_served: BTreeSet<Served>,
     /// UDP endpoints (address, target port) that served this port and no longer do.
     pub stopped_serving: BTreeSet<(IpAddr, u16)>,
+    /// UDP endpoints that serve this port now and did not before (so that a caller
+    /// that did not apply the previous state can tell the net change since the state
+    /// it applied).
+    pub started_serving: BTreeSet<(IpAddr, u16)>,
 }
 
 /// The result of one incremental compilation.
@@ -100,6 +104,13 @@ impl Update {
         self.targets
             .values()
             .flat_map(|t| t.became_served.iter().copied())
+            .collect()
+    }
+    /// Every UDP endpoint that started serving a port.
+    pub fn started_serving(&self) -> BTreeSet<(IpAddr, u16)> {
+        self.targets
+            .values()
+            .flat_map(|t| t.started_serving.iter().copied())
             .collect()
     }
     /// Every UDP endpoint that stopped serving a port.
@@ -215,18 +226,6 @@ impl Compiler {
         touched
     }
 
-    /// Whether the UDP service port `id` is compiled in `fam` and `(addr, port)` is one
-    /// of its serving endpoints.
-    pub fn serves(&self, id: &PortId, fam: IpFamily, endpoint: (IpAddr, u16)) -> bool {
-        self.families.iter().filter(|f| f.fam == fam).any(|f| {
-            f.fragments
-                .get(&id.service)
-                .into_iter()
-                .flatten()
-                .any(|fr| fr.id == *id && fr.udp_serving.contains(&endpoint))
-        })
-    }
-
     pub fn config(&self) -> &ParsedConfig {
         &self.cfg
     }
@@ -336,28 +335,52 @@ impl Compiler {
                     }
                 }
             }
-            for (svc, frags) in before.into_iter().flatten() {
-                let now = f.fragments.get(svc);
-                for fr in frags {
-                    let kept = now
-                        .and_then(|v| v.iter().find(|n| n.id == fr.id))
-                        .map(|n| &n.udp_serving);
-                    let gone: BTreeSet<(IpAddr, u16)> = match kept {
-                        Some(k) => fr.udp_serving.difference(k).copied().collect(),
-                        None => fr.udp_serving.clone(),
-                    };
-                    if !gone.is_empty() {
-                        out.targets
-                            .entry((fr.id.clone(), f.fam))
-                            .or_default()
-                            .stopped_serving
-                            .extend(gone);
-                    }
-                }
+            let mut services: BTreeSet<&ServiceKey> = f.fragments.keys().collect();
+            services.extend(before.into_iter().flat_map(|b| b.keys()));
+            for svc in services {
+                let old = before
+                    .and_then(|b| b.get(svc))
+                    .map_or(&[][..], Vec::as_slice);
+                let new = f.fragments.get(svc).map_or(&[][..], Vec::as_slice);
+                serving_changes(old, new, f.fam, &mut out);
             }
             out.recompiled += f.fragments.values().map(Vec::len).sum::<usize>();
         }
         out
+    }
+}
+
+/// The UDP endpoints that stopped or started serving each port, from a service's
+/// fragments before and after.
+fn serving_changes(old: &[Fragment], new: &[Fragment], fam: IpFamily, out: &mut Update) {
+    let none = BTreeSet::new();
+    for f in old {
+        let now = new
+            .iter()
+            .find(|n| n.id == f.id)
+            .map_or(&none, |n| &n.udp_serving);
+        let gone: BTreeSet<(IpAddr, u16)> = f.udp_serving.difference(now).copied().collect();
+        if !gone.is_empty() {
+            out.targets
+                .entry((f.id.clone(), fam))
+                .or_default()
+                .stopped_serving
+                .extend(gone);
+        }
+    }
+    for f in new {
+        let was = old
+            .iter()
+            .find(|o| o.id == f.id)
+            .map_or(&none, |o| &o.udp_serving);
+        let came: BTreeSet<(IpAddr, u16)> = f.udp_serving.difference(was).copied().collect();
+        if !came.is_empty() {
+            out.targets
+                .entry((f.id.clone(), fam))
+                .or_default()
+                .started_serving
+                .extend(came);
+        }
     }
 }
 
@@ -437,20 +460,7 @@ impl FamilyState {
             for f in &old {
                 self.mirror.remove(f);
             }
-            for f in &old {
-                let kept = frags.iter().find(|n| n.id == f.id).map(|n| &n.udp_serving);
-                let gone: BTreeSet<(IpAddr, u16)> = match kept {
-                    Some(k) => f.udp_serving.difference(k).copied().collect(),
-                    None => f.udp_serving.clone(),
-                };
-                if !gone.is_empty() {
-                    out.targets
-                        .entry((f.id.clone(), self.fam))
-                        .or_default()
-                        .stopped_serving
-                        .extend(gone);
-                }
-            }
+            serving_changes(&old, &frags, self.fam, out);
             out.recompiled += frags.len();
             for f in &frags {
                 out.errors.extend(f.errors.iter().cloned());
@@ -481,7 +491,7 @@ impl FamilyState {
 /// The UDP destinations `tables` send to endpoints: the keys of the dispatch sets and of
 /// the affinity verdict maps (`names::SERVED_SETS`). Used against tables dumped from the
 /// kernel (after a restart), where no compiler state exists.
-pub fn served_destinations(tables: &[Table]) -> BTreeSet<Served> {
+pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<Served> {
     let mut out = BTreeSet::new();
     for t in tables {
         for s in t
@@ -501,7 +511,7 @@ pub fn served_destinations(tables: &[Table]) -> BTreeSet<Served> {
 
 /// Every `address . port` DNAT target in the endpoint maps of `tables` (all protocols:
 /// the maps do not say).
-pub fn table_endpoints(tables: &[Table]) -> BTreeSet<(IpAddr, u16)> {
+pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
     let mut out = BTreeSet::new();
     for t in tables {
         for s in t.sets.iter().filter(|s| s.name.starts_with("endpoints-")) {

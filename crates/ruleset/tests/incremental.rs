@@ -99,6 +99,11 @@ proptest! {
                 stale(&snapshot(&before), &snapshot(&c)),
                 "stale after {:?}", ch
             );
+            prop_assert_eq!(
+                upd.started_serving(),
+                stale(&snapshot(&c), &snapshot(&before)),
+                "started after {:?}", ch
+            );
             if !matches!(ch, Change::Node { .. }) {
                 // the changed service's ports only (at most two)
                 prop_assert!(upd.recompiled <= 2, "{} ports recompiled", upd.recompiled);

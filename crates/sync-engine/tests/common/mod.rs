@@ -317,7 +317,7 @@ impl World {
     }
     /// The cleanup targets recorded in the (fake) kernel's tables.
     pub fn recorded(&self) -> Vec<sync_engine::targets::Target> {
-        let mut v = sync_engine::cleanup::recorded_in(&self.tables.lock().unwrap());
+        let mut v = sync_engine::cleanup::recorded_in(self.tables.lock().unwrap().iter());
         v.sort();
         v
     }

@@ -22,19 +22,25 @@ use ruleset::Served;
 /// One conntrack cleanup target (UDP only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
-    /// Flows whose original destination is this address and port.
+    /// Flows whose original destination is this address and port, not DNAT'ed.
     Dst { addr: IpAddr, port: u16 },
-    /// Flows whose original destination port is this NodePort (any address of the family).
+    /// Flows whose original destination port is this NodePort (any address of the
+    /// family), not DNAT'ed to another port.
     NodePort { v6: bool, port: u16 },
     /// Flows DNAT'ed to this endpoint (reply source address and port).
     Endpoint { addr: IpAddr, port: u16 },
 }
 
 impl Target {
+    /// The conntrack filter of a target. A destination that starts being served
+    /// concerns the flows that were NOT DNAT'ed (their packets went nowhere, and NAT is
+    /// decided on a flow's first packet: kubernetes PR #98305); flows already DNAT'ed
+    /// to a live endpoint (e.g. by kube-proxy's rules before a takeover) are kept, and
+    /// those DNAT'ed to an endpoint that stopped serving are endpoint targets.
     pub fn filter(&self) -> Filter {
         match *self {
-            Target::Dst { addr, port } => Filter::udp_orig_dst(addr, Some(port)),
-            Target::NodePort { v6, port } => Filter::udp_nodeport(
+            Target::Dst { addr, port } => Filter::udp_unnated(addr, port),
+            Target::NodePort { v6, port } => Filter::udp_unnated_nodeport(
                 if v6 {
                     ct_netlink::Family::V6
                 } else {

@@ -153,7 +153,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             // not finish. They are recorded in our tables by the very batch that makes
             // them targets, and become pending (eligible for the cleanup) only once that
             // batch is committed; a failed attempt finds them again next time.
-            let mut desired = (!incremental).then(|| compiler.tables());
+            let desired = (!incremental).then(|| compiler.tables());
             let mut found: BTreeSet<Target> = match &desired {
                 None => step.became_served.clone(),
                 Some(d) => plan::became_served(&read.base, d),
@@ -199,13 +199,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 .copied()
                 .collect();
             let mut repaired = false;
-            let ops = match desired.as_mut() {
+            let ops = match desired {
                 None => {
                     let mut ops = step.ops.clone().unwrap_or_default();
                     ops.extend(cleanup::recorded_ops(&families, &self.recorded, &want));
                     ops
                 }
-                Some(d) => {
+                Some(mut d) => {
                     if let (Some(_), Some(ops), true) = (trusted, &step.ops, read.dumped) {
                         // We knew what the kernel held, but the generation moved: did
                         // another program change our tables?
@@ -215,27 +215,29 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                             &self.recorded,
                             &BTreeSet::new(),
                         ));
-                        repaired = plan::drifted(&read.base, &ours, d);
+                        repaired = plan::drifted(&read.base, &ours, &d);
                         if repaired {
                             tracing::warn!(
                                 "our nftables tables were changed by another program; repairing"
                             );
                         }
                     }
-                    cleanup::record_in_tables(d, want.iter());
+                    cleanup::record_in_tables(&mut d, want.iter());
                     match mode {
                         Mode::Diff => plan::batch(&read.base, d),
                         Mode::Replace => plan::replace(&read.base, d),
                     }
                 }
             };
-            drop(desired);
+            // the dump is not needed any more: free it before the commit
+            let genid = read.genid;
+            drop(read);
 
             let t1 = Instant::now();
             let stats = if ops.is_empty() {
                 CommitStats::default()
             } else {
-                match self.nft.commit(&ops, Some(read.genid)) {
+                match self.nft.commit(&ops, Some(genid)) {
                     Ok(s) => s,
                     Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. }))
                         if tries < 3 =>
@@ -250,7 +252,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let commit = t1.elapsed();
             let mut followup = Followup::None;
             if !ops.is_empty() {
-                let expected = next_generation(read.genid);
+                let expected = next_generation(genid);
                 self.our_gens.push(expected);
                 self.trust = Some(expected);
                 match self.nft.generation() {
@@ -265,7 +267,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     }
                 }
             } else {
-                self.trust = Some(read.genid);
+                self.trust = Some(genid);
             }
             self.recorded = want;
             self.applied = true;

@@ -270,7 +270,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             ex.extend(cands.iter().filter(|p| !included.contains(*p)).cloned());
             let mut d = plan::compile(&without(cluster, &ex), parsed);
             cleanup::record_in_tables(&mut d, pending.targets());
-            let ops = plan::replace(&read.base, &d);
+            let ops = plan::replace(&read.base, d);
             match nft.check(&ops, Some(read.genid)) {
                 Ok(()) => Ok(None),
                 Err(e) if e.is_rejection() => Ok(Some(e.to_string())),

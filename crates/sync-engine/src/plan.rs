@@ -201,15 +201,26 @@ pub fn drifted(read: &Bases, ops: &[Op], desired: &[Table]) -> bool {
 }
 
 /// The one batch turning `base` into `desired`, table by table. (A table we trust but
-/// did not read is replaced; callers use the compiler's batch for those.)
-pub fn batch(base: &Bases, desired: &[Table]) -> Vec<Op> {
+/// did not read is replaced; callers use the compiler's batch for those.) The desired
+/// tables are taken: a table created from scratch moves its elements into the batch.
+pub fn batch(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
     let mut ops = Vec::new();
+    let mut desired: Vec<Option<Table>> = desired.into_iter().map(Some).collect();
+    let mut take = |family, name: &str| {
+        desired
+            .iter_mut()
+            .find(|x| {
+                x.as_ref()
+                    .is_some_and(|x| x.family == family && x.name == name)
+            })
+            .and_then(Option::take)
+    };
     for (t, b) in base {
-        let want = desired
-            .iter()
-            .find(|x| x.family == t.family && x.name == t.name);
+        let want = take(t.family, &t.name);
         match (b, want) {
-            (Base::Known(old), Some(new)) => ops.extend(ruleset::diff_tables(old.as_ref(), new)),
+            (Base::Known(old), Some(new)) => {
+                ops.extend(ruleset::diff_tables_into(old.as_ref(), new))
+            }
             (Base::Known(Some(_)) | Base::Ours, None) => {
                 ops.push(Op::DeleteTable { table: t.clone() })
             }
@@ -217,19 +228,14 @@ pub fn batch(base: &Bases, desired: &[Table]) -> Vec<Op> {
             (Base::Unreadable | Base::Ours, want) => {
                 ops.push(Op::DeleteTable { table: t.clone() });
                 if let Some(new) = want {
-                    ops.extend(ruleset::diff_tables(None, new));
+                    ops.extend(ruleset::diff_tables_into(None, new));
                 }
             }
         }
     }
     // Tables we do not track by name (none today) are created as they are.
-    for d in desired {
-        if !base
-            .iter()
-            .any(|(t, _)| t.family == d.family && t.name == d.name)
-        {
-            ops.extend(ruleset::diff_tables(None, d));
-        }
+    for d in desired.into_iter().flatten() {
+        ops.extend(ruleset::diff_tables_into(None, d));
     }
     ops
 }
@@ -237,14 +243,14 @@ pub fn batch(base: &Bases, desired: &[Table]) -> Vec<Op> {
 /// The one batch replacing our tables by `desired`: delete each of our tables the
 /// kernel holds, then create the desired ones (one transaction: no moment without
 /// rules).
-pub fn replace(base: &Bases, desired: &[Table]) -> Vec<Op> {
+pub fn replace(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
     let mut ops: Vec<Op> = base
         .iter()
         .filter(|(_, b)| !matches!(b, Base::Known(None)))
         .map(|(t, _)| Op::DeleteTable { table: t.clone() })
         .collect();
     for d in desired {
-        ops.extend(ruleset::diff_tables(None, d));
+        ops.extend(ruleset::diff_tables_into(None, d));
     }
     ops
 }

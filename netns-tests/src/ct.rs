@@ -95,6 +95,23 @@ pub fn oracle_matches(f: &Filter, o: &Oracle) -> bool {
         Filter::ReplySrc { addr, port, proto } => {
             o.proto == proto_name(proto) && o.reply_src == addr && o.reply_sport == port
         }
+        Filter::Unnated { addr, port, proto } => {
+            o.proto == proto_name(proto)
+                && o.orig_dst == addr
+                && o.orig_dport == port
+                && o.reply_src == addr
+                && o.reply_sport == port
+        }
+        Filter::UnnatedPort {
+            family,
+            port,
+            proto,
+        } => {
+            o.proto == proto_name(proto)
+                && o.orig_dport == port
+                && o.reply_sport == port
+                && o.orig_dst.is_ipv4() == (family == Family::V4)
+        }
     }
 }
 
@@ -146,7 +163,9 @@ impl Fam {
     }
 }
 
-/// The topology plus DNAT of the VIP to server:5353 (UDP and TCP) in the router.
+/// The topology plus DNAT of the VIP to server:5353 (UDP and TCP) in the router, and of
+/// UDP to server2:NODE_PORT whose first datagram is long (over 100 bytes) to
+/// server:OTHER_PORT (so that one destination has flows DNAT'ed and flows not).
 pub struct Setup {
     pub line: Line,
     udp_servers: Vec<UdpSocket>,
@@ -169,6 +188,7 @@ pub fn setup() -> Setup {
          \t\ttype nat hook prerouting priority -100; policy accept;\n\
          \t\tip daddr {VIP4} udp dport {VIP_PORT} dnat to {s4}:{EP_PORT}\n\
          \t\tip daddr {VIP4} tcp dport {VIP_PORT} dnat to {s4}:{EP_PORT}\n\
+         \t\tip daddr {s2_4} udp dport {NODE_PORT} udp length > 100 dnat to {s4}:{OTHER_PORT}\n\
          \t}}\n\
          }}\n\
          table ip6 nlp-dnat {{\n\
@@ -176,10 +196,13 @@ pub fn setup() -> Setup {
          \t\ttype nat hook prerouting priority -100; policy accept;\n\
          \t\tip6 daddr {VIP6} udp dport {VIP_PORT} dnat to [{s6}]:{EP_PORT}\n\
          \t\tip6 daddr {VIP6} tcp dport {VIP_PORT} dnat to [{s6}]:{EP_PORT}\n\
+         \t\tip6 daddr {s2_6} udp dport {NODE_PORT} udp length > 100 dnat to [{s6}]:{OTHER_PORT}\n\
          \t}}\n\
          }}\n",
         s4 = Line::SERVER4,
         s6 = Line::SERVER6,
+        s2_4 = SERVER2_4,
+        s2_6 = SERVER2_6,
     ));
     let mut udp_servers = Vec::new();
     let mut tcp_servers = Vec::new();
@@ -228,6 +251,11 @@ impl Setup {
     /// A replied UDP flow from a fresh client socket to `dst`; returns once the client
     /// got the echo.
     pub fn udp_flow(&self, f: &Fam, dst: SocketAddr) {
+        self.udp_flow_with(f, dst, b"hello")
+    }
+
+    /// A replied UDP flow sending `payload`.
+    pub fn udp_flow_with(&self, f: &Fam, dst: SocketAddr, payload: &[u8]) {
         let bind = SocketAddr::new(f.client, 0);
         let c = self
             .line
@@ -236,7 +264,7 @@ impl Setup {
         c.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
         let mut buf = [0u8; 64];
         let ok = wait_until(Duration::from_secs(5), || {
-            c.send_to(b"hello", dst).expect("send");
+            c.send_to(payload, dst).expect("send");
             // Bounded: a few short polls for the request to cross the router.
             for _ in 0..20 {
                 std::thread::sleep(Duration::from_millis(1));
@@ -278,6 +306,8 @@ impl Setup {
         self.udp_flow(f, sa(f.server2, EP_PORT)); // another address, same port
         self.udp_flow(f, sa(f.server, NODE_PORT)); // "NodePort" on two addresses
         self.udp_flow(f, sa(f.server2, NODE_PORT));
+        // the same destination, DNAT'ed to server:OTHER_PORT
+        self.udp_flow_with(f, sa(f.server2, NODE_PORT), &[b'x'; 200]);
         self.udp_flow(f, sa(f.server, OTHER_PORT)); // other port
         self.udp_unreplied(f, sa(f.dead, 5400));
         let tcp = vec![
@@ -286,7 +316,7 @@ impl Setup {
         ];
         // Both directions of the UDP flows and the unreplied one must be visible.
         let want = |o: &BTreeSet<Oracle>| {
-            o.iter().filter(|e| e.proto == "udp").count() >= 9
+            o.iter().filter(|e| e.proto == "udp").count() >= 10
                 && o.iter().filter(|e| e.proto == "tcp").count() >= 2
         };
         assert!(wait_until(Duration::from_secs(5), || want(&oracle(
@@ -353,6 +383,10 @@ pub fn filters_for(f: &Fam) -> Vec<Filter> {
         Filter::udp_orig_dst(f.server2, Some(EP_PORT)), // address and port
         Filter::udp_nodeport(f.family(), NODE_PORT), // NodePort, any address
         Filter::udp_reply_src(f.server, EP_PORT), // DNAT'ed to a removed endpoint
+        // a destination newly served: its flows not DNAT'ed (one is)
+        Filter::udp_unnated(f.server2, NODE_PORT),
+        Filter::udp_unnated(f.dead, 5400), // unreplied
+        Filter::udp_unnated_nodeport(f.family(), NODE_PORT), // not the DNAT'ed one
         Filter::OrigDst {
             addr: f.vip,
             port: Some(VIP_PORT),

@@ -331,7 +331,7 @@ fn model_value(v: &Value) -> String {
         Value::Port(p) => p.to_string(),
         Value::Mark(m) => m.to_string(),
         Value::Int(i) => i.to_string(),
-        Value::Ifname(n) => n.clone(),
+        Value::Ifname(n) => n.to_string(),
     }
 }
 

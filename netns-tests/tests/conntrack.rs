@@ -81,7 +81,7 @@ fn many_filters_in_one_call_and_other_family_untouched() {
                 .iter()
                 .map(|r| r.deleted.unwrap())
                 .collect::<Vec<_>>(),
-            vec![3, 2, 1]
+            vec![3, 3, 1]
         );
         assert_eq!(
             oracle(&s.line.router, "ipv4"),
@@ -314,8 +314,17 @@ fn fill(ct: &mut Conntrack, flows: &[SyntheticFlow]) {
 /// Entries matching `f` left in the namespace (conntrack -L as the oracle).
 fn left(ns: &Netns, f: &Filter) -> usize {
     let fam = match f {
-        Filter::OrigDst { addr, .. } | Filter::ReplySrc { addr, .. } if addr.is_ipv6() => "ipv6",
+        Filter::OrigDst { addr, .. }
+        | Filter::ReplySrc { addr, .. }
+        | Filter::Unnated { addr, .. }
+            if addr.is_ipv6() =>
+        {
+            "ipv6"
+        }
         Filter::OrigDstPort {
+            family: Family::V6, ..
+        }
+        | Filter::UnnatedPort {
             family: Family::V6, ..
         } => "ipv6",
         _ => "ipv4",

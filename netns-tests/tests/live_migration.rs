@@ -11,7 +11,9 @@
 //! starts on node A (manifests mode, the same services and endpoints), takes over and
 //! removes kube-proxy's rules, while new TCP connections and new UDP flows are probed in
 //! a loop. Checked: no datagram lost and every established flow answered by the same pod
-//! throughout; the TCP connection never breaks; every probe answered; afterwards only our
+//! throughout (its conntrack entry, DNAT'ed by kube-proxy's rules, is the same entry
+//! afterwards: our cleanup deletes only entries that were not DNAT'ed); the TCP
+//! connection never breaks; every probe answered; afterwards only our
 //! tables (and the host's) remain in `nft list tables`, no kube-proxy chain in
 //! `iptables-save`.
 //!
@@ -463,11 +465,14 @@ struct UdpFlow {
 }
 
 /// One UDP flow (one socket, one source port) from the client to `dst`, a datagram
-/// every UDP_INTERVAL until `stop`, then 1 s for the last answers.
-fn udp_flow(ns: &Netns, dst: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<UdpFlow> {
-    spawn_in(ns, move || {
+/// every UDP_INTERVAL until `stop`, then 1 s for the last answers. Returns the flow's
+/// source port too.
+fn udp_flow(ns: &Netns, dst: SocketAddr, stop: Arc<AtomicBool>) -> (u16, JoinHandle<UdpFlow>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = spawn_in(ns, move || {
         let s = UdpSocket::bind("0.0.0.0:0").unwrap();
         s.connect(dst).unwrap();
+        tx.send(s.local_addr().unwrap().port()).unwrap();
         s.set_nonblocking(true).unwrap();
         let mut f = UdpFlow::default();
         let mut buf = [0u8; 700];
@@ -503,7 +508,33 @@ fn udp_flow(ns: &Netns, dst: SocketAddr, stop: Arc<AtomicBool>) -> JoinHandle<Ud
             std::thread::sleep(Duration::from_millis(1));
         }
         f
-    })
+    });
+    let port = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the UDP flow's source port");
+    (port, h)
+}
+
+/// The ids of node `ns`'s UDP conntrack entries from source port `sport` (an entry
+/// deleted and created again by a later packet gets a new id).
+fn conntrack_ids(ns: &Netns, sport: u16) -> BTreeSet<String> {
+    let out = ns.exec_ok(
+        "conntrack",
+        &[
+            "-L",
+            "-p",
+            "udp",
+            "--orig-port-src",
+            &sport.to_string(),
+            "-o",
+            "id",
+        ],
+    );
+    out.lines()
+        .flat_map(|l| l.split_whitespace())
+        .filter(|t| t.starts_with("id="))
+        .map(str::to_string)
+        .collect()
 }
 
 /// What the established TCP connection saw.
@@ -720,8 +751,8 @@ fn migrate_without_loss(mode: Mode) {
 
     // established flows, and probes of new ones
     let flows_stop = Arc::new(AtomicBool::new(false));
-    let udp_web = udp_flow(&c.client, web, flows_stop.clone());
-    let udp_np = udp_flow(&c.client, np, flows_stop.clone());
+    let (web_port, udp_web) = udp_flow(&c.client, web, flows_stop.clone());
+    let (np_port, udp_np) = udp_flow(&c.client, np, flows_stop.clone());
     let tcp = tcp_flow(&c.client, sa(WEB4, STREAM_PORT), flows_stop.clone());
     let probes = prober(
         &c.client,
@@ -734,6 +765,15 @@ fn migrate_without_loss(mode: Mode) {
         flows_stop.clone(),
     );
     std::thread::sleep(Duration::from_secs(1));
+    // kube-proxy's DNAT'ed conntrack entries of the established UDP flows
+    let entries_before: Vec<BTreeSet<String>> = [web_port, np_port]
+        .iter()
+        .map(|p| conntrack_ids(&c.node_a, *p))
+        .collect();
+    assert!(
+        entries_before.iter().all(|ids| ids.len() == 1),
+        "one conntrack entry per established UDP flow: {entries_before:?}"
+    );
 
     // the takeover
     let start = Instant::now();
@@ -748,6 +788,12 @@ fn migrate_without_loss(mode: Mode) {
     let gone = start.elapsed();
     eprintln!("{mode:?}: our rules in after {ours_in:?}, kube-proxy's gone after {gone:?}");
     std::thread::sleep(Duration::from_secs(2));
+    // Our cleanup kept the entries kube-proxy's rules had DNAT'ed (only entries that
+    // were not DNAT'ed are a destination's targets): the same entries, same ids.
+    let entries_after: Vec<BTreeSet<String>> = [web_port, np_port]
+        .iter()
+        .map(|p| conntrack_ids(&c.node_a, *p))
+        .collect();
     flows_stop.store(true, Ordering::SeqCst);
     let (udp_web, udp_np, tcp, (nprobes, failed)) = (
         udp_web.join().unwrap(),
@@ -780,15 +826,18 @@ fn migrate_without_loss(mode: Mode) {
             lost.len(),
             f.sent
         );
-        // Known limit (docs/migration.md): our first sync's conntrack cleanup deletes the
-        // UDP entries to every destination it newly serves, kube-proxy's DNAT'ed ones
-        // included, so an established UDP flow may be balanced anew once, at the
-        // takeover. Never more than once, and never a lost datagram.
-        assert!(
-            moves <= 1,
+        // Our first sync's conntrack cleanup deletes only the entries of the newly
+        // served destinations that were not DNAT'ed: kube-proxy's DNAT'ed entries stay,
+        // so an established UDP flow keeps its pod.
+        assert_eq!(
+            moves, 0,
             "{what}: the established flow moved {moves} times: {pods:?}"
         );
     }
+    assert_eq!(
+        entries_after, entries_before,
+        "the established UDP flows' conntrack entries were deleted at the takeover"
+    );
     eprintln!(
         "{mode:?}: TCP stream: {} messages, pods {:?}",
         tcp.exchanged, tcp.pods

@@ -43,6 +43,17 @@ pub enum Filter {
     },
     /// Reply source address and port: flows DNAT'ed to this endpoint.
     ReplySrc { addr: IpAddr, port: u16, proto: u8 },
+    /// Original destination address and port, and NOT DNAT'ed: the reply comes from
+    /// that same address and port (a service destination whose packets went nowhere
+    /// before it had endpoints; flows DNAT'ed to a live endpoint are kept).
+    Unnated { addr: IpAddr, port: u16, proto: u8 },
+    /// Original destination port (any address of the family), and NOT DNAT'ed to
+    /// another port: the reply comes from that same port (a NodePort).
+    UnnatedPort {
+        family: Family,
+        port: u16,
+        proto: u8,
+    },
 }
 
 impl Filter {
@@ -67,11 +78,31 @@ impl Filter {
             proto: IPPROTO_UDP,
         }
     }
+    /// UDP flows to `addr:port` that were not DNAT'ed (conntrack cleanup of a
+    /// destination that starts being served: kubernetes PR #98305).
+    pub fn udp_unnated(addr: IpAddr, port: u16) -> Filter {
+        Filter::Unnated {
+            addr,
+            port,
+            proto: IPPROTO_UDP,
+        }
+    }
+    /// UDP flows to NodePort `port` (any address of the family) not DNAT'ed to another
+    /// port.
+    pub fn udp_unnated_nodeport(family: Family, port: u16) -> Filter {
+        Filter::UnnatedPort {
+            family,
+            port,
+            proto: IPPROTO_UDP,
+        }
+    }
 
     pub(crate) fn af(&self) -> u8 {
         match self {
-            Filter::OrigDst { addr, .. } | Filter::ReplySrc { addr, .. } => family_of(addr),
-            Filter::OrigDstPort { family, .. } => family.af(),
+            Filter::OrigDst { addr, .. }
+            | Filter::ReplySrc { addr, .. }
+            | Filter::Unnated { addr, .. } => family_of(addr),
+            Filter::OrigDstPort { family, .. } | Filter::UnnatedPort { family, .. } => family.af(),
         }
     }
 
@@ -79,7 +110,9 @@ impl Filter {
         match *self {
             Filter::OrigDst { proto, .. }
             | Filter::OrigDstPort { proto, .. }
-            | Filter::ReplySrc { proto, .. } => proto,
+            | Filter::ReplySrc { proto, .. }
+            | Filter::Unnated { proto, .. }
+            | Filter::UnnatedPort { proto, .. } => proto,
         }
     }
 
@@ -94,7 +127,10 @@ impl Filter {
     }
 
     pub(crate) fn has_addr(&self) -> bool {
-        matches!(self, Filter::OrigDst { .. } | Filter::ReplySrc { .. })
+        matches!(
+            self,
+            Filter::OrigDst { .. } | Filter::ReplySrc { .. } | Filter::Unnated { .. }
+        )
     }
 
     /// The partial tuple and CTA_FILTER of this filter. Always writes a partial tuple:
@@ -125,6 +161,32 @@ impl Filter {
                 put_partial_tuple(m, CTA_TUPLE_REPLY, a, None, proto, Some(port), None);
                 put_filter(m, 0, a_flag | F_PROTO_NUM | F_PROTO_SRC_PORT);
             }
+            Filter::Unnated { addr, port, proto } => {
+                // Both directions: original destination addr:port, reply source the same
+                // addr:port (not DNAT'ed).
+                let a = with_addr.then_some(addr);
+                let (dst_flag, src_flag) = if with_addr {
+                    (F_IP_DST, F_IP_SRC)
+                } else {
+                    (0, 0)
+                };
+                put_partial_tuple(m, CTA_TUPLE_ORIG, None, a, proto, None, Some(port));
+                put_partial_tuple(m, CTA_TUPLE_REPLY, a, None, proto, Some(port), None);
+                put_filter(
+                    m,
+                    dst_flag | F_PROTO_NUM | F_PROTO_DST_PORT,
+                    src_flag | F_PROTO_NUM | F_PROTO_SRC_PORT,
+                );
+            }
+            Filter::UnnatedPort { port, proto, .. } => {
+                put_partial_tuple(m, CTA_TUPLE_ORIG, None, None, proto, None, Some(port));
+                put_partial_tuple(m, CTA_TUPLE_REPLY, None, None, proto, Some(port), None);
+                put_filter(
+                    m,
+                    F_PROTO_NUM | F_PROTO_DST_PORT,
+                    F_PROTO_NUM | F_PROTO_SRC_PORT,
+                );
+            }
         }
     }
 
@@ -144,6 +206,25 @@ impl Filter {
             }
             Filter::ReplySrc { addr, port, proto } => {
                 e.reply.src == Some(addr)
+                    && e.reply.proto == Some(proto)
+                    && e.reply.sport == Some(port)
+            }
+            Filter::Unnated { addr, port, proto } => {
+                e.orig.dst == Some(addr)
+                    && e.orig.proto == Some(proto)
+                    && e.orig.dport == Some(port)
+                    && e.reply.src == Some(addr)
+                    && e.reply.proto == Some(proto)
+                    && e.reply.sport == Some(port)
+            }
+            Filter::UnnatedPort {
+                family,
+                port,
+                proto,
+            } => {
+                e.family == family.af()
+                    && e.orig.proto == Some(proto)
+                    && e.orig.dport == Some(port)
                     && e.reply.proto == Some(proto)
                     && e.reply.sport == Some(port)
             }
@@ -198,6 +279,24 @@ impl fmt::Display for Filter {
                     sockaddr(addr, port)
                 )
             }
+            Filter::Unnated { addr, port, proto } => write!(
+                f,
+                "{} orig dst {} not dnat'ed",
+                proto_name(proto),
+                sockaddr(addr, port)
+            ),
+            Filter::UnnatedPort {
+                family,
+                port,
+                proto,
+            } => {
+                let fam = if family == Family::V4 { "ipv4" } else { "ipv6" };
+                write!(
+                    f,
+                    "{} {fam} orig dst port {port} not dnat'ed",
+                    proto_name(proto)
+                )
+            }
         }
     }
 }
@@ -212,84 +311,86 @@ pub(crate) fn families(filters: &[Filter]) -> Vec<u8> {
     v
 }
 
-/// An optional port and the index of the filter that wants it.
-type PortAndFilter = (Option<u16>, usize);
-
-/// Matches many filters in one pass over a full dump.
+/// Matches many filters in one pass over a full dump: filters are found by hash
+/// lookups on what the entry's tuples name (original destination address, original
+/// destination port, reply source), then checked exactly. O(1) per entry whatever the
+/// number of filters.
 pub(crate) struct Matcher {
-    orig_dst: HashMap<(IpAddr, u8), Vec<PortAndFilter>>,
-    orig_dport: HashMap<(u8, u8, u16), usize>,
-    reply_src: HashMap<(IpAddr, u8, u16), usize>,
+    filters: Vec<Filter>,
+    /// (original destination, protocol) -> filters naming that address
+    orig_dst: HashMap<(IpAddr, u8), Vec<usize>>,
+    /// (family, protocol, original destination port) -> filters naming only a port
+    orig_dport: HashMap<(u8, u8, u16), Vec<usize>>,
+    /// (reply source, protocol, port) -> filters by reply source
+    reply_src: HashMap<(IpAddr, u8, u16), Vec<usize>>,
 }
 
 impl Matcher {
     pub(crate) fn new(filters: &[Filter]) -> Matcher {
         let mut m = Matcher {
+            filters: filters.to_vec(),
             orig_dst: HashMap::new(),
             orig_dport: HashMap::new(),
             reply_src: HashMap::new(),
         };
         for (i, f) in filters.iter().enumerate() {
             match *f {
-                Filter::OrigDst { addr, port, proto } => {
-                    m.orig_dst.entry((addr, proto)).or_default().push((port, i))
+                Filter::OrigDst { addr, proto, .. } | Filter::Unnated { addr, proto, .. } => {
+                    m.orig_dst.entry((addr, proto)).or_default().push(i)
                 }
                 Filter::OrigDstPort {
                     family,
                     port,
                     proto,
-                } => {
-                    m.orig_dport.entry((family.af(), proto, port)).or_insert(i);
                 }
+                | Filter::UnnatedPort {
+                    family,
+                    port,
+                    proto,
+                } => m
+                    .orig_dport
+                    .entry((family.af(), proto, port))
+                    .or_default()
+                    .push(i),
                 Filter::ReplySrc { addr, port, proto } => {
-                    m.reply_src.entry((addr, proto, port)).or_insert(i);
+                    m.reply_src.entry((addr, proto, port)).or_default().push(i)
                 }
             }
         }
         m
     }
 
+    /// The candidate filters of an entry (each checked exactly by the caller).
+    fn candidates<'a>(&'a self, e: &EntryView<'_>) -> impl Iterator<Item = usize> + 'a {
+        let proto = e.orig.proto;
+        let by_dst = match (e.orig.dst, proto) {
+            (Some(d), Some(p)) => self.orig_dst.get(&(d, p)),
+            _ => None,
+        };
+        let by_port = match (e.orig.dport, proto) {
+            (Some(dp), Some(p)) => self.orig_dport.get(&(e.family, p, dp)),
+            _ => None,
+        };
+        let by_reply = match (e.reply.src, e.reply.proto, e.reply.sport) {
+            (Some(src), Some(rp), Some(sp)) => self.reply_src.get(&(src, rp, sp)),
+            _ => None,
+        };
+        [by_dst, by_port, by_reply]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .copied()
+    }
+
+    /// The first filter matching `e`.
     pub(crate) fn find(&self, e: &EntryView<'_>) -> Option<usize> {
-        let proto = e.orig.proto?;
-        if let Some(dst) = e.orig.dst {
-            if let Some(v) = self.orig_dst.get(&(dst, proto)) {
-                if let Some(&(_, i)) = v.iter().find(|(p, _)| p.is_none() || *p == e.orig.dport) {
-                    return Some(i);
-                }
-            }
-        }
-        if let Some(dp) = e.orig.dport {
-            if let Some(&i) = self.orig_dport.get(&(e.family, proto, dp)) {
-                return Some(i);
-            }
-        }
-        if let (Some(src), Some(rp), Some(sp)) = (e.reply.src, e.reply.proto, e.reply.sport) {
-            if let Some(&i) = self.reply_src.get(&(src, rp, sp)) {
-                return Some(i);
-            }
-        }
-        None
+        self.candidates(e).find(|&i| self.filters[i].matches(e))
     }
 
     /// Call `f` with every filter matching `e` (`find` stops at the first).
     pub(crate) fn for_each_match(&self, e: &EntryView<'_>, mut f: impl FnMut(usize)) {
-        let Some(proto) = e.orig.proto else {
-            return;
-        };
-        if let Some(dst) = e.orig.dst {
-            for &(p, i) in self.orig_dst.get(&(dst, proto)).into_iter().flatten() {
-                if p.is_none() || p == e.orig.dport {
-                    f(i);
-                }
-            }
-        }
-        if let Some(dp) = e.orig.dport {
-            if let Some(&i) = self.orig_dport.get(&(e.family, proto, dp)) {
-                f(i);
-            }
-        }
-        if let (Some(src), Some(rp), Some(sp)) = (e.reply.src, e.reply.proto, e.reply.sport) {
-            if let Some(&i) = self.reply_src.get(&(src, rp, sp)) {
+        for i in self.candidates(e) {
+            if self.filters[i].matches(e) {
                 f(i);
             }
         }

@@ -234,6 +234,8 @@ fn requests_with_a_filter_always_carry_a_partial_tuple_and_nested_flag() {
         Filter::udp_orig_dst(ip("2001:db8::1"), Some(53)),
         Filter::udp_nodeport(Family::V4, 30000),
         Filter::udp_reply_src(ip("198.18.0.2"), 8080),
+        Filter::udp_unnated(ip("198.18.0.1"), 53),
+        Filter::udp_unnated_nodeport(Family::V6, 30000),
     ];
     for f in filters {
         for with_addr in [true, false] {
@@ -298,6 +300,8 @@ proptest::proptest! {
             Filter::udp_orig_dst(ip("198.18.3.10"), Some(53)),
             Filter::udp_nodeport(Family::V6, 53),
             Filter::udp_reply_src(ip("2001:db8:3::10"), 53),
+            Filter::udp_unnated(ip("198.18.3.10"), 53),
+            Filter::udp_unnated_nodeport(Family::V4, 53),
         ];
         let matcher = Matcher::new(&filters);
         let mut captured = [hex(CAPTURED_V4), hex(CAPTURED_V6), crafted()].concat();
@@ -389,5 +393,138 @@ fn the_protocol_dump_filter_carries_a_partial_tuple() {
     assert_eq!(
         u16::from_ne_bytes([m.buf[2], m.buf[3]]) & NLA_F_NESTED,
         NLA_F_NESTED
+    );
+}
+
+/// The kernel form of the "not DNAT'ed" filters: the original tuple names the
+/// destination (address, with the address) and port, the reply tuple names the same as
+/// its source, and CTA_FILTER flags both directions. Without the address (IPv6 on
+/// kernels that invert address filters) only protocol and ports are sent.
+#[test]
+fn unnated_filters_name_both_directions() {
+    let cases = [
+        (Filter::udp_unnated(ip("198.18.0.10"), 53), true),
+        (Filter::udp_unnated(ip("2001:db8::10"), 53), false),
+        (Filter::udp_unnated_nodeport(Family::V4, 30053), true),
+    ];
+    for (f, with_addr) in cases {
+        let mut m = NlaWriter::new();
+        f.put_kernel_filter(&mut m, with_addr);
+        let attrs: Vec<_> = NlaIter::new(&m.buf).collect();
+        assert_eq!(attrs.len(), 3, "{f}");
+        assert_eq!(
+            (attrs[0].kind, attrs[1].kind, attrs[2].kind),
+            (CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_FILTER)
+        );
+        let (orig, reply) = (
+            wire::parse_tuple(attrs[0].data),
+            wire::parse_tuple(attrs[1].data),
+        );
+        let flags: Vec<(u16, Option<u32>)> =
+            attrs[2].nested().map(|a| (a.kind, a.ne32())).collect();
+        let (addr, port) = match f {
+            Filter::Unnated { addr, port, .. } => (Some(addr), port),
+            Filter::UnnatedPort { port, .. } => (None, port),
+            _ => unreachable!(),
+        };
+        let sent = if with_addr { addr } else { None };
+        assert_eq!(
+            (orig.proto, orig.src, orig.dst, orig.sport, orig.dport),
+            (Some(IPPROTO_UDP), None, sent, None, Some(port)),
+            "{f}"
+        );
+        assert_eq!(
+            (reply.proto, reply.src, reply.dst, reply.sport, reply.dport),
+            (Some(IPPROTO_UDP), sent, None, Some(port), None),
+            "{f}"
+        );
+        let ip_flags = |flag| if sent.is_some() { flag } else { 0 };
+        assert_eq!(
+            flags,
+            vec![
+                (
+                    CTA_FILTER_ORIG_FLAGS,
+                    Some(ip_flags(F_IP_DST) | F_PROTO_NUM | F_PROTO_DST_PORT)
+                ),
+                (
+                    CTA_FILTER_REPLY_FLAGS,
+                    Some(ip_flags(F_IP_SRC) | F_PROTO_NUM | F_PROTO_SRC_PORT)
+                ),
+            ],
+            "{f}"
+        );
+    }
+}
+
+/// A whole entry: original and reply tuples (src, dst, sport, dport), UDP.
+fn entry_bytes(orig: (&str, &str, u16, u16), reply: (&str, &str, u16, u16)) -> Vec<u8> {
+    let mut m = NlaWriter::new();
+    let s = m.begin_nfnl(MSG_CT_NEW, 2, 7, AF_INET);
+    for (ty, (src, dst, sp, dp)) in [(CTA_TUPLE_ORIG, orig), (CTA_TUPLE_REPLY, reply)] {
+        put_partial_tuple(
+            &mut m,
+            ty,
+            Some(ip(src)),
+            Some(ip(dst)),
+            IPPROTO_UDP,
+            Some(sp),
+            Some(dp),
+        );
+    }
+    m.end_msg(s);
+    m.buf
+}
+
+/// "Not DNAT'ed" filters match the entries whose reply comes from the original
+/// destination (un-NATed, or unreplied), never an entry DNAT'ed to an endpoint; so
+/// does the one-pass matcher.
+#[test]
+fn unnated_filters_keep_dnated_entries() {
+    let client = "198.18.1.2";
+    let entries = [
+        // to the ClusterIP, no DNAT (no endpoint then)
+        entry_bytes(
+            (client, "198.18.3.10", 40000, 53),
+            ("198.18.3.10", client, 53, 40000),
+        ),
+        // to the ClusterIP, DNAT'ed to an endpoint
+        entry_bytes(
+            (client, "198.18.3.10", 40001, 53),
+            ("198.18.2.2", client, 5353, 40001),
+        ),
+        // to a NodePort, no DNAT
+        entry_bytes(
+            (client, "198.18.0.1", 40002, 30053),
+            ("198.18.0.1", client, 30053, 40002),
+        ),
+        // to a NodePort, DNAT'ed (and masqueraded)
+        entry_bytes(
+            (client, "198.18.0.1", 40003, 30053),
+            ("198.18.2.2", "198.18.0.1", 5353, 40003),
+        ),
+    ];
+    let filters = [
+        Filter::udp_unnated(ip("198.18.3.10"), 53),
+        Filter::udp_unnated_nodeport(Family::V4, 30053),
+        Filter::udp_orig_dst(ip("198.18.3.10"), Some(53)),
+        Filter::udp_nodeport(Family::V4, 30053),
+    ];
+    let m = Matcher::new(&filters);
+    let mut got = Vec::new();
+    for b in &entries {
+        let e = first_entry(b).expect("entry");
+        let mut all = Vec::new();
+        m.for_each_match(&e, |i| all.push(i));
+        all.sort();
+        let exact: Vec<usize> = (0..filters.len())
+            .filter(|&i| filters[i].matches(&e))
+            .collect();
+        assert_eq!(all, exact);
+        got.push(all);
+    }
+    assert_eq!(got, vec![vec![0, 2], vec![2], vec![1, 3], vec![3]]);
+    assert_eq!(
+        Filter::udp_unnated(ip("198.18.3.10"), 53).to_string(),
+        "udp orig dst 198.18.3.10:53 not dnat'ed"
     );
 }

@@ -148,9 +148,9 @@ pub fn service_from_k8s(
     }
 
     let node_ports_allowed = service_type != ServiceType::ClusterIp;
-    let mut ports = Vec::new();
     let mut names = BTreeSet::new();
     let raw_ports = spec.ports.as_deref().unwrap_or_default();
+    let mut ports = Vec::with_capacity(raw_ports.len());
     if raw_ports.is_empty() {
         return Err(ObjectError::Invalid {
             object,
@@ -361,7 +361,7 @@ pub fn slice_from_k8s(
             object: object.clone(),
             reason: format!("no {LABEL_SERVICE_NAME} label"),
         })?;
-    let mut ports = Vec::new();
+    let mut ports = Vec::with_capacity(slice.ports.as_ref().map_or(0, Vec::len));
     for (i, p) in slice.ports.iter().flatten().enumerate() {
         let name = p.name.clone().unwrap_or_default();
         let Some(protocol) = Protocol::from_k8s(p.protocol.as_deref()) else {
@@ -398,7 +398,7 @@ pub fn slice_from_k8s(
             port,
         });
     }
-    let mut endpoints = Vec::new();
+    let mut endpoints = Vec::with_capacity(slice.endpoints.as_ref().map_or(0, Vec::len));
     for ep in slice.endpoints.iter().flatten() {
         let Some(raw) = ep.addresses.first() else {
             continue;
@@ -450,6 +450,7 @@ pub fn slice_from_k8s(
                 .unwrap_or_default(),
         });
     }
+    endpoints.shrink_to_fit();
     Ok(Some(EndpointSlice {
         service: ServiceKey::new(object.namespace.clone(), service_name.clone()),
         key: ServiceKey::new(object.namespace, object.name),

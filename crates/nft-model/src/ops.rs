@@ -113,6 +113,12 @@ impl Op {
 /// cost nothing more. Verdict-map elements refer to chains, created before them. The
 /// elements of constant sets go before the rules (a bound constant set takes none).
 pub fn create_table_ops(table: &Table) -> Vec<Op> {
+    into_create_table_ops(table.clone())
+}
+
+/// [`create_table_ops`] taking the table: its elements move into the operations (no
+/// copy of a large table's elements).
+pub fn into_create_table_ops(mut table: Table) -> Vec<Op> {
     let t = TableRef::new(table.family, table.name.clone());
     let mut ops = vec![Op::AddTable {
         table: t.clone(),
@@ -122,38 +128,44 @@ pub fn create_table_ops(table: &Table) -> Vec<Op> {
         ops.push(Op::AddSet {
             table: t.clone(),
             set: Set {
+                name: s.name.clone(),
+                key: s.key.clone(),
+                data: s.data.clone(),
+                flags: s.flags,
+                timeout_ms: s.timeout_ms,
+                comment: s.comment.clone(),
                 elements: Vec::new(),
-                ..s.clone()
             },
         });
     }
     for c in &table.chains {
         ops.push(add_chain_op(&t, c));
     }
-    let elements = |constant: bool| {
-        table
-            .sets
-            .iter()
-            .filter(move |s| s.flags.constant == constant)
+    let elements = |constant: bool, sets: &mut Vec<Set>| -> Vec<Op> {
+        sets.iter_mut()
+            .filter(|s| s.flags.constant == constant)
             .filter(|s| !s.elements.is_empty() && !s.flags.dynamic)
             .map(|s| Op::AddElements {
                 table: t.clone(),
                 set: s.name.clone(),
-                elements: s.elements.clone(),
+                elements: std::mem::take(&mut s.elements),
             })
+            .collect()
     };
     // a constant set takes no element once a rule uses it
-    ops.extend(elements(true));
-    for c in &table.chains {
-        for r in &c.rules {
+    let constant = elements(true, &mut table.sets);
+    ops.extend(constant);
+    for c in std::mem::take(&mut table.chains) {
+        for r in c.rules {
             ops.push(Op::AddRule {
                 table: t.clone(),
                 chain: c.name.clone(),
-                rule: r.clone(),
+                rule: r,
             });
         }
     }
-    ops.extend(elements(false));
+    let rest = elements(false, &mut table.sets);
+    ops.extend(rest);
     ops
 }
 

@@ -124,7 +124,8 @@ pub enum Value {
     Port(u16),
     Mark(u32),
     Int(u32),
-    Ifname(String),
+    /// (Boxed, not a `String`: a `Value` is 24 bytes, and the ruleset holds millions.)
+    Ifname(Box<str>),
 }
 
 impl Value {
@@ -171,7 +172,7 @@ impl Value {
             DataType::HostInt32 => Value::Int(u32::from_ne_bytes(b.try_into().ok()?)),
             DataType::Ifname => {
                 let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-                Value::Ifname(String::from_utf8_lossy(&b[..end]).into_owned())
+                Value::Ifname(String::from_utf8_lossy(&b[..end]).into())
             }
         })
     }
@@ -250,5 +251,14 @@ mod tests {
         ];
         assert_eq!(split_concat(&t, &b).unwrap(), v.to_vec());
         assert_eq!(split_concat(&t, &b[..11]), None);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// Rulesets hold millions of values: keep them small.
+    #[test]
+    fn a_value_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<super::Value>(), 24);
     }
 }

@@ -108,6 +108,15 @@ pub fn diff(old: &[Table], new: &[Table]) -> Vec<Op> {
     ops
 }
 
+/// [`diff_tables`] taking the new table: a table created from scratch moves its
+/// elements into the operations instead of copying them.
+pub fn diff_tables_into(old: Option<&Table>, new: Table) -> Vec<Op> {
+    match old {
+        None => nft_model::into_create_table_ops(new),
+        Some(old) => diff_tables(Some(old), &new),
+    }
+}
+
 /// Diff one table. `old == None`: the table does not exist yet.
 pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
     let Some(old) = old else {

@@ -74,6 +74,10 @@ pub struct PortTargets {
     pub became_served: BTreeSet<Served>,
     /// UDP endpoints (address, target port) that served this port and no longer do.
     pub stopped_serving: BTreeSet<(IpAddr, u16)>,
+    /// UDP endpoints that serve this port now and did not before (so that a caller
+    /// that did not apply the previous state can tell the net change since the state
+    /// it applied).
+    pub started_serving: BTreeSet<(IpAddr, u16)>,
 }
 
 /// The result of one incremental compilation.
@@ -102,6 +106,13 @@ impl Update {
             .flat_map(|t| t.became_served.iter().copied())
             .collect()
     }
+    /// Every UDP endpoint that started serving a port.
+    pub fn started_serving(&self) -> BTreeSet<(IpAddr, u16)> {
+        self.targets
+            .values()
+            .flat_map(|t| t.started_serving.iter().copied())
+            .collect()
+    }
     /// Every UDP endpoint that stopped serving a port.
     pub fn stopped_serving(&self) -> BTreeSet<(IpAddr, u16)> {
         self.targets
@@ -120,6 +131,8 @@ struct FamilyState {
     fragments: BTreeMap<ServiceKey, Vec<Fragment>>,
     /// Services with a fragment that depends on the node.
     node_dependent: BTreeSet<ServiceKey>,
+    /// Services with a fragment that has problems (errors are listed from these only).
+    with_errors: BTreeSet<ServiceKey>,
 }
 
 /// The incremental compiler. See the module documentation.
@@ -128,23 +141,41 @@ pub struct Compiler {
     cfg: ParsedConfig,
     node: Option<Node>,
     families: Vec<FamilyState>,
+    /// Service ports left out (the engine skips ports whose rules the kernel refuses).
+    excluded: BTreeSet<PortId>,
 }
 
-fn build_service(ctx: &Ctx, cluster: &Cluster, key: &ServiceKey) -> Vec<Fragment> {
+/// The fragments of a service's ports (in port order, without the `excluded` ones).
+fn build_service(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    key: &ServiceKey,
+    slices: &[&EndpointSlice],
+    excluded: &BTreeSet<PortId>,
+) -> Vec<Fragment> {
     let Some(svc) = cluster.services.get(key) else {
         return Vec::new();
     };
-    let slices: Vec<&EndpointSlice> = cluster.slices_of(key).collect();
     svc.ports
         .iter()
         .enumerate()
-        .map(|(i, p)| fragment(ctx, svc, i, p, &slices))
+        .filter(|(_, p)| excluded.is_empty() || !excluded.contains(&PortId::new(key, p)))
+        .map(|(i, p)| fragment(ctx, svc, i, p, slices))
         .collect()
 }
 
 impl Compiler {
     /// Compile `cluster` from scratch.
     pub fn new(cfg: ParsedConfig, cluster: &Cluster) -> Compiler {
+        Compiler::with_excluded(cfg, cluster, BTreeSet::new())
+    }
+
+    /// Compile `cluster` from scratch, leaving the `excluded` service ports out.
+    pub fn with_excluded(
+        cfg: ParsedConfig,
+        cluster: &Cluster,
+        excluded: BTreeSet<PortId>,
+    ) -> Compiler {
         let node = cluster.node.clone();
         let idx = cluster.endpoint_index();
         let families = cfg
@@ -157,16 +188,12 @@ impl Compiler {
                     mirror: Mirror::new(ctx.family, false),
                     fragments: BTreeMap::new(),
                     node_dependent: BTreeSet::new(),
+                    with_errors: BTreeSet::new(),
                 };
-                for svc in cluster.services.values() {
-                    let slices = idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]);
-                    let frags: Vec<Fragment> = svc
-                        .ports
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| fragment(&ctx, svc, i, p, slices))
-                        .collect();
-                    st.insert(svc.key.clone(), frags);
+                for key in cluster.services.keys() {
+                    let slices = idx.get(key).map(Vec::as_slice).unwrap_or(&[]);
+                    let frags = build_service(&ctx, cluster, key, slices, &excluded);
+                    st.insert(key.clone(), frags);
                 }
                 st.mirror.set_skeleton(skeleton(&ctx, &st.mirror.classes()));
                 st.mirror.start_journal();
@@ -177,7 +204,26 @@ impl Compiler {
             cfg,
             node,
             families,
+            excluded,
         }
+    }
+
+    /// The service ports left out.
+    pub fn excluded(&self) -> &BTreeSet<PortId> {
+        &self.excluded
+    }
+
+    /// Leave exactly these service ports out from now on. Returns the services whose
+    /// ports are now in or out: pass them in the next [`Changes`] (nothing is
+    /// recompiled here).
+    pub fn set_excluded(&mut self, excluded: BTreeSet<PortId>) -> BTreeSet<ServiceKey> {
+        let touched = self
+            .excluded
+            .symmetric_difference(&excluded)
+            .map(|p| p.service.clone())
+            .collect();
+        self.excluded = excluded;
+        touched
     }
 
     pub fn config(&self) -> &ParsedConfig {
@@ -189,12 +235,13 @@ impl Compiler {
         self.families.iter().map(|f| f.mirror.table()).collect()
     }
 
-    /// Every problem of the current state: the compiled ports' and every conflict.
+    /// Every problem of the current state: the compiled ports' and every conflict (in
+    /// work proportional to the problems, not to the cluster).
     pub fn errors(&self) -> Vec<RulesetError> {
         let mut out = Vec::new();
         for f in &self.families {
-            for frags in f.fragments.values() {
-                for fr in frags {
+            for key in &f.with_errors {
+                for fr in f.fragments.get(key).into_iter().flatten() {
                     out.extend(fr.errors.iter().cloned());
                 }
             }
@@ -224,7 +271,14 @@ impl Compiler {
             if node_changed {
                 services.extend(st.node_dependent.iter().cloned());
             }
-            st.update(&ctx, cluster, &services, node_changed, &mut out);
+            st.update(
+                &ctx,
+                cluster,
+                &services,
+                &self.excluded,
+                node_changed,
+                &mut out,
+            );
         }
         out
     }
@@ -244,7 +298,7 @@ impl Compiler {
             for st in &mut self.families {
                 let ctx = Ctx::new(st.fam, &self.cfg, self.node.as_ref());
                 let services = st.node_dependent.clone();
-                st.update(&ctx, cluster, &services, true, &mut out);
+                st.update(&ctx, cluster, &services, &self.excluded, true, &mut out);
             }
             return out;
         }
@@ -255,7 +309,8 @@ impl Compiler {
             .map(|f| std::mem::take(&mut f.fragments))
             .collect();
         let old_fams: Vec<IpFamily> = self.families.iter().map(|f| f.fam).collect();
-        *self = Compiler::new(cfg, cluster);
+        let excluded = std::mem::take(&mut self.excluded);
+        *self = Compiler::with_excluded(cfg, cluster, excluded);
         let mut out = Update {
             ops: crate::diff::diff(&old, &self.tables()),
             full: true,
@@ -280,28 +335,52 @@ impl Compiler {
                     }
                 }
             }
-            for (svc, frags) in before.into_iter().flatten() {
-                let now = f.fragments.get(svc);
-                for fr in frags {
-                    let kept = now
-                        .and_then(|v| v.iter().find(|n| n.id == fr.id))
-                        .map(|n| &n.udp_serving);
-                    let gone: BTreeSet<(IpAddr, u16)> = match kept {
-                        Some(k) => fr.udp_serving.difference(k).copied().collect(),
-                        None => fr.udp_serving.clone(),
-                    };
-                    if !gone.is_empty() {
-                        out.targets
-                            .entry((fr.id.clone(), f.fam))
-                            .or_default()
-                            .stopped_serving
-                            .extend(gone);
-                    }
-                }
+            let mut services: BTreeSet<&ServiceKey> = f.fragments.keys().collect();
+            services.extend(before.into_iter().flat_map(|b| b.keys()));
+            for svc in services {
+                let old = before
+                    .and_then(|b| b.get(svc))
+                    .map_or(&[][..], Vec::as_slice);
+                let new = f.fragments.get(svc).map_or(&[][..], Vec::as_slice);
+                serving_changes(old, new, f.fam, &mut out);
             }
             out.recompiled += f.fragments.values().map(Vec::len).sum::<usize>();
         }
         out
+    }
+}
+
+/// The UDP endpoints that stopped or started serving each port, from a service's
+/// fragments before and after.
+fn serving_changes(old: &[Fragment], new: &[Fragment], fam: IpFamily, out: &mut Update) {
+    let none = BTreeSet::new();
+    for f in old {
+        let now = new
+            .iter()
+            .find(|n| n.id == f.id)
+            .map_or(&none, |n| &n.udp_serving);
+        let gone: BTreeSet<(IpAddr, u16)> = f.udp_serving.difference(now).copied().collect();
+        if !gone.is_empty() {
+            out.targets
+                .entry((f.id.clone(), fam))
+                .or_default()
+                .stopped_serving
+                .extend(gone);
+        }
+    }
+    for f in new {
+        let was = old
+            .iter()
+            .find(|o| o.id == f.id)
+            .map_or(&none, |o| &o.udp_serving);
+        let came: BTreeSet<(IpAddr, u16)> = f.udp_serving.difference(was).copied().collect();
+        if !came.is_empty() {
+            out.targets
+                .entry((f.id.clone(), fam))
+                .or_default()
+                .started_serving
+                .extend(came);
+        }
     }
 }
 
@@ -332,6 +411,11 @@ impl FamilyState {
         } else {
             self.node_dependent.remove(&key);
         }
+        if frags.iter().any(|f| !f.errors.is_empty()) {
+            self.with_errors.insert(key.clone());
+        } else {
+            self.with_errors.remove(&key);
+        }
         for f in &frags {
             self.mirror.add(f);
         }
@@ -347,13 +431,17 @@ impl FamilyState {
         ctx: &Ctx,
         cluster: &Cluster,
         services: &BTreeSet<ServiceKey>,
+        excluded: &BTreeSet<PortId>,
         skeleton_changed: bool,
         out: &mut Update,
     ) {
         let family = self.mirror.family();
         let new: Vec<(ServiceKey, Vec<Fragment>)> = services
             .iter()
-            .map(|k| (k.clone(), build_service(ctx, cluster, k)))
+            .map(|k| {
+                let slices: Vec<&EndpointSlice> = cluster.slices_of(k).collect();
+                (k.clone(), build_service(ctx, cluster, k, &slices, excluded))
+            })
             .collect();
         // every destination whose owner may change, and who served it before
         let mut keys: BTreeSet<ClaimKey> = BTreeSet::new();
@@ -372,20 +460,7 @@ impl FamilyState {
             for f in &old {
                 self.mirror.remove(f);
             }
-            for f in &old {
-                let kept = frags.iter().find(|n| n.id == f.id).map(|n| &n.udp_serving);
-                let gone: BTreeSet<(IpAddr, u16)> = match kept {
-                    Some(k) => f.udp_serving.difference(k).copied().collect(),
-                    None => f.udp_serving.clone(),
-                };
-                if !gone.is_empty() {
-                    out.targets
-                        .entry((f.id.clone(), self.fam))
-                        .or_default()
-                        .stopped_serving
-                        .extend(gone);
-                }
-            }
+            serving_changes(&old, &frags, self.fam, out);
             out.recompiled += frags.len();
             for f in &frags {
                 out.errors.extend(f.errors.iter().cloned());
@@ -416,7 +491,7 @@ impl FamilyState {
 /// The UDP destinations `tables` send to endpoints: the keys of the dispatch sets and of
 /// the affinity verdict maps (`names::SERVED_SETS`). Used against tables dumped from the
 /// kernel (after a restart), where no compiler state exists.
-pub fn served_destinations(tables: &[Table]) -> BTreeSet<Served> {
+pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<Served> {
     let mut out = BTreeSet::new();
     for t in tables {
         for s in t
@@ -436,7 +511,7 @@ pub fn served_destinations(tables: &[Table]) -> BTreeSet<Served> {
 
 /// Every `address . port` DNAT target in the endpoint maps of `tables` (all protocols:
 /// the maps do not say).
-pub fn table_endpoints(tables: &[Table]) -> BTreeSet<(IpAddr, u16)> {
+pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
     let mut out = BTreeSet::new();
     for t in tables {
         for s in t.sets.iter().filter(|s| s.name.starts_with("endpoints-")) {

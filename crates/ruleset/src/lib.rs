@@ -26,7 +26,7 @@ pub use apply::{apply, ApplyError};
 pub use compile::mirror::Conflict;
 pub use compile::{compile, compile_parsed, nft_family, Compiled};
 pub use config::{Config, DetectLocalMode, ParsedConfig};
-pub use diff::{diff, diff_tables};
+pub use diff::{diff, diff_tables, diff_tables_into};
 pub use explain::{explain, Explanation};
 pub use incremental::{Changes, Compiler, PortTargets, Served, Update};
 pub use trace::{trace, Packet, Trace};

@@ -16,6 +16,7 @@ use kube_model::{resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey};
 use nft_model::{Op, Table};
 use proptest::prelude::*;
 use ruleset::incremental::served_destinations;
+use ruleset::names::PortId;
 use ruleset::{apply, compile_parsed, Changes, Compiler, ParsedConfig};
 
 fn parsed() -> ParsedConfig {
@@ -87,6 +88,7 @@ proptest! {
             got.sort();
             want.sort();
             prop_assert_eq!(got, want);
+            prop_assert_eq!(comp.errors(), Compiler::new(cfg.clone(), &c).errors());
             let newly: BTreeSet<_> = served_destinations(&fresh.tables)
                 .difference(&served_destinations(&old))
                 .copied()
@@ -97,11 +99,67 @@ proptest! {
                 stale(&snapshot(&before), &snapshot(&c)),
                 "stale after {:?}", ch
             );
+            prop_assert_eq!(
+                upd.started_serving(),
+                stale(&snapshot(&c), &snapshot(&before)),
+                "started after {:?}", ch
+            );
             if !matches!(ch, Change::Node { .. }) {
                 // the changed service's ports only (at most two)
                 prop_assert!(upd.recompiled <= 2, "{} ports recompiled", upd.recompiled);
             }
         }
+    }
+}
+
+/// The cluster without some service ports.
+fn without(c: &Cluster, ex: &BTreeSet<PortId>) -> Cluster {
+    let mut c = c.clone();
+    for (k, svc) in c.services.iter_mut() {
+        svc.ports.retain(|p| !ex.contains(&PortId::new(k, p)));
+    }
+    c
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 120, ..ProptestConfig::default() })]
+
+    /// Excluded service ports (the engine skips ports the kernel refuses) are left out
+    /// exactly as a fresh compile of the cluster without them, through changes and
+    /// exclusions coming and going; every batch applies.
+    #[test]
+    fn excluded_ports_equal_a_compile_without_them(
+        steps in prop::collection::vec(
+            (change(), prop::collection::btree_set((0u32..6, any::<bool>()), 0..3)),
+            1..20,
+        )
+    ) {
+        let cfg = parsed();
+        let mut c = cluster(0);
+        let mut comp = Compiler::new(cfg.clone(), &c);
+        let mut cur = comp.tables();
+        for (ch, ex) in &steps {
+            play(&mut c, ch);
+            let ex: BTreeSet<PortId> = ex
+                .iter()
+                .map(|(i, other)| PortId {
+                    service: service(*i).key,
+                    port_name: if *other { "other" } else { "http" }.into(),
+                })
+                .collect();
+            let mut services: BTreeSet<ServiceKey> = comp.set_excluded(ex.clone());
+            services.extend(ch.service());
+            let upd = comp.update(&c, &Changes {
+                services,
+                node: matches!(ch, Change::Node { .. }),
+            });
+            let fresh = compile_parsed(&without(&c, &ex), &cfg);
+            prop_assert_eq!(&comp.tables(), &fresh.tables, "after {:?} without {:?}", ch, ex);
+            apply(&mut cur, &upd.ops).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(canon(&cur), canon(&fresh.tables));
+        }
+        let fresh = Compiler::with_excluded(cfg.clone(), &c, comp.excluded().clone());
+        prop_assert_eq!(fresh.tables(), comp.tables());
     }
 }
 

@@ -206,7 +206,7 @@ pub fn record_in_tables<'a>(tables: &mut [Table], targets: impl Iterator<Item = 
 }
 
 /// The pending targets recorded in `tables` (a previous run's, read back at start).
-pub fn recorded_in(tables: &[Table]) -> Vec<Target> {
+pub fn recorded_in<'a>(tables: impl IntoIterator<Item = &'a Table>) -> Vec<Target> {
     let ip = |v: &Value| match v {
         Value::Ipv4(a) => Some(IpAddr::V4(*a)),
         Value::Ipv6(a) => Some(IpAddr::V6(*a)),
@@ -236,29 +236,31 @@ pub fn recorded_in(tables: &[Table]) -> Vec<Target> {
     out
 }
 
-/// The batch that makes the pending sets of `tables` hold exactly `targets` (element and
-/// set operations only: no rule changes, so the kernel re-validates nothing). `tables`
-/// is not changed: apply [`record_in_tables`] once the batch is committed.
-pub fn recorded_changes<'a>(
-    tables: &[Table],
-    targets: impl Iterator<Item = &'a Target>,
+/// The table family a target is recorded in.
+pub fn family_of(t: &Target) -> Family {
+    element_of(t).0
+}
+
+/// The batch that changes the pending sets of our tables (of `families`) from holding
+/// `before` to holding `after` (element and set operations only: no rule changes, so the
+/// kernel re-validates nothing). Work proportional to the targets, not to the tables.
+pub fn recorded_ops(
+    families: &[Family],
+    before: &BTreeSet<Target>,
+    after: &BTreeSet<Target>,
 ) -> Vec<Op> {
-    let mine = |t: &Table| Table {
-        sets: t
-            .sets
-            .iter()
-            .filter(|s| is_ours(&s.name))
-            .cloned()
-            .collect(),
-        ..Table::new(t.family, t.name.clone())
-    };
-    let before: Vec<Table> = tables.iter().map(mine).collect();
-    let mut after = before.clone();
-    record_in_tables(&mut after, targets);
-    before
+    if before == after {
+        return Vec::new();
+    }
+    families
         .iter()
-        .zip(after.iter())
-        .flat_map(|(old, new)| ruleset::diff_tables(Some(old), new))
+        .flat_map(|f| {
+            let mut old = [Table::new(*f, ruleset::names::TABLE)];
+            let mut new = [Table::new(*f, ruleset::names::TABLE)];
+            record_in_tables(&mut old, before.iter());
+            record_in_tables(&mut new, after.iter());
+            ruleset::diff_tables(Some(&old[0]), &new[0])
+        })
         .collect()
 }
 
@@ -445,10 +447,17 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// last generation). On failure they stay recorded: the next sync's batch removes
     /// them, or a restart cleans them once more (harmless).
     fn forget_finished(&mut self) {
-        let (Some(tables), Some(gen)) = (self.committed.as_mut(), self.committed_gen) else {
+        let (Some(gen), Some(c)) = (self.trust, self.compiler.as_ref()) else {
             return;
         };
-        let ops = recorded_changes(tables, self.pending.targets());
+        let families = crate::plan::families(c);
+        let want: BTreeSet<Target> = self
+            .pending
+            .targets()
+            .filter(|t| families.contains(&family_of(t)))
+            .copied()
+            .collect();
+        let ops = recorded_ops(&families, &self.recorded, &want);
         if ops.is_empty() {
             return;
         }
@@ -456,8 +465,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Ok(_) => {
                 let g = next_generation(gen);
                 self.our_gens.push(g);
-                self.committed_gen = Some(g);
-                record_in_tables(tables, self.pending.targets());
+                self.trust = Some(g);
+                self.recorded = want;
             }
             Err(e) => {
                 tracing::debug!(error = %e, "removing finished cleanup targets from our tables; left for the next sync");

@@ -9,7 +9,6 @@ use ruleset::names::PortId;
 
 use crate::cleanup::{self, Cleaned};
 use crate::engine::Engine;
-use crate::isolate;
 use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
 use crate::plan::{self, Base, Bases};
 use crate::targets::Target;
@@ -44,25 +43,30 @@ pub(crate) struct Synced {
     pub followup: Followup,
 }
 
-/// Our tables as read (or trusted), the generation they belong to, and whether another
-/// program changed them since our last commit.
+/// Our tables as read (or trusted) and the generation they belong to.
 pub(crate) struct BaseRead {
     pub base: Bases,
     pub genid: u32,
-    pub drift: bool,
+    /// Read back over netlink (false: the kernel holds what we committed last).
+    pub dumped: bool,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
-    /// Read our tables back: trust the in-memory copy when the generation says nobody
-    /// committed since our last commit, else dump our tables over netlink.
-    pub(crate) fn read_base(&mut self) -> Result<BaseRead, EngineError> {
+    /// Read our tables back: trust what we committed last when the generation is still
+    /// `trusted` (nobody committed since) and `may_trust`, else dump our tables over
+    /// netlink.
+    pub(crate) fn read_base(
+        &mut self,
+        trusted: Option<u32>,
+        may_trust: bool,
+    ) -> Result<BaseRead, EngineError> {
         let genid = self.nft.generation()?;
-        if let (Some(c), Some(g)) = (&self.committed, self.committed_gen) {
+        if let (true, Some(g), Some(c)) = (may_trust, trusted, self.compiler.as_ref()) {
             if g == genid {
                 return Ok(BaseRead {
-                    base: plan::known(c),
+                    base: plan::ours(&plan::families(c)),
                     genid,
-                    drift: false,
+                    dumped: false,
                 });
             }
         }
@@ -79,18 +83,31 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             };
             base.push((t, b));
         }
-        let drift = self
-            .committed
-            .as_ref()
-            .is_some_and(|c| plan::drifted(&base, c));
-        if drift {
-            tracing::warn!("our nftables tables were changed by another program; repairing");
-        }
-        Ok(BaseRead { base, genid, drift })
+        Ok(BaseRead {
+            base,
+            genid,
+            dumped: true,
+        })
     }
 
-    /// Compile (without the `exclude`d service ports), build the batch (`mode`), commit
-    /// it (full: against what the kernel holds), then clear the conntrack targets.
+    /// The problems to report: invalid objects, slices of unknown services, the
+    /// compiler's (bad ports, conflicts) and the skipped ports. Work proportional to the
+    /// problems.
+    fn problems(&self) -> Vec<String> {
+        let mut errors: Vec<String> = self.model_errors.values().flatten().cloned().collect();
+        errors.extend(self.orphans.values().flatten().cloned());
+        if let Some(c) = &self.compiler {
+            errors.extend(c.errors().iter().map(ToString::to_string));
+        }
+        errors.extend(self.skip_messages());
+        errors
+    }
+
+    /// Bring the compiler up to date (leaving the `exclude`d service ports out), build
+    /// the batch (`mode`), commit it (full: against what the kernel holds), then clear
+    /// the conntrack targets. Until the batch is committed, what the kernel holds is
+    /// unknown (the compiler is ahead of it): a failed attempt makes the next one read
+    /// our tables back.
     pub(crate) fn attempt(
         &mut self,
         parsed: &ruleset::ParsedConfig,
@@ -99,48 +116,69 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         mut full: bool,
     ) -> Result<Synced, EngineError> {
         let t0 = Instant::now();
-        let mut desired = if exclude.is_empty() {
-            plan::compile(&self.cluster, parsed)
-        } else {
-            plan::compile(&isolate::without(&self.cluster, exclude), parsed)
+        let trusted = self.trust;
+        let changes = std::mem::take(&mut self.changes);
+        let step = plan::advance(&mut self.compiler, &self.cluster, parsed, exclude, changes);
+        self.trust = None;
+        self.serving.add(step.stopped, step.started);
+        let Some(compiler) = self.compiler.as_ref() else {
+            return Err(EngineError::Other("no compiler after compiling".into()));
         };
-        let mut errors: Vec<String> = self.model_errors.values().flatten().cloned().collect();
-        errors.extend(desired.errors.iter().map(ToString::to_string));
-        errors.extend(self.skip_messages());
+        let families = plan::families(compiler);
+        let errors = self.problems();
         let compile = t0.elapsed();
 
         let mut tries = 0;
         let mut fresh = BTreeSet::new();
         loop {
             tries += 1;
-            let read = if full {
-                self.read_base()?
-            } else {
-                match (&self.committed, self.committed_gen) {
-                    (Some(c), Some(g)) => BaseRead {
-                        base: plan::known(c),
-                        genid: g,
-                        drift: false,
-                    },
-                    _ => {
-                        full = true;
-                        continue;
-                    }
+            // The compiler's own batch applies when the kernel holds what we committed
+            // last; otherwise the batch is a diff from the dump.
+            let incremental = mode == Mode::Diff && step.ops.is_some() && trusted.is_some();
+            let read = if incremental && !full {
+                BaseRead {
+                    base: plan::ours(&families),
+                    genid: trusted.unwrap_or_default(),
+                    dumped: false,
                 }
+            } else {
+                self.read_base(trusted, step.ops.is_some())?
             };
+            let Some(compiler) = self.compiler.as_ref() else {
+                return Err(EngineError::Other("no compiler after compiling".into()));
+            };
+            let incremental = incremental && !read.dumped;
             // Targets implied by going from the kernel's rules to the desired ones; on
-            // this process's first read, also those a previous run recorded and did not
-            // finish. They are recorded in our tables by the very batch that makes them
-            // targets.
-            // They become pending (eligible for the cleanup) only once that batch is
-            // committed; a failed attempt recomputes them from the kernel next time.
-            let found = plan::targets(&read.base, &desired, self.applied_eps.as_ref());
+            // this process's first commit, also those a previous run recorded and did
+            // not finish. They are recorded in our tables by the very batch that makes
+            // them targets, and become pending (eligible for the cleanup) only once that
+            // batch is committed; a failed attempt finds them again next time.
+            let desired = (!incremental).then(|| compiler.tables());
+            let mut found: BTreeSet<Target> = match &desired {
+                None => step.became_served.clone(),
+                Some(d) => plan::became_served(&read.base, d),
+            };
+            // Endpoints that stopped serving: on this process's first commit, those in
+            // the endpoint maps of the tables the kernel holds and in none of the
+            // desired ones; afterwards, the net change the compiler reported since the
+            // last commit.
+            if !self.applied {
+                if let (true, Some(d)) = (read.dumped, &desired) {
+                    found.extend(plan::gone_from_tables(&read.base, d));
+                }
+            } else {
+                found.extend(
+                    self.serving
+                        .stopped()
+                        .map(|&(addr, port)| Target::Endpoint { addr, port }),
+                );
+            }
             fresh.extend(found.iter().copied());
             let mut staged: BTreeSet<Target> = BTreeSet::new();
             let mut dropped = 0;
             if self.cfg.conntrack_cleanup {
-                if self.committed.is_none() {
-                    let resumed = cleanup::recorded_in(&plan::known_tables(&read.base));
+                if !self.applied && read.dumped {
+                    let resumed = cleanup::recorded_in(plan::known_tables(&read.base));
                     if !resumed.is_empty() {
                         tracing::info!(
                             targets = resumed.len(),
@@ -153,20 +191,53 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             } else {
                 dropped = found.len();
             }
-            cleanup::record_in_tables(
-                &mut desired.tables,
-                self.pending.targets().chain(staged.iter()),
-            );
-            let ops = match mode {
-                Mode::Diff => plan::batch(&read.base, &desired.tables),
-                Mode::Replace => plan::replace(&read.base, &desired.tables),
+            let want: BTreeSet<Target> = self
+                .pending
+                .targets()
+                .chain(staged.iter())
+                .filter(|t| families.contains(&cleanup::family_of(t)))
+                .copied()
+                .collect();
+            let mut repaired = false;
+            let ops = match desired {
+                None => {
+                    let mut ops = step.ops.clone().unwrap_or_default();
+                    ops.extend(cleanup::recorded_ops(&families, &self.recorded, &want));
+                    ops
+                }
+                Some(mut d) => {
+                    if let (Some(_), Some(ops), true) = (trusted, &step.ops, read.dumped) {
+                        // We knew what the kernel held, but the generation moved: did
+                        // another program change our tables?
+                        let mut ours = ops.clone();
+                        ours.extend(cleanup::recorded_ops(
+                            &families,
+                            &self.recorded,
+                            &BTreeSet::new(),
+                        ));
+                        repaired = plan::drifted(&read.base, &ours, &d);
+                        if repaired {
+                            tracing::warn!(
+                                "our nftables tables were changed by another program; repairing"
+                            );
+                        }
+                    }
+                    cleanup::record_in_tables(&mut d, want.iter());
+                    match mode {
+                        Mode::Diff => plan::batch(&read.base, d),
+                        Mode::Replace => plan::replace(&read.base, d),
+                    }
+                }
             };
+            // the dump is not needed any more: free it before the commit
+            let genid = read.genid;
+            drop(read);
 
             let t1 = Instant::now();
             let stats = if ops.is_empty() {
                 CommitStats::default()
             } else {
-                match self.nft.commit(&ops, Some(read.genid)) {
+                match self.nft.commit(&ops, Some(genid)) {
                     Ok(s) => s,
                     Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. }))
                         if tries < 3 =>
@@ -182,9 +253,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let committed_at = std::time::SystemTime::now();
             let mut followup = Followup::None;
             if !ops.is_empty() {
-                let expected = next_generation(read.genid);
+                let expected = next_generation(genid);
                 self.our_gens.push(expected);
-                self.committed_gen = Some(expected);
+                self.trust = Some(expected);
                 match self.nft.generation() {
                     Ok(g) if g == expected => {}
                     Ok(_) => {
@@ -197,11 +268,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     }
                 }
             } else {
-                self.committed_gen = Some(read.genid);
+                self.trust = Some(genid);
             }
-            self.committed = Some(desired.tables);
-            self.applied_eps = Some(desired.endpoints);
-            self.note_conflicts(&desired.errors);
+            self.recorded = want;
+            self.applied = true;
+            self.serving.clear();
+            let conflicts = compiler.errors();
+            self.note_conflicts(&conflicts);
             let now = self.clock.now();
             for t in staged {
                 self.pending.add(t, now);
@@ -220,16 +293,10 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 }
             };
             self.publish_pending();
-            let endpoints = self
-                .cluster
-                .slices()
-                .values()
-                .map(|s| s.endpoints.len())
-                .sum();
             let report = SyncReport {
                 full,
                 services: self.cluster.services.len(),
-                endpoints,
+                endpoints: self.endpoints,
                 ops: ops.len(),
                 bytes: stats.bytes,
                 compile,
@@ -245,7 +312,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             };
             return Ok(Synced {
                 report,
-                repaired: read.drift && !ops.is_empty(),
+                repaired: repaired && !ops.is_empty(),
                 followup,
             });
         }

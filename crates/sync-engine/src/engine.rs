@@ -2,19 +2,20 @@
 //! committed ruleset, the pending conntrack targets and the schedule. Single-threaded:
 //! one sync at a time by construction.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
-use kube_model::{ns_key, Cluster};
+use kube_model::{ns_key, Cluster, ServiceKey};
 use nft_model::Table;
 
 use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
 use crate::commit::{Followup, Synced};
 use crate::isolate::Skip;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel};
+use crate::plan::Serving;
 use crate::schedule::{Periods, Schedule};
-use crate::targets::{EndpointSnapshot, Target};
+use crate::targets::Target;
 use crate::SyncReport;
 use crate::{
     status, EngineConfig, EngineError, Event, ForeignWriter, NodeHealth, Observer, StatusHandle,
@@ -47,14 +48,30 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) cluster: Cluster,
     /// Latest problem per object (from conversion), for the reports.
     pub(crate) model_errors: BTreeMap<String, Vec<String>>,
+    /// Per service that is not (validly) known: the slices naming it, as errors.
+    pub(crate) orphans: BTreeMap<ServiceKey, Vec<String>>,
+    /// Endpoints in all slices (the report's counter, kept up to date per event).
+    pub(crate) endpoints: usize,
     pub(crate) schedule: Schedule,
 
-    /// The ruleset as of our last successful commit (None: unknown).
-    pub(crate) committed: Option<Vec<Table>>,
-    /// The generation our last commit produced (None: unknown).
-    pub(crate) committed_gen: Option<u32>,
-    /// Serving endpoints of the UDP service ports as of the last successful sync.
-    pub(crate) applied_eps: Option<EndpointSnapshot>,
+    /// The incremental compiler: the desired tables (built by the first sync).
+    pub(crate) compiler: Option<ruleset::Compiler>,
+    /// What changed since the compiler was last brought up to date.
+    pub(crate) changes: ruleset::Changes,
+    /// The generation at which the kernel holds exactly what we committed last: the
+    /// compiler's tables as of that commit plus `recorded` (None: unknown, read it back).
+    pub(crate) trust: Option<u32>,
+    /// The cleanup targets recorded in our tables by what we committed last.
+    pub(crate) recorded: BTreeSet<Target>,
+    /// UDP endpoints that stopped (or started) serving since the last commit.
+    pub(crate) serving: Serving,
+    /// Whether this process committed (endpoint targets then come from the compiler;
+    /// before, from the endpoint maps of the tables a previous run left).
+    pub(crate) applied: bool,
+    /// Services whose status facts (health checks, local endpoints) are to be looked
+    /// at again after the next successful sync.
+    pub(crate) status_dirty: BTreeSet<ServiceKey>,
+    pub(crate) per_service: status::PerService,
     /// Conntrack targets not yet cleared (kept across failed commits and failed
     /// cleanups; recorded in our tables).
     pub(crate) pending: Pending,
@@ -117,10 +134,17 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             observer: Box::new(NoObserver),
             cluster: Cluster::new(),
             model_errors: BTreeMap::new(),
+            orphans: BTreeMap::new(),
+            endpoints: 0,
             schedule,
-            committed: None,
-            committed_gen: None,
-            applied_eps: None,
+            compiler: None,
+            changes: ruleset::Changes::default(),
+            trust: None,
+            recorded: BTreeSet::new(),
+            serving: Serving::default(),
+            applied: false,
+            status_dirty: BTreeSet::new(),
+            per_service: status::PerService::default(),
             pending: Pending::default(),
             our_gens: Vec::new(),
             skipped: BTreeMap::new(),
@@ -147,9 +171,17 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         &self.cluster
     }
 
-    /// The ruleset as of the last successful commit.
-    pub fn committed(&self) -> Option<&[Table]> {
-        self.committed.as_deref()
+    /// The ruleset as of the last successful commit (None: not known, e.g. after a
+    /// failed one). Built on demand from the compiler's tables.
+    pub fn committed(&self) -> Option<Vec<Table>> {
+        self.trust?;
+        let c = self.compiler.as_ref()?;
+        Some(crate::plan::desired(c, self.recorded.iter()))
+    }
+
+    /// The incremental compiler (None before the first sync).
+    pub fn compiler(&self) -> Option<&ruleset::Compiler> {
+        self.compiler.as_ref()
     }
 
     /// Conntrack targets not finished yet.
@@ -263,7 +295,38 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
     }
 
-    /// Take one input. Changes that leave the model as it was are dropped.
+    /// A service's Service or one of its slices changed: recompile it at the next
+    /// sync, look at its status facts again, and keep its slices' orphan errors.
+    fn touched(&mut self, key: &ServiceKey) {
+        self.changes.services.insert(key.clone());
+        self.status_dirty.insert(key.clone());
+        let orphans: Vec<String> = if self.cluster.services.contains_key(key) {
+            Vec::new()
+        } else {
+            self.cluster
+                .slices_of(key)
+                .map(|s| {
+                    kube_model::ObjectError::MissingService {
+                        object: kube_model::ObjectRef::new(
+                            kube_model::Kind::EndpointSlice,
+                            s.key.namespace.clone(),
+                            s.key.name.clone(),
+                        ),
+                        service: key.to_string(),
+                    }
+                    .to_string()
+                })
+                .collect()
+        };
+        if orphans.is_empty() {
+            self.orphans.remove(key);
+        } else {
+            self.orphans.insert(key.clone(), orphans);
+        }
+    }
+
+    /// Take one input. Changes that leave the model as it was are dropped. Work
+    /// proportional to the object, never to the cluster.
     pub fn handle(&mut self, ev: Event) {
         match ev {
             Event::ServiceApplied(svc) => {
@@ -271,6 +334,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 let before = self.cluster.services.get(&key).cloned();
                 let mut warnings = Vec::new();
                 let r = self.cluster.upsert_service(&svc, &mut warnings);
+                drop(svc);
                 self.note_errors(
                     format!("service {key}"),
                     warnings.iter().map(ToString::to_string).collect(),
@@ -278,6 +342,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 );
                 if self.cluster.services.get(&key) != before.as_ref() {
                     self.service_changed(&key, false);
+                    self.touched(&key);
                     self.queue();
                 }
             }
@@ -286,6 +351,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 self.model_errors.remove(&format!("service {key}"));
                 if self.cluster.remove_service(&key).is_some() {
                     self.service_changed(&key, true);
+                    self.touched(&key);
                     self.queue();
                 }
             }
@@ -294,19 +360,31 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 let before = self.cluster.slice(&key).cloned();
                 let mut warnings = Vec::new();
                 let r = self.cluster.upsert_slice(&slice, &mut warnings);
+                let trigger = kube_model::last_change_trigger_time(&slice.metadata);
+                drop(slice);
                 self.note_errors(
                     format!("endpointslice {key}"),
                     warnings.iter().map(ToString::to_string).collect(),
                     r.err().map(|e| e.to_string()),
                 );
-                if self.cluster.slice(&key) != before.as_ref() {
+                let after = self.cluster.slice(&key);
+                if after != before.as_ref() {
                     // kube-proxy's network programming latency starts at the change
                     // behind this update (not for deletions)
-                    let t = kube_model::last_change_trigger_time(&slice.metadata);
-                    if let (Some(t), Some(s)) = (t, self.cluster.slice(&key)) {
+                    if let (Some(t), Some(s)) = (trigger, after) {
                         if t > self.started_wall {
                             self.trigger_times.push((s.family, t));
                         }
+                    }
+                    let (n_after, svc_after) =
+                        after.map_or((0, None), |s| (s.endpoints.len(), Some(s.service.clone())));
+                    self.endpoints += n_after;
+                    if let Some(b) = &before {
+                        self.endpoints -= b.endpoints.len();
+                        self.touched(&b.service);
+                    }
+                    if let Some(k) = svc_after {
+                        self.touched(&k);
                     }
                     self.queue();
                 }
@@ -314,7 +392,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Event::SliceDeleted(slice) => {
                 let key = ns_key(&slice.metadata);
                 self.model_errors.remove(&format!("endpointslice {key}"));
-                if self.cluster.remove_slice(&key).is_some() {
+                if let Some(old) = self.cluster.remove_slice(&key) {
+                    self.endpoints -= old.endpoints.len();
+                    self.touched(&old.service);
                     self.queue();
                 }
             }
@@ -371,6 +451,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             .unwrap_or_default();
         self.status.update(|s| s.node_primary_ips = primary);
         if self.cluster.node != before {
+            self.changes.node = true;
             self.queue();
         }
     }
@@ -444,7 +525,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
         let now = self.clock.now();
         self.schedule.attempt(now);
-        let full = self.committed.is_none() || self.schedule.full_due(now);
+        let full = self.trust.is_none() || self.schedule.full_due(now);
         match self.try_sync(full) {
             Ok(Synced {
                 report,
@@ -460,11 +541,19 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     }
                     Followup::Verify => self.schedule.verify_requested(),
                 }
-                let node = &self.cfg.ruleset.node_name;
-                let checks = status::health_checks(&self.cluster, node);
-                let (no_local_internal, no_local_external) =
-                    status::no_local_endpoints(&self.cluster, node);
-                let no_local = status::no_local_endpoints_by_family(&self.cluster, node);
+                // Only the services that changed are looked at again.
+                let node = self.cfg.ruleset.node_name.clone();
+                let checks: Vec<(ServiceKey, Option<crate::HealthCheck>)> =
+                    std::mem::take(&mut self.status_dirty)
+                        .into_iter()
+                        .map(|k| {
+                            let hc = self.per_service.refresh(&self.cluster, &k, &node);
+                            (k, hc)
+                        })
+                        .collect();
+                let no_local_internal = self.per_service.no_local_internal;
+                let no_local_external = self.per_service.no_local_external;
+                let no_local = self.per_service.no_local_by_family();
                 let wall = SystemTime::now();
                 let r = report.clone();
                 self.status.update(|s| {
@@ -474,7 +563,12 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     s.queued_since_wall = None;
                     s.consecutive_failures = 0;
                     s.last_report = Some(r);
-                    s.health_checks = checks;
+                    for (k, hc) in checks {
+                        match hc {
+                            Some(hc) => s.health_checks.insert(k, hc),
+                            None => s.health_checks.remove(&k),
+                        };
+                    }
                     s.no_local_internal = no_local_internal;
                     s.no_local_external = no_local_external;
                     s.no_local = no_local;

@@ -254,7 +254,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         parsed: &ruleset::ParsedConfig,
         exclude: &BTreeSet<PortId>,
     ) -> Result<Isolated<PortId>, EngineError> {
-        let read = self.read_base()?;
+        let read = self.read_base(self.trust, true)?;
         let cands: Vec<PortId> = service_ports(&self.cluster)
             .into_iter()
             .filter(|p| !exclude.contains(p))
@@ -269,8 +269,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let mut ex = exclude.clone();
             ex.extend(cands.iter().filter(|p| !included.contains(*p)).cloned());
             let mut d = plan::compile(&without(cluster, &ex), parsed);
-            cleanup::record_in_tables(&mut d.tables, pending.targets());
-            let ops = plan::replace(&read.base, &d.tables);
+            cleanup::record_in_tables(&mut d, pending.targets());
+            let ops = plan::replace(&read.base, d);
             match nft.check(&ops, Some(read.genid)) {
                 Ok(()) => Ok(None),
                 Err(e) if e.is_rejection() => Ok(Some(e.to_string())),

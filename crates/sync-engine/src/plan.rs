@@ -1,19 +1,32 @@
-//! Compile and diff (pure): the desired tables, the one batch from what the kernel holds
-//! to them, and the conntrack targets that batch creates.
+//! Plan a sync (pure): bring the incremental compiler up to date with what changed, and
+//! build the one batch from what the kernel holds to the desired state, with the
+//! conntrack targets that batch creates.
+//!
+//! Two ways to the batch:
+//! - the kernel holds exactly what we committed last (the generation says nobody else
+//!   committed since): the compiler's own batch for the change, plus the changes of the
+//!   recorded cleanup targets. Work proportional to the change.
+//! - otherwise (first sync, after a failure, another program changed our tables): our
+//!   tables are dumped and the batch is the diff from the dump to the desired tables.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
-use kube_model::Cluster;
-use nft_model::{Op, Table, TableRef};
+use kube_model::{Cluster, IpFamily};
+use nft_model::{Family, Op, Table, TableRef};
+use ruleset::names::PortId;
+use ruleset::{Changes, Compiler, ParsedConfig};
 
 use crate::our_tables;
-use crate::targets::{self, EndpointSnapshot, Target};
+use crate::targets::{self, Target};
 
 /// What we know of one of our tables in the kernel.
 #[derive(Debug, Clone)]
 pub enum Base {
     /// Exactly this (None: absent).
     Known(Option<Table>),
+    /// It exists and holds what we committed last (not read back).
+    Ours,
     /// It exists but could not be read back into the model: replace it wholesale.
     Unreadable,
 }
@@ -21,96 +34,208 @@ pub enum Base {
 /// Our tables as the kernel holds them (or as we trust it holds them).
 pub type Bases = Vec<(TableRef, Base)>;
 
-/// The desired state of one sync: the compiled tables, the problems met compiling, and
-/// the serving endpoints of UDP service ports (for endpoint cleanup targets).
-#[derive(Debug, Clone)]
-pub struct Desired {
-    pub tables: Vec<Table>,
-    pub errors: Vec<ruleset::RulesetError>,
-    pub endpoints: EndpointSnapshot,
+/// Per UDP service port and family: some of its endpoints.
+pub type Stopped = BTreeMap<(PortId, IpFamily), BTreeSet<(IpAddr, u16)>>;
+
+/// Endpoints that stopped or started serving UDP ports since the last commit: the net
+/// change over the compiler updates whose batches are not committed yet (a failed
+/// commit keeps them; an endpoint that stops and serves again in between is no target).
+#[derive(Debug, Default)]
+pub struct Serving {
+    pub stopped: Stopped,
+    pub started: Stopped,
 }
 
-/// Compile the whole model (today's full compile; an incremental compiler replaces this
-/// function and nothing else).
-pub fn compile(cluster: &Cluster, parsed: &ruleset::ParsedConfig) -> Desired {
-    let compiled = ruleset::compile_parsed(cluster, parsed);
-    Desired {
-        tables: compiled.tables,
-        errors: compiled.errors,
-        endpoints: targets::endpoint_snapshot(cluster, &parsed.families),
+impl Serving {
+    /// Add one update's changes.
+    pub fn add(&mut self, stopped: Stopped, started: Stopped) {
+        for (k, eps) in started {
+            for e in eps {
+                let back = self.stopped.get_mut(&k).is_some_and(|s| s.remove(&e));
+                if !back {
+                    self.started.entry(k.clone()).or_default().insert(e);
+                }
+            }
+        }
+        for (k, eps) in stopped {
+            for e in eps {
+                let new = self.started.get_mut(&k).is_some_and(|s| s.remove(&e));
+                if !new {
+                    self.stopped.entry(k.clone()).or_default().insert(e);
+                }
+            }
+        }
+    }
+
+    /// The endpoints that stopped serving since the last commit.
+    pub fn stopped(&self) -> impl Iterator<Item = &(IpAddr, u16)> {
+        self.stopped.values().flatten()
+    }
+
+    pub fn clear(&mut self) {
+        self.stopped.clear();
+        self.started.clear();
     }
 }
 
-/// Our tables as known from an in-memory copy.
-pub fn known(tables: &[Table]) -> Bases {
+/// What bringing the compiler up to date did.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// The batch from the previous desired tables to the new ones; None when the
+    /// compiler was built from scratch (the batch must then come from a diff).
+    pub ops: Option<Vec<Op>>,
+    /// UDP destinations the change made served.
+    pub became_served: BTreeSet<Target>,
+    /// UDP endpoints the change made stop serving, per port.
+    pub stopped: Stopped,
+    /// UDP endpoints the change made start serving, per port.
+    pub started: Stopped,
+}
+
+/// Bring `compiler` (built here when there is none) up to date with `changes` to
+/// `cluster`, the configuration `parsed` and the excluded service ports.
+pub fn advance(
+    compiler: &mut Option<Compiler>,
+    cluster: &Cluster,
+    parsed: &ParsedConfig,
+    exclude: &BTreeSet<PortId>,
+    mut changes: Changes,
+) -> Step {
+    let Some(c) = compiler.as_mut() else {
+        *compiler = Some(Compiler::with_excluded(
+            parsed.clone(),
+            cluster,
+            exclude.clone(),
+        ));
+        return Step::default();
+    };
+    changes.services.extend(c.set_excluded(exclude.clone()));
+    let mut updates = vec![c.update(cluster, &changes)];
+    if parsed != c.config() {
+        updates.push(c.set_config(parsed.clone(), cluster));
+    }
+    let mut step = Step {
+        ops: Some(Vec::new()),
+        ..Step::default()
+    };
+    for u in updates {
+        step.ops.get_or_insert_with(Vec::new).extend(u.ops);
+        for (key, t) in u.targets {
+            step.became_served
+                .extend(t.became_served.into_iter().map(targets::of_served));
+            if !t.stopped_serving.is_empty() {
+                step.stopped
+                    .entry(key.clone())
+                    .or_default()
+                    .extend(t.stopped_serving);
+            }
+            if !t.started_serving.is_empty() {
+                step.started
+                    .entry(key)
+                    .or_default()
+                    .extend(t.started_serving);
+            }
+        }
+    }
+    step
+}
+
+/// The desired tables from the compiler, with the pending cleanup targets recorded.
+pub fn desired<'a>(compiler: &Compiler, recorded: impl Iterator<Item = &'a Target>) -> Vec<Table> {
+    let mut tables = compiler.tables();
+    crate::cleanup::record_in_tables(&mut tables, recorded);
+    tables
+}
+
+/// The table families the compiler programs.
+pub fn families(compiler: &Compiler) -> Vec<Family> {
+    compiler
+        .config()
+        .families
+        .iter()
+        .map(|f| ruleset::nft_family(*f))
+        .collect()
+}
+
+/// Our tables as the kernel holds them when it holds what we committed: present for
+/// the compiler's families, absent for the others.
+pub fn ours(families: &[Family]) -> Bases {
     our_tables()
         .into_iter()
         .map(|t| {
-            let tab = tables
-                .iter()
-                .find(|x| x.family == t.family && x.name == t.name)
-                .cloned();
-            (t, Base::Known(tab))
+            let b = if families.contains(&t.family) {
+                Base::Ours
+            } else {
+                Base::Known(None)
+            };
+            (t, b)
         })
         .collect()
 }
 
 /// The tables of `base` that are known exactly.
-pub fn known_tables(base: &Bases) -> Vec<Table> {
-    base.iter()
-        .filter_map(|(_, b)| match b {
-            Base::Known(Some(t)) => Some(t.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Whether what the kernel holds differs from our copy of it (another program changed
-/// our tables).
-pub fn drifted(read: &Bases, mine: &[Table]) -> bool {
-    read.iter().any(|(t, b)| {
-        let m = mine
-            .iter()
-            .find(|x| x.family == t.family && x.name == t.name);
-        match (b, m) {
-            (Base::Unreadable, _) => true,
-            (Base::Known(None), None) => false,
-            (Base::Known(Some(_)), None) | (Base::Known(None), Some(_)) => true,
-            (Base::Known(Some(k)), Some(m)) => {
-                !ruleset::diff_tables(Some(k), m).is_empty()
-                    || !ruleset::diff_tables(Some(m), k).is_empty()
-            }
-        }
+pub fn known_tables(base: &Bases) -> impl Iterator<Item = &Table> {
+    base.iter().filter_map(|(_, b)| match b {
+        Base::Known(Some(t)) => Some(t),
+        _ => None,
     })
 }
 
-/// The one batch turning `base` into `desired`, table by table.
-pub fn batch(base: &Bases, desired: &[Table]) -> Vec<Op> {
+/// Whether what the kernel holds (`read`) differs from what we committed last, given
+/// that `ops` turn what we committed into `desired`: the dump played forward by the
+/// same batch must reach the same tables.
+pub fn drifted(read: &Bases, ops: &[Op], desired: &[Table]) -> bool {
+    if read.iter().any(|(_, b)| matches!(b, Base::Unreadable)) {
+        return true;
+    }
+    let mut played: Vec<Table> = known_tables(read).cloned().collect();
+    if ruleset::apply(&mut played, ops).is_err() {
+        return true;
+    }
+    let canon = |t: &[Table]| {
+        let mut v: Vec<Table> = t.iter().map(Table::canonical).collect();
+        v.sort_by(|a, b| (a.family as u8, &a.name).cmp(&(b.family as u8, &b.name)));
+        v
+    };
+    canon(&played) != canon(desired)
+}
+
+/// The one batch turning `base` into `desired`, table by table. (A table we trust but
+/// did not read is replaced; callers use the compiler's batch for those.) The desired
+/// tables are taken: a table created from scratch moves its elements into the batch.
+pub fn batch(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
     let mut ops = Vec::new();
+    let mut desired: Vec<Option<Table>> = desired.into_iter().map(Some).collect();
+    let mut take = |family, name: &str| {
+        desired
+            .iter_mut()
+            .find(|x| {
+                x.as_ref()
+                    .is_some_and(|x| x.family == family && x.name == name)
+            })
+            .and_then(Option::take)
+    };
     for (t, b) in base {
-        let want = desired
-            .iter()
-            .find(|x| x.family == t.family && x.name == t.name);
+        let want = take(t.family, &t.name);
         match (b, want) {
-            (Base::Known(old), Some(new)) => ops.extend(ruleset::diff_tables(old.as_ref(), new)),
-            (Base::Known(Some(_)), None) => ops.push(Op::DeleteTable { table: t.clone() }),
+            (Base::Known(old), Some(new)) => {
+                ops.extend(ruleset::diff_tables_into(old.as_ref(), new))
+            }
+            (Base::Known(Some(_)) | Base::Ours, None) => {
+                ops.push(Op::DeleteTable { table: t.clone() })
+            }
             (Base::Known(None), None) => {}
-            (Base::Unreadable, want) => {
+            (Base::Unreadable | Base::Ours, want) => {
                 ops.push(Op::DeleteTable { table: t.clone() });
                 if let Some(new) = want {
-                    ops.extend(ruleset::diff_tables(None, new));
+                    ops.extend(ruleset::diff_tables_into(None, new));
                 }
             }
         }
     }
     // Tables we do not track by name (none today) are created as they are.
-    for d in desired {
-        if !base
-            .iter()
-            .any(|(t, _)| t.family == d.family && t.name == d.name)
-        {
-            ops.extend(ruleset::diff_tables(None, d));
-        }
+    for d in desired.into_iter().flatten() {
+        ops.extend(ruleset::diff_tables_into(None, d));
     }
     ops
 }
@@ -118,41 +243,41 @@ pub fn batch(base: &Bases, desired: &[Table]) -> Vec<Op> {
 /// The one batch replacing our tables by `desired`: delete each of our tables the
 /// kernel holds, then create the desired ones (one transaction: no moment without
 /// rules).
-pub fn replace(base: &Bases, desired: &[Table]) -> Vec<Op> {
+pub fn replace(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
     let mut ops: Vec<Op> = base
         .iter()
         .filter(|(_, b)| !matches!(b, Base::Known(None)))
         .map(|(t, _)| Op::DeleteTable { table: t.clone() })
         .collect();
     for d in desired {
-        ops.extend(ruleset::diff_tables(None, d));
+        ops.extend(ruleset::diff_tables_into(None, d));
     }
     ops
 }
 
-/// The conntrack targets of going from the kernel's rules (`base`) to `desired`:
-/// destinations that start being served, and endpoints that stop serving (against the
-/// endpoints applied by this process's last sync, or on its first sync against the
-/// endpoint maps of the tables the previous run left).
-pub fn targets(
-    base: &Bases,
-    desired: &Desired,
-    applied: Option<&EndpointSnapshot>,
-) -> BTreeSet<Target> {
-    let base_tables = known_tables(base);
-    let old_served = targets::served_destinations(&base_tables);
-    let new_served = targets::served_destinations(&desired.tables);
-    let mut out = targets::new_destinations(&old_served, &new_served);
-    match applied {
-        Some(old) => out.extend(targets::stale_endpoints(old, &desired.endpoints)),
-        None => {
-            let now = targets::table_endpoints(&desired.tables);
-            for (addr, port) in targets::table_endpoints(&base_tables) {
-                if !now.contains(&(addr, port)) {
-                    out.insert(Target::Endpoint { addr, port });
-                }
-            }
-        }
-    }
-    out
+/// The destination targets of going from the kernel's tables (`base`, as dumped) to
+/// `desired`: UDP destinations served now and not before.
+pub fn became_served(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
+    let old = targets::served_destinations(known_tables(base));
+    targets::served_destinations(desired)
+        .difference(&old)
+        .copied()
+        .collect()
+}
+
+/// Endpoint targets on this process's first commit: every endpoint in the endpoint
+/// maps of the dumped tables that is in none of the desired ones (the endpoints that
+/// disappeared while no engine ran).
+pub fn gone_from_tables(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
+    let now = targets::table_endpoints(desired);
+    targets::table_endpoints(known_tables(base))
+        .into_iter()
+        .filter(|e| !now.contains(e))
+        .map(|(addr, port)| Target::Endpoint { addr, port })
+        .collect()
+}
+
+/// The full compile of a cluster (isolating refused service ports bisects with these).
+pub fn compile(cluster: &Cluster, parsed: &ParsedConfig) -> Vec<Table> {
+    ruleset::compile_parsed(cluster, parsed).tables
 }

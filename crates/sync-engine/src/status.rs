@@ -1,5 +1,6 @@
-//! What the health and metrics servers read, computed from the model (the types live in
-//! the `proxy-status` crate).
+//! What the health and metrics servers read, computed from the model one service at a
+//! time (the types live in the `proxy-status` crate): after a sync only the services
+//! that changed are looked at again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,93 +8,146 @@ use kube_model::{Cluster, IpFamily, ServiceKey, TrafficPolicy};
 
 use crate::HealthCheck;
 
-/// (internal, external): services with that traffic policy Local, ready endpoints, and
-/// none of them on this node (kube-proxy's `no_local_endpoints_total`).
-pub fn no_local_endpoints(cluster: &Cluster, node: &str) -> (usize, usize) {
-    let idx = cluster.endpoint_index();
-    let (mut internal, mut external) = (0, 0);
-    for svc in cluster.services.values() {
+/// (internal, external): whether the service has that traffic policy Local, ready
+/// endpoints, and none of them on this node (kube-proxy's `no_local_endpoints_total`).
+pub fn no_local_endpoints_of(cluster: &Cluster, key: &ServiceKey, node: &str) -> (bool, bool) {
+    let Some(svc) = cluster.services.get(key) else {
+        return (false, false);
+    };
+    let (mut any, mut local) = (false, false);
+    for s in cluster.slices_of(key) {
+        for e in s.endpoints.iter().filter(|e| e.ready) {
+            any = true;
+            local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
+        }
+    }
+    if any && !local {
+        (
+            svc.internal_traffic_policy == TrafficPolicy::Local,
+            svc.external_traffic_policy == TrafficPolicy::Local,
+        )
+    } else {
+        (false, false)
+    }
+}
+
+/// [`no_local_endpoints_of`] per IP family and per service port, as kube-proxy's
+/// per-family proxiers count them (a port of a service with a ClusterIP of the family,
+/// ready endpoints of that family, none on this node): the series of both families
+/// add up without counting a service twice. Index 0 is IPv4, 1 IPv6; each
+/// (internal, external) counts service ports.
+pub fn no_local_by_family_of(
+    cluster: &Cluster,
+    key: &ServiceKey,
+    node: &str,
+) -> [(usize, usize); 2] {
+    let mut out = [(0, 0); 2];
+    let Some(svc) = cluster.services.get(key) else {
+        return out;
+    };
+    for (i, family) in [IpFamily::V4, IpFamily::V6].into_iter().enumerate() {
+        if svc.cluster_ip(family).is_none() {
+            continue;
+        }
         let (mut any, mut local) = (false, false);
-        for s in idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]) {
+        for s in cluster.slices_of(key).filter(|s| s.family == family) {
             for e in s.endpoints.iter().filter(|e| e.ready) {
                 any = true;
                 local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
             }
         }
         if any && !local {
-            internal += usize::from(svc.internal_traffic_policy == TrafficPolicy::Local);
-            external += usize::from(svc.external_traffic_policy == TrafficPolicy::Local);
-        }
-    }
-    (internal, external)
-}
-
-/// [`no_local_endpoints`] per IP family and per service port, as kube-proxy's
-/// per-family proxiers count them (a port of a service with a ClusterIP of the family,
-/// ready endpoints of that family, none on this node): the series of both families
-/// add up without counting a service twice.
-pub fn no_local_endpoints_by_family(
-    cluster: &Cluster,
-    node: &str,
-) -> BTreeMap<IpFamily, (usize, usize)> {
-    let idx = cluster.endpoint_index();
-    let mut out = BTreeMap::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        let (mut internal, mut external) = (0, 0);
-        for svc in cluster.services.values() {
-            if svc.cluster_ip(family).is_none() {
-                continue;
+            let ports = svc.ports.len();
+            if svc.internal_traffic_policy == TrafficPolicy::Local {
+                out[i].0 = ports;
             }
-            let (mut any, mut local) = (false, false);
-            for s in idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]) {
-                if s.family != family {
-                    continue;
-                }
-                for e in s.endpoints.iter().filter(|e| e.ready) {
-                    any = true;
-                    local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
-                }
-            }
-            if any && !local {
-                let ports = svc.ports.len();
-                if svc.internal_traffic_policy == TrafficPolicy::Local {
-                    internal += ports;
-                }
-                if svc.external_traffic_policy == TrafficPolicy::Local {
-                    external += ports;
-                }
+            if svc.external_traffic_policy == TrafficPolicy::Local {
+                out[i].1 = ports;
             }
         }
-        out.insert(family, (internal, external));
     }
     out
 }
 
-/// Ready local endpoints per service with a healthCheckNodePort (distinct addresses).
-pub fn health_checks(cluster: &Cluster, node: &str) -> BTreeMap<ServiceKey, HealthCheck> {
-    let idx = cluster.endpoint_index();
-    let mut out = BTreeMap::new();
-    for svc in cluster.services.values() {
-        let Some(np) = svc.health_check_node_port else {
-            continue;
-        };
-        // Ready local endpoint addresses per family: a dual-stack pod is one endpoint
-        // (kube-proxy counts per family, one proxier each).
-        let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
-        for s in idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]) {
-            for e in &s.endpoints {
-                if e.ready && !node.is_empty() && e.node_name.as_deref() == Some(node) {
-                    if e.addr.is_ipv4() { &mut v4 } else { &mut v6 }.insert(e.addr);
-                }
+/// Ready local endpoints of a service with a healthCheckNodePort (distinct addresses).
+pub fn health_check_of(cluster: &Cluster, key: &ServiceKey, node: &str) -> Option<HealthCheck> {
+    let np = cluster.services.get(key)?.health_check_node_port?;
+    // Ready local endpoint addresses per family: a dual-stack pod is one endpoint
+    // (kube-proxy counts per family, one proxier each).
+    let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
+    for s in cluster.slices_of(key) {
+        for e in &s.endpoints {
+            if e.ready && !node.is_empty() && e.node_name.as_deref() == Some(node) {
+                if e.addr.is_ipv4() { &mut v4 } else { &mut v6 }.insert(e.addr);
             }
         }
-        out.insert(
-            svc.key.clone(),
-            HealthCheck {
-                node_port: np,
-                local_endpoints: v4.len().max(v6.len()),
-            },
-        );
     }
-    out
+    Some(HealthCheck {
+        node_port: np,
+        local_endpoints: v4.len().max(v6.len()),
+    })
+}
+
+/// What one service adds to the `no_local` counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NoLocal {
+    internal: bool,
+    external: bool,
+    /// Service ports per family (IPv4, IPv6): (internal, external).
+    by_family: [(usize, usize); 2],
+}
+
+/// The per-service facts of the status, kept up to date service by service.
+#[derive(Debug, Default)]
+pub struct PerService {
+    /// Services counted in `no_local_*`.
+    no_local: BTreeMap<ServiceKey, NoLocal>,
+    pub no_local_internal: usize,
+    pub no_local_external: usize,
+    by_family: [(usize, usize); 2],
+}
+
+impl PerService {
+    /// Look at `key` again; returns its health check (None: it has none).
+    pub fn refresh(
+        &mut self,
+        cluster: &Cluster,
+        key: &ServiceKey,
+        node: &str,
+    ) -> Option<HealthCheck> {
+        if let Some(old) = self.no_local.remove(key) {
+            self.no_local_internal -= usize::from(old.internal);
+            self.no_local_external -= usize::from(old.external);
+            for (total, n) in self.by_family.iter_mut().zip(old.by_family) {
+                total.0 -= n.0;
+                total.1 -= n.1;
+            }
+        }
+        let (internal, external) = no_local_endpoints_of(cluster, key, node);
+        let by_family = no_local_by_family_of(cluster, key, node);
+        if internal || external || by_family != [(0, 0); 2] {
+            self.no_local_internal += usize::from(internal);
+            self.no_local_external += usize::from(external);
+            for (total, n) in self.by_family.iter_mut().zip(by_family) {
+                total.0 += n.0;
+                total.1 += n.1;
+            }
+            let facts = NoLocal {
+                internal,
+                external,
+                by_family,
+            };
+            self.no_local.insert(key.clone(), facts);
+        }
+        health_check_of(cluster, key, node)
+    }
+
+    /// Service ports with traffic policy Local and no local endpoint, per family
+    /// (internal, external), as the metrics report them.
+    pub fn no_local_by_family(&self) -> BTreeMap<IpFamily, (usize, usize)> {
+        BTreeMap::from([
+            (IpFamily::V4, self.by_family[0]),
+            (IpFamily::V6, self.by_family[1]),
+        ])
+    }
 }

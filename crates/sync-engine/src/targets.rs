@@ -9,33 +9,38 @@
 //!   Which sets hold them is the ruleset's business (`ruleset::incremental`).
 //! - *Endpoints*: a UDP endpoint (address, target port) that served a service port before
 //!   and no longer does (removed, no longer serving, service deleted or scaled to 0).
-//!   Derived from the model per service port; on the first sync after a restart, from the
-//!   endpoint maps of the dumped tables.
+//!   Reported by the incremental compiler per service port; on the first sync after a
+//!   restart, from the endpoint maps of the dumped tables.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ct_netlink::Filter;
-use kube_model::{resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey};
 use nft_model::Table;
 use ruleset::Served;
 
 /// One conntrack cleanup target (UDP only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
-    /// Flows whose original destination is this address and port.
+    /// Flows whose original destination is this address and port, not DNAT'ed.
     Dst { addr: IpAddr, port: u16 },
-    /// Flows whose original destination port is this NodePort (any address of the family).
+    /// Flows whose original destination port is this NodePort (any address of the
+    /// family), not DNAT'ed to another port.
     NodePort { v6: bool, port: u16 },
     /// Flows DNAT'ed to this endpoint (reply source address and port).
     Endpoint { addr: IpAddr, port: u16 },
 }
 
 impl Target {
+    /// The conntrack filter of a target. A destination that starts being served
+    /// concerns the flows that were NOT DNAT'ed (their packets went nowhere, and NAT is
+    /// decided on a flow's first packet: kubernetes PR #98305); flows already DNAT'ed
+    /// to a live endpoint (e.g. by kube-proxy's rules before a takeover) are kept, and
+    /// those DNAT'ed to an endpoint that stopped serving are endpoint targets.
     pub fn filter(&self) -> Filter {
         match *self {
-            Target::Dst { addr, port } => Filter::udp_orig_dst(addr, Some(port)),
-            Target::NodePort { v6, port } => Filter::udp_nodeport(
+            Target::Dst { addr, port } => Filter::udp_unnated(addr, port),
+            Target::NodePort { v6, port } => Filter::udp_unnated_nodeport(
                 if v6 {
                     ct_netlink::Family::V6
                 } else {
@@ -50,64 +55,23 @@ impl Target {
 
 /// The UDP destinations the tables send to endpoints (the ruleset knows which sets
 /// hold them: `ruleset::incremental::served_destinations`).
-pub fn served_destinations(tables: &[Table]) -> BTreeSet<Target> {
+pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<Target> {
     ruleset::incremental::served_destinations(tables)
         .into_iter()
-        .map(|s| match s {
-            Served::Dst { addr, port } => Target::Dst { addr, port },
-            Served::NodePort { v6, port } => Target::NodePort { v6, port },
-        })
+        .map(of_served)
         .collect()
+}
+
+/// The destination target of a served destination.
+pub fn of_served(s: Served) -> Target {
+    match s {
+        Served::Dst { addr, port } => Target::Dst { addr, port },
+        Served::NodePort { v6, port } => Target::NodePort { v6, port },
+    }
 }
 
 /// Every `address . port` DNAT target in the endpoint maps of the tables (all protocols:
 /// the maps do not say; used only on the first sync after a restart).
-pub fn table_endpoints(tables: &[Table]) -> BTreeSet<(IpAddr, u16)> {
+pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
     ruleset::incremental::table_endpoints(tables)
-}
-
-/// Per UDP service port and family: the endpoints that serve it (ready or serving).
-pub type EndpointSnapshot = BTreeMap<(ServiceKey, String, IpFamily), BTreeSet<(IpAddr, u16)>>;
-
-/// The serving endpoints of every UDP service port, per family.
-pub fn endpoint_snapshot(cluster: &Cluster, families: &[IpFamily]) -> EndpointSnapshot {
-    let idx = cluster.endpoint_index();
-    let mut out = EndpointSnapshot::new();
-    for svc in cluster.services.values() {
-        let slices = idx.get(&svc.key).map(Vec::as_slice).unwrap_or(&[]);
-        for port in svc.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
-            for fam in families {
-                let eps: BTreeSet<(IpAddr, u16)> = resolve_endpoints(slices, port, *fam)
-                    .into_iter()
-                    .filter(|e| e.ready || e.serving)
-                    .map(|e| (e.addr, e.port))
-                    .collect();
-                if !eps.is_empty() {
-                    out.insert((svc.key.clone(), port.name.clone(), *fam), eps);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Endpoints that served a UDP service port in `old` and do not serve it in `new`.
-pub fn stale_endpoints(old: &EndpointSnapshot, new: &EndpointSnapshot) -> BTreeSet<Target> {
-    let empty = BTreeSet::new();
-    let mut out = BTreeSet::new();
-    for (k, eps) in old {
-        let now = new.get(k).unwrap_or(&empty);
-        for (addr, port) in eps.difference(now) {
-            out.insert(Target::Endpoint {
-                addr: *addr,
-                port: *port,
-            });
-        }
-    }
-    out
-}
-
-/// The destination targets of moving from `old` to `new` served destinations.
-pub fn new_destinations(old: &BTreeSet<Target>, new: &BTreeSet<Target>) -> BTreeSet<Target> {
-    new.difference(old).copied().collect()
 }

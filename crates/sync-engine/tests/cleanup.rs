@@ -192,7 +192,7 @@ fn backlog(slice_targets: usize) -> Duration {
 
     // The change's own targets go first, in the slice of the sync that committed it.
     let log = w.take();
-    let cluster_ip = Call::Delete(ct_netlink::Filter::udp_orig_dst(ip(CLUSTER_IP), Some(53)));
+    let cluster_ip = Call::Delete(ct_netlink::Filter::udp_unnated(ip(CLUSTER_IP), 53));
     let before = log
         .iter()
         .take_while(|c| **c != cluster_ip)

@@ -323,7 +323,7 @@ fn full_resync_trusts_memory_unless_generation_moved() {
     assert!(r.ops > 0);
     assert_eq!(*w.dumps.lock().unwrap(), 4);
     assert_eq!(e.status().snapshot().repairs, 1);
-    assert_eq!(w.tables.lock().unwrap().as_slice(), e.committed().unwrap());
+    assert_eq!(*w.tables.lock().unwrap(), e.committed().unwrap());
 }
 
 /// Another program committing right after our commit (the generation read back is not
@@ -409,7 +409,7 @@ fn restart_replaces_the_old_table_in_one_batch_without_flushing_conntrack() {
     // The batch never deletes the table (no moment without rules).
     assert_eq!(
         w.tables.lock().unwrap().as_slice(),
-        third.committed().unwrap()
+        &third.committed().unwrap()[..]
     );
 }
 
@@ -554,7 +554,7 @@ fn repairs_back_off_while_another_program_fights_over_our_table() {
     e.handle(Event::ServiceApplied(udp_lb()));
     listed(&mut e);
     e.sync().unwrap();
-    let desired = e.committed().unwrap().to_vec();
+    let desired = e.committed().unwrap();
     let t0 = w.clock.now();
     let tamper = |w: &World| -> u32 {
         let mut t = w.tables.lock().unwrap();

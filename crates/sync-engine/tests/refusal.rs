@@ -184,7 +184,7 @@ fn a_refused_batch_is_followed_by_a_replacement_in_one_batch() {
     assert!(batches[0]
         .iter()
         .any(|op| matches!(op, Op::AddTable { .. })));
-    assert_eq!(w.tables.lock().unwrap().as_slice(), e.committed().unwrap());
+    assert_eq!(*w.tables.lock().unwrap(), e.committed().unwrap());
     assert!(e.status().snapshot().skipped_service_ports.is_empty());
 }
 

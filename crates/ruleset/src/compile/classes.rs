@@ -178,7 +178,8 @@ impl Class {
         ));
         let map: SetName = self.endpoints_map().into();
         for (i, e) in eps.iter().enumerate() {
-            let mut k = key.to_vec();
+            let mut k = Vec::with_capacity(key.len() + 1);
+            k.extend_from_slice(key);
             k.push(Value::Int(i as u32));
             out.push((
                 map.clone(),

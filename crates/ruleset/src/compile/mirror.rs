@@ -45,6 +45,7 @@ fn by_key(e: &Element) -> (&Vec<Value>, &Option<Vec<Value>>) {
 /// A claimant of a destination.
 #[derive(Debug, Clone)]
 struct Claimant {
+    order: PortOrder,
     id: PortId,
     claim: Arc<Claim>,
 }
@@ -71,7 +72,11 @@ pub struct Mirror {
     /// Per-port sets and chains (session affinity), counted.
     sets: BTreeMap<String, (Set, u32)>,
     chains: BTreeMap<String, (Chain, u32)>,
-    claims: BTreeMap<ClaimKey, BTreeMap<PortOrder, Claimant>>,
+    /// Per destination its claimants, first (winning) first: almost always one, so a
+    /// small vector rather than a map (a map's node would cost ~1.5 KiB per claim).
+    claims: BTreeMap<ClaimKey, Vec<Claimant>>,
+    /// Destinations with more than one claimant (conflicts are listed from these only).
+    contested: BTreeSet<ClaimKey>,
     classes: BTreeMap<Class, u32>,
     journal: Option<Journal>,
 }
@@ -87,6 +92,7 @@ impl Mirror {
             sets: BTreeMap::new(),
             chains: BTreeMap::new(),
             claims: BTreeMap::new(),
+            contested: BTreeSet::new(),
             classes: BTreeMap::new(),
             journal: journaled.then(Journal::default),
         }
@@ -105,7 +111,7 @@ impl Mirror {
     pub fn owner(&self, key: &ClaimKey) -> Option<PortId> {
         self.claims
             .get(key)
-            .and_then(|c| c.values().next())
+            .and_then(|c| c.first())
             .map(|w| w.id.clone())
     }
 
@@ -239,16 +245,30 @@ impl Mirror {
             if let Some(j) = self.journal.as_mut() {
                 j.claims.insert(c.key.clone());
             }
-            let claimants = self.claims.entry(c.key.clone()).or_default();
-            let old_winner = claimants.values().next().map(|w| w.claim.clone());
+            let claimants = self
+                .claims
+                .entry(c.key.clone())
+                .or_insert_with(|| Vec::with_capacity(1));
+            let old_winner = claimants.first().map(|w| w.claim.clone());
+            let at = match claimants.binary_search_by(|x| x.order.cmp(&f.order)) {
+                Ok(i) => {
+                    claimants.remove(i);
+                    i
+                }
+                Err(i) => i,
+            };
             claimants.insert(
-                f.order.clone(),
+                at,
                 Claimant {
+                    order: f.order.clone(),
                     id: f.id.clone(),
                     claim: Arc::clone(c),
                 },
             );
-            let wins = claimants.keys().next() == Some(&f.order);
+            let wins = at == 0;
+            if claimants.len() > 1 {
+                self.contested.insert(c.key.clone());
+            }
             if wins {
                 if let Some(old) = old_winner {
                     self.deactivate(&old);
@@ -267,9 +287,15 @@ impl Mirror {
             let Some(claimants) = self.claims.get_mut(&c.key) else {
                 continue;
             };
-            let was_winner = claimants.keys().next() == Some(&f.order);
-            claimants.remove(&f.order);
-            let next = claimants.values().next().map(|w| w.claim.clone());
+            let Ok(at) = claimants.binary_search_by(|x| x.order.cmp(&f.order)) else {
+                continue;
+            };
+            let was_winner = at == 0;
+            claimants.remove(at);
+            let next = claimants.first().map(|w| w.claim.clone());
+            if claimants.len() <= 1 {
+                self.contested.remove(&c.key);
+            }
             if claimants.is_empty() {
                 self.claims.remove(&c.key);
             }
@@ -360,12 +386,12 @@ impl Mirror {
         t
     }
 
-    /// Conflicts on these destinations (all of them with `None`): every claimant but the
-    /// first, with the first.
+    /// Conflicts on these destinations (all of them with `None`, in work proportional to
+    /// the conflicts): every claimant but the first, with the first.
     pub fn conflicts(&self, keys: Option<&BTreeSet<ClaimKey>>) -> Vec<Conflict> {
         let mut out = Vec::new();
-        let mut check = |key: &ClaimKey, claimants: &BTreeMap<PortOrder, Claimant>| {
-            let mut it = claimants.values();
+        let mut check = |key: &ClaimKey, claimants: &Vec<Claimant>| {
+            let mut it = claimants.iter();
             let Some(winner) = it.next() else { return };
             for loser in it {
                 out.push(Conflict {
@@ -377,8 +403,10 @@ impl Mirror {
         };
         match keys {
             None => {
-                for (k, c) in &self.claims {
-                    check(k, c);
+                for k in &self.contested {
+                    if let Some(c) = self.claims.get(k) {
+                        check(k, c);
+                    }
                 }
             }
             Some(keys) => {
@@ -398,7 +426,7 @@ impl Mirror {
             .filter(|k| {
                 self.claims
                     .get(*k)
-                    .and_then(|c| c.values().next())
+                    .and_then(|c| c.first())
                     .is_some_and(|w| w.claim.served)
             })
             .cloned()

@@ -317,7 +317,7 @@ impl World {
     }
     /// The cleanup targets recorded in the (fake) kernel's tables.
     pub fn recorded(&self) -> Vec<sync_engine::targets::Target> {
-        let mut v = sync_engine::cleanup::recorded_in(&self.tables.lock().unwrap());
+        let mut v = sync_engine::cleanup::recorded_in(self.tables.lock().unwrap().iter());
         v.sort();
         v
     }
@@ -386,10 +386,10 @@ pub fn listed(e: &mut Engine<FakeNft, FakeCt, FakeClock>) {
 
 pub fn four_deletes() -> Vec<Filter> {
     let mut v = vec![
-        Filter::udp_orig_dst(ip(CLUSTER_IP), Some(53)),
-        Filter::udp_orig_dst(ip(EXTERNAL_IP), Some(53)),
-        Filter::udp_orig_dst(ip(LB_IP), Some(53)),
-        Filter::udp_nodeport(CtFamily::V4, NODE_PORT),
+        Filter::udp_unnated(ip(CLUSTER_IP), 53),
+        Filter::udp_unnated(ip(EXTERNAL_IP), 53),
+        Filter::udp_unnated(ip(LB_IP), 53),
+        Filter::udp_unnated_nodeport(CtFamily::V4, NODE_PORT),
     ];
     v.sort_by_key(|f| format!("{f}"));
     v

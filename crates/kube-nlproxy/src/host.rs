@@ -3,7 +3,10 @@
 
 use std::io;
 use std::net::IpAddr;
+use std::sync::mpsc::SyncSender;
 use std::time::Duration;
+
+use sync_engine::Event;
 
 use tracing::{info, warn};
 
@@ -13,6 +16,47 @@ use crate::config::v1alpha1::Conntrack;
 /// RTM_GETADDR dump (crate `rt-netlink`).
 pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
     rt_netlink::local_addresses().map_err(io::Error::other)
+}
+
+/// Follow the host's addresses on a thread of its own: an rtnetlink monitor of both
+/// address groups, polled every `every`; on any notification (or lost ones) the
+/// addresses are read again with a dump and, when they differ from the last list sent,
+/// sent as [`Event::HostAddresses`]. Stops when the receiver is gone. Without a monitor
+/// socket the addresses read at start stay (logged).
+pub fn follow_addresses(tx: SyncSender<Event>, mut last: Vec<String>, every: Duration) {
+    let mut monitor = match rt_netlink::AddrMonitor::open() {
+        Ok(m) => m,
+        Err(e) => {
+            warn!(err = %e, "Cannot follow the host's addresses; those read at start stay");
+            return;
+        }
+    };
+    std::thread::spawn(move || loop {
+        std::thread::sleep(every);
+        let changed = match monitor.poll() {
+            Ok(c) => c.overflow || !c.events.is_empty(),
+            Err(e) => {
+                warn!(err = %e, "Reading the host's address changes");
+                true
+            }
+        };
+        if !changed {
+            continue;
+        }
+        let now: Vec<String> = match local_addresses() {
+            Ok(a) => a.iter().map(ToString::to_string).collect(),
+            Err(e) => {
+                warn!(err = %e, "Cannot list the host's addresses");
+                continue;
+            }
+        };
+        if now != last {
+            last = now.clone();
+            if tx.send(Event::HostAddresses(now)).is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// Whether this process shares its network namespace with pid 1 (the host's, for a

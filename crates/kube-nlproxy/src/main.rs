@@ -173,6 +173,13 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         return dry_run(settings, rx);
     }
     let rx = operate::counting(rx, metrics.clone())?;
+    if !flags.once {
+        host::follow_addresses(
+            tx.clone(),
+            settings.ruleset.local_addresses.clone(),
+            std::time::Duration::from_millis(500),
+        );
+    }
     let ops = Operate {
         metrics,
         families,
@@ -592,6 +599,7 @@ fn collect_and_compile(
                 );
             }
             Ok(Event::ServiceCidrs(c)) => config.service_cidrs = c,
+            Ok(Event::HostAddresses(a)) => config.local_addresses = a,
             Ok(Event::ServicesListed) => services = true,
             Ok(Event::SlicesListed) => slices = true,
             Ok(Event::Resync | Event::SourceStalled { .. } | Event::SourceRecovered { .. }) => {}

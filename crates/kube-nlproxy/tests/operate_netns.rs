@@ -327,3 +327,73 @@ fn servers_start_independently_and_retry_binding() {
     drop(holder);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The elements of `nodeport-ips` in the namespace's IPv4 table.
+fn nodeport_ips(ns: &Netns) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft", "list", "set", "ip"])
+        .args(["kube-nlproxy", "nodeport-ips"])
+        .output()
+        .expect("nft");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// nodePortAddresses selects among the host's addresses as they are now: an address
+/// added after the start serves NodePorts, one removed stops (an rtnetlink monitor, not
+/// the list read at start).
+#[test]
+fn node_port_addresses_follow_the_hosts_addresses() {
+    require_root!();
+    let ns = Netns::new("hostaddr");
+    ns.ip(&["addr", "add", "198.18.5.1/32", "dev", "lo"]);
+    let dir = std::env::temp_dir().join(format!("nlp-hostaddr-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("node.yaml"), node_manifest()).unwrap();
+    std::fs::write(dir.join("lb.yaml"), lb_manifest(&["node-a"])).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns.name(), BIN, "--manifests"])
+        .arg(&dir)
+        .args(["--hostname-override", "node-a", "--proxy-mode", "nftables"])
+        .args(["--nodeport-addresses", "198.18.5.0/24"])
+        .args([
+            "--manifests-poll",
+            "100ms",
+            "--iptables-min-sync-period",
+            "100ms",
+        ])
+        .args(["--healthz-bind-address", "127.0.0.1:10256"])
+        .args(["--metrics-bind-address", "127.0.0.1:10249"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kube-nlproxy");
+    let _daemon = Running(child);
+    let mut last = String::new();
+    assert!(
+        wait_until(WAIT, || {
+            last = nodeport_ips(&ns);
+            last.contains("198.18.5.1")
+        }),
+        "the address present at start is not a NodePort address: {last}"
+    );
+    assert!(!last.contains("198.18.5.7"), "{last}");
+
+    ns.ip(&["addr", "add", "198.18.5.7/32", "dev", "lo"]);
+    assert!(
+        wait_until(WAIT, || {
+            last = nodeport_ips(&ns);
+            last.contains("198.18.5.7")
+        }),
+        "an address added after the start is not served: {last}"
+    );
+    ns.ip(&["addr", "del", "198.18.5.1/32", "dev", "lo"]);
+    assert!(
+        wait_until(WAIT, || {
+            last = nodeport_ips(&ns);
+            !last.contains("198.18.5.1") && last.contains("198.18.5.7")
+        }),
+        "a removed address is still served: {last}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

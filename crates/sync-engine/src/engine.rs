@@ -408,6 +408,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     self.queue();
                 }
             }
+            Event::HostAddresses(addrs) => {
+                if self.cfg.ruleset.local_addresses != addrs {
+                    tracing::info!(addresses = ?addrs, "host addresses changed");
+                    self.cfg.ruleset.local_addresses = addrs;
+                    self.queue();
+                }
+            }
             Event::SourceStalled { source, since } => self.status.update(|s| {
                 s.stalled_sources.insert(source, since);
             }),

@@ -69,6 +69,9 @@ pub enum Event {
     /// The cluster's service CIDRs (`spec.cidrs` of every ServiceCIDR object) changed:
     /// the whole list as it is now.
     ServiceCidrs(Vec<String>),
+    /// The host's interface addresses changed (rtnetlink): the whole list as it is now
+    /// (they select the NodePort addresses among `nodePortAddresses`).
+    HostAddresses(Vec<String>),
     /// A source (e.g. `"service"`) has made no progress since `since`: what it last
     /// delivered may be stale. Counts as a change queued at `since` for the health check.
     SourceStalled {

@@ -31,7 +31,7 @@ use nft_model::{Family, Op, TableRef};
 use sync_engine::{
     Clock, ConntrackKernel, Engine, EngineConfig, Event, NftKernel, Observer, SyncReport,
 };
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::flags::{Flags, Parsed};
 use crate::settings::Settings;
@@ -262,28 +262,11 @@ struct LogObserver {
     synced: Arc<AtomicBool>,
 }
 
-fn log_report(r: &SyncReport) {
-    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-    debug!(
-        kind = if r.full { "full" } else { "partial" },
-        services = r.services,
-        endpoints = r.endpoints,
-        ops = r.ops,
-        bytes = r.bytes,
-        compile_ms = ms(r.compile),
-        commit_ms = ms(r.commit),
-        conntrack_ms = ms(r.conntrack),
-        conntrack_deleted = r.conntrack_deleted,
-        conntrack_targets = r.conntrack_targets,
-        invalid = r.errors.len(),
-        "synced"
-    );
-}
-
 impl Observer for LogObserver {
     fn synced(&self, r: &SyncReport) {
+        // the engine logs the sync itself (one DEBUG line)
+        let _ = r;
         self.synced.store(true, Ordering::SeqCst);
-        log_report(r);
     }
 }
 
@@ -378,12 +361,9 @@ where
             }
         }
         return match engine.sync() {
-            Ok(r) => {
+            Ok(_) => {
                 // The rest of a large cleanup backlog, before exiting.
                 engine.drain_cleanup();
-                if !synced.load(Ordering::SeqCst) {
-                    log_report(&r);
-                }
                 // Exiting: the kernel frees the model and the compiler at once (freeing
                 // them piece by piece takes a tenth of a second at 10,000 services).
                 std::mem::forget(engine);

@@ -606,9 +606,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
 
 /// One DEBUG line per sync (kube-proxy logs its syncs at -v=2), key=value fields.
 fn log_sync(r: &SyncReport) {
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
     tracing::debug!(
-        full = r.full,
+        kind = if r.full { "full" } else { "partial" },
         services = r.services,
         endpoints = r.endpoints,
         ops = r.ops,
@@ -616,9 +616,9 @@ fn log_sync(r: &SyncReport) {
         compile_ms = ms(r.compile),
         commit_ms = ms(r.commit),
         conntrack_ms = ms(r.conntrack),
-        targets = r.conntrack_targets,
-        deleted = r.conntrack_deleted,
-        pending = r.conntrack_pending,
+        conntrack_targets = r.conntrack_targets,
+        conntrack_deleted = r.conntrack_deleted,
+        conntrack_pending = r.conntrack_pending,
         invalid = r.errors.len(),
         "synced"
     );

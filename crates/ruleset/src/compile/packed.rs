@@ -85,55 +85,57 @@ fn packed_len(v: &Value) -> usize {
     }
 }
 
-/// The values of a section (which the packer wrote: anything else ends the list).
-fn values(mut b: &[u8]) -> Vec<Value> {
-    let mut out = Vec::new();
-    while let Some((&tag, rest)) = b.split_first() {
-        let take = |n: usize| rest.get(..n);
-        let (v, n) = match tag {
-            T_IPV4 => match take(4).and_then(|x| <[u8; 4]>::try_from(x).ok()) {
-                Some(o) => (Value::Ipv4(Ipv4Addr::from(o)), 4),
-                None => break,
-            },
-            T_IPV6 => match take(16).and_then(|x| <[u8; 16]>::try_from(x).ok()) {
-                Some(o) => (Value::Ipv6(Ipv6Addr::from(o)), 16),
-                None => break,
-            },
-            T_PROTO => match take(1) {
-                Some(x) => (Value::Proto(x[0]), 1),
-                None => break,
-            },
-            T_PORT => match take(2) {
-                Some(x) => (Value::Port(u16::from_be_bytes([x[0], x[1]])), 2),
-                None => break,
-            },
-            T_MARK | T_INT => match take(4).and_then(|x| <[u8; 4]>::try_from(x).ok()) {
-                Some(x) => {
-                    let n = u32::from_be_bytes(x);
-                    (
-                        if tag == T_MARK {
-                            Value::Mark(n)
-                        } else {
-                            Value::Int(n)
-                        },
-                        4,
-                    )
-                }
-                None => break,
-            },
-            T_IFNAME => {
-                let end = rest.iter().position(|c| *c == 0).unwrap_or(rest.len());
-                (
-                    Value::Ifname(String::from_utf8_lossy(&rest[..end]).into()),
-                    (end + 1).min(rest.len()),
-                )
+/// The length of the value with this tag at the start of `rest` (None: not a value the
+/// packer wrote).
+fn width(tag: u8, rest: &[u8]) -> Option<usize> {
+    let n = match tag {
+        T_IPV4 | T_MARK | T_INT => 4,
+        T_IPV6 => 16,
+        T_PROTO => 1,
+        T_PORT => 2,
+        T_IFNAME => rest
+            .iter()
+            .position(|c| *c == 0)
+            .map_or(rest.len(), |e| e + 1),
+        _ => return None,
+    };
+    (n <= rest.len()).then_some(n)
+}
+
+/// The values of a section (which the packer wrote: anything else ends the list), in a
+/// vector of exactly their number (tables built from these hold millions).
+fn values(b: &[u8]) -> Vec<Value> {
+    let walk = |mut b: &[u8], mut f: Option<&mut Vec<Value>>| -> usize {
+        let mut count = 0;
+        while let Some((&tag, rest)) = b.split_first() {
+            let Some(n) = width(tag, rest) else { break };
+            if let Some(out) = f.as_deref_mut() {
+                out.push(value(tag, &rest[..n]));
             }
-            _ => break,
-        };
-        out.push(v);
-        b = &rest[n..];
-    }
+            count += 1;
+            b = &rest[n..];
+        }
+        count
+    };
+    let mut out = Vec::with_capacity(walk(b, None));
+    walk(b, Some(&mut out));
     out
+}
+
+/// One value from its tag and bytes (of the length [`width`] gave).
+fn value(tag: u8, x: &[u8]) -> Value {
+    let u32_of = |x: &[u8]| u32::from_be_bytes(<[u8; 4]>::try_from(x).unwrap_or_default());
+    match tag {
+        T_IPV4 => Value::Ipv4(Ipv4Addr::from(u32_of(x))),
+        T_IPV6 => Value::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(x).unwrap_or_default())),
+        T_PROTO => Value::Proto(x.first().copied().unwrap_or_default()),
+        T_PORT => Value::Port(u16::from_be_bytes(
+            <[u8; 2]>::try_from(x).unwrap_or_default(),
+        )),
+        T_MARK => Value::Mark(u32_of(x)),
+        T_INT => Value::Int(u32_of(x)),
+        _ => Value::Ifname(String::from_utf8_lossy(x.strip_suffix(&[0]).unwrap_or(x)).into()),
+    }
 }
 
 fn put_verdict(out: &mut Vec<u8>, v: &Verdict) {
@@ -365,6 +367,8 @@ mod tests {
         fn packing_round_trips_and_keeps_the_order(a in element(), b in element()) {
             let (pa, pb) = (Packed::new(&a), Packed::new(&b));
             prop_assert_eq!(pa.element(), a.clone());
+            // unpacked at their size (tables hold millions of these vectors)
+            prop_assert_eq!(pa.element().key.capacity(), a.key.len());
             prop_assert_eq!(pb.element(), b.clone());
             let want = (&a.key, &a.key_end).cmp(&(&b.key, &b.key_end));
             prop_assert_eq!(ByKey(pa.clone()).cmp(&ByKey(pb.clone())), want);

@@ -68,6 +68,20 @@ pub struct Fragment {
     pub errors: Vec<RulesetError>,
 }
 
+impl Fragment {
+    /// Whether the fragment puts nothing into the table and asks for nothing: no
+    /// elements, objects, serving endpoints, node dependency or errors.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+            && self.shared.is_empty()
+            && self.chains.is_empty()
+            && self.sets.is_empty()
+            && self.udp_serving.is_empty()
+            && !self.node_dependent
+            && self.errors.is_empty()
+    }
+}
+
 /// Which list a destination is served from, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {

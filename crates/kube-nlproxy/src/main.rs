@@ -8,6 +8,7 @@ mod config;
 mod deploy_tests;
 mod duration;
 mod flags;
+mod heap;
 mod host;
 mod kube_source;
 mod leftovers;
@@ -37,6 +38,7 @@ use crate::flags::{Flags, Parsed};
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
+    heap::tune();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("explain") {
         return explain_main(args);

@@ -156,12 +156,17 @@ fn build_service(
     let Some(svc) = cluster.services.get(key) else {
         return Vec::new();
     };
-    svc.ports
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| excluded.is_empty() || !excluded.contains(&PortId::new(key, p)))
-        .map(|(i, p)| fragment(ctx, svc, i, p, slices))
-        .collect()
+    // Allocated at its size: collecting a filtered iterator reserves room for four, and
+    // the compiler keeps this vector for every service.
+    let mut out = Vec::with_capacity(svc.ports.len());
+    out.extend(
+        svc.ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| excluded.is_empty() || !excluded.contains(&PortId::new(key, p)))
+            .map(|(i, p)| fragment(ctx, svc, i, p, slices)),
+    );
+    out
 }
 
 impl Compiler {
@@ -405,7 +410,7 @@ fn served_of(frags: &BTreeMap<ServiceKey, Vec<Fragment>>) -> BTreeMap<ClaimKey, 
 }
 
 impl FamilyState {
-    fn insert(&mut self, key: ServiceKey, frags: Vec<Fragment>) {
+    fn insert(&mut self, key: ServiceKey, mut frags: Vec<Fragment>) {
         if frags.iter().any(|f| f.node_dependent) {
             self.node_dependent.insert(key.clone());
         } else {
@@ -419,6 +424,9 @@ impl FamilyState {
         for f in &frags {
             self.mirror.add(f);
         }
+        // A port with nothing in this family (a single-stack service's other family) is
+        // not kept: rebuilding it later finds nothing to take out either.
+        frags.retain(|f| !f.is_empty());
         if frags.is_empty() {
             self.fragments.remove(&key);
         } else {

@@ -13,13 +13,13 @@
 //! endpoint's share is within a factor 1 ± 2^-DRAWS of 1/N (see [`share`]).
 
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use kube_model::ResolvedEndpoint;
 use nft_model::build::{self, KeyField};
 use nft_model::*;
 
 use super::fragment::SetName;
+use super::packed::Packed;
 use crate::rules::{addr_type, fam_value, DST_KEY, PORT_KEY};
 
 /// Lists up to this size get their own modulus (exact uniform choice in one draw).
@@ -170,24 +170,17 @@ impl Class {
 
     /// The elements of a list of endpoints under `key`: the membership and one map
     /// element per endpoint, slot = position in the (sorted) list.
-    pub fn elements(self, key: &[Value], eps: &[ResolvedEndpoint]) -> Vec<(SetName, Arc<Element>)> {
+    pub fn elements(self, key: &[Value], eps: &[ResolvedEndpoint]) -> Vec<(SetName, Packed)> {
         let mut out = Vec::with_capacity(eps.len() + 1);
-        out.push((
-            self.dests_set().into(),
-            Arc::new(Element::key(key.to_vec())),
-        ));
+        let key: Vec<&Value> = key.iter().collect();
+        out.push((self.dests_set().into(), Packed::values(&key, None)));
         let map: SetName = self.endpoints_map().into();
         for (i, e) in eps.iter().enumerate() {
-            let mut k = Vec::with_capacity(key.len() + 1);
-            k.extend_from_slice(key);
-            k.push(Value::Int(i as u32));
-            out.push((
-                map.clone(),
-                Arc::new(Element::map(
-                    k,
-                    ElemData::Values(vec![fam_value(&e.addr), Value::Port(e.port)]),
-                )),
-            ));
+            let slot = Value::Int(i as u32);
+            let mut k = key.clone();
+            k.push(&slot);
+            let (addr, port) = (fam_value(&e.addr), Value::Port(e.port));
+            out.push((map.clone(), Packed::values(&k, Some(&[&addr, &port]))));
         }
         out
     }
@@ -228,10 +221,13 @@ pub fn share(n: u32) -> Vec<f64> {
 }
 
 /// The endpoint addresses of lists, for the hairpin set.
-pub fn hairpin_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Element> {
+pub fn hairpin_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Packed> {
     addrs
         .into_iter()
-        .map(|a| Element::key(vec![fam_value(&a), fam_value(&a)]))
+        .map(|a| {
+            let v = fam_value(&a);
+            Packed::values(&[&v, &v], None)
+        })
         .collect()
 }
 

@@ -16,6 +16,7 @@ use nft_model::*;
 
 use super::affinity;
 use super::classes::{class_of, hairpin_elements, Class, Space};
+use super::packed::Packed;
 use super::Ctx;
 use crate::names::*;
 use crate::rules::fam_value;
@@ -40,7 +41,7 @@ pub type ClaimKey = Vec<Value>;
 pub struct Claim {
     pub key: ClaimKey,
     /// (set or map name, element)
-    pub elements: Vec<(SetName, Arc<Element>)>,
+    pub elements: Vec<(SetName, Packed)>,
     /// The endpoint classes these elements use (their chains and maps must exist).
     pub classes: Vec<Class>,
     /// Whether traffic to this destination is sent to endpoints (conntrack cleanup of
@@ -56,7 +57,7 @@ pub struct Fragment {
     /// Shared with the mirror, which keeps every claimant of a destination.
     pub claims: Vec<Arc<Claim>>,
     /// Elements of sets shared with other ports (present while any port adds them).
-    pub shared: Vec<(SetName, Arc<Element>)>,
+    pub shared: Vec<(SetName, Packed)>,
     /// Per-port chains and sets (session affinity).
     pub chains: Vec<Chain>,
     pub sets: Vec<Set>,
@@ -65,6 +66,20 @@ pub struct Fragment {
     /// Whether the fragment depends on the node (local endpoints, topology, node IPs).
     pub node_dependent: bool,
     pub errors: Vec<RulesetError>,
+}
+
+impl Fragment {
+    /// Whether the fragment puts nothing into the table and asks for nothing: no
+    /// elements, objects, serving endpoints, node dependency or errors.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+            && self.shared.is_empty()
+            && self.chains.is_empty()
+            && self.sets.is_empty()
+            && self.udp_serving.is_empty()
+            && !self.node_dependent
+            && self.errors.is_empty()
+    }
 }
 
 /// Which list a destination is served from, and how.
@@ -131,7 +146,10 @@ pub fn fragment(
             (true, true) => NO_LOCAL_ENDPOINT_NODEPORTS,
         };
         Claim {
-            elements: vec![(set.into(), Arc::new(Element::key(key.clone())))],
+            elements: vec![(
+                set.into(),
+                Packed::values(&key.iter().collect::<Vec<_>>(), None),
+            )],
             key,
             classes: Vec::new(),
             served: false,
@@ -144,7 +162,7 @@ pub fn fragment(
     if let Some(cip) = svc.cluster_ip(ctx.fam) {
         f.shared.push((
             CLUSTER_IPS.into(),
-            Arc::new(Element::key(vec![fam_value(&cip)])),
+            Packed::values(&[&fam_value(&cip)], None),
         ));
         let local = svc.internal_traffic_policy == TrafficPolicy::Local;
         let (list, route) = if local {
@@ -239,7 +257,7 @@ pub fn fragment(
         f.shared.extend(
             hairpin_elements(list.iter().map(|e| e.addr))
                 .into_iter()
-                .map(|e| (hairpin.clone(), Arc::new(e))),
+                .map(|e| (hairpin.clone(), e)),
         );
         if let Some(timeout) = affinity {
             let (chains, sets) = affinity::list_objects(ctx, &id, local, proto, list, timeout);
@@ -273,7 +291,7 @@ fn goto_claim(key: ClaimKey, map: &str, chain: String) -> Claim {
     Claim {
         elements: vec![(
             map.into(),
-            Arc::new(Element::map(
+            Packed::new(&Element::map(
                 key.clone(),
                 ElemData::Verdict(Verdict::Goto(chain)),
             )),
@@ -310,7 +328,10 @@ fn route_claim(
         ),
     };
     let mut claim = Claim {
-        elements: vec![(dispatch.into(), Arc::new(Element::key(key.clone())))],
+        elements: vec![(
+            dispatch.into(),
+            Packed::values(&key.iter().collect::<Vec<_>>(), None),
+        )],
         key,
         classes: Vec::new(),
         served: true,
@@ -359,9 +380,10 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
         let Some(claim) = claims.iter_mut().find(|c| c.key == key) else {
             continue;
         };
-        claim
-            .elements
-            .push((FIREWALL_IPS.into(), Arc::new(Element::key(key.clone()))));
+        claim.elements.push((
+            FIREWALL_IPS.into(),
+            Packed::values(&key.iter().collect::<Vec<_>>(), None),
+        ));
         let mut srcs: Vec<(IpAddr, IpAddr)> = ranges.iter().map(|r| (r.addr, r.last())).collect();
         if allow_from_node {
             srcs.extend(lb_ips.iter().map(|ip| (*ip, *ip)));
@@ -374,7 +396,7 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
             e.push(fam_value(&z));
             claim.elements.push((
                 allow.clone(),
-                Arc::new(Element {
+                Packed::new(&Element {
                     key_end: Some(e),
                     ..Element::key(k)
                 }),

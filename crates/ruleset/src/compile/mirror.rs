@@ -12,31 +12,10 @@ use nft_model::*;
 
 use super::classes::Class;
 use super::fragment::{Claim, ClaimKey, Fragment, PortOrder, SetName};
+use super::packed::{ByKey, Packed};
 use super::skeleton::Skeleton;
 use crate::names::{PortId, TABLE};
 use crate::RulesetError;
-
-/// An element ordered and compared by its identity in its set (key and range end), not
-/// its data: shared with the fragments that add it, never copied.
-#[derive(Debug, Clone)]
-pub struct ByKey(pub Arc<Element>);
-
-impl PartialEq for ByKey {
-    fn eq(&self, other: &ByKey) -> bool {
-        self.0.key == other.0.key && self.0.key_end == other.0.key_end
-    }
-}
-impl Eq for ByKey {}
-impl PartialOrd for ByKey {
-    fn partial_cmp(&self, other: &ByKey) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for ByKey {
-    fn cmp(&self, other: &ByKey) -> std::cmp::Ordering {
-        (&self.0.key, &self.0.key_end).cmp(&(&other.0.key, &other.0.key_end))
-    }
-}
 
 fn by_key(e: &Element) -> (&Vec<Value>, &Option<Vec<Value>>) {
     (&e.key, &e.key_end)
@@ -54,7 +33,7 @@ struct Claimant {
 #[derive(Debug, Default)]
 struct Journal {
     /// set -> element (by key) -> the element before (None: absent)
-    elements: BTreeMap<SetName, BTreeMap<ByKey, Option<Arc<Element>>>>,
+    elements: BTreeMap<SetName, BTreeMap<ByKey, Option<Packed>>>,
     /// skeleton or per-port sets whose declaration (or, for per-port sets, content) changed
     sets: BTreeMap<String, Option<Set>>,
     chains: BTreeMap<String, Option<Chain>>,
@@ -135,13 +114,13 @@ impl Mirror {
                 .elements
                 .get(&**set)
                 .and_then(|m| m.get_key_value(key))
-                .map(|(e, _)| Arc::clone(&e.0));
+                .map(|(e, _)| e.0.clone());
             per.insert(key.clone(), before);
         }
     }
 
-    fn add_element(&mut self, set: &SetName, e: &Arc<Element>) {
-        let k = ByKey(Arc::clone(e));
+    fn add_element(&mut self, set: &SetName, e: &Packed) {
+        let k = ByKey(e.clone());
         if let Some(n) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) {
             *n += 1;
             return;
@@ -154,8 +133,8 @@ impl Mirror {
         .insert(k, 1);
     }
 
-    fn remove_element(&mut self, set: &SetName, e: &Arc<Element>) {
-        let k = ByKey(Arc::clone(e));
+    fn remove_element(&mut self, set: &SetName, e: &Packed) {
+        let k = ByKey(e.clone());
         let Some(n) = self.elements.get_mut(&**set).and_then(|m| m.get_mut(&k)) else {
             return;
         };
@@ -366,7 +345,8 @@ impl Mirror {
         let decl = self.skeleton.sets.iter().find(|s| s.name == name)?;
         let mut s = decl.clone();
         if let Some(m) = self.elements.get(name) {
-            s.elements.extend(m.keys().map(|e| (*e.0).clone()));
+            s.elements.reserve(m.len());
+            s.elements.extend(m.keys().map(|e| e.0.element()));
             s.elements.sort_by(|a, b| by_key(a).cmp(&by_key(b)));
         }
         Some(s)
@@ -454,9 +434,9 @@ impl Mirror {
                 let mut b = d.clone();
                 let mut n = d;
                 for (k, was) in touched.into_iter().flatten() {
-                    b.elements.extend(was.iter().map(|e| (**e).clone()));
+                    b.elements.extend(was.iter().map(Packed::element));
                     if let Some((e, _)) = self.elements.get(name).and_then(|m| m.get_key_value(k)) {
-                        n.elements.push((*e.0).clone());
+                        n.elements.push(e.0.element());
                     }
                 }
                 old.sets.push(b);
@@ -468,7 +448,7 @@ impl Mirror {
                 let mut m: BTreeMap<ByKey, ()> = b
                     .elements
                     .drain(..)
-                    .map(|e| (ByKey(Arc::new(e)), ()))
+                    .map(|e| (ByKey(Packed::new(&e)), ()))
                     .collect();
                 if let Some(cur) = self.elements.get(name) {
                     for k in cur.keys() {
@@ -479,10 +459,10 @@ impl Mirror {
                 for (k, was) in touched.into_iter().flatten() {
                     m.remove(k);
                     if let Some(e) = was {
-                        m.insert(ByKey(Arc::clone(e)), ());
+                        m.insert(ByKey(e.clone()), ());
                     }
                 }
-                b.elements = m.into_keys().map(|e| (*e.0).clone()).collect();
+                b.elements = m.into_keys().map(|e| e.0.element()).collect();
                 old.sets.push(b);
             }
             if let Some(n) = self.set_now(name) {

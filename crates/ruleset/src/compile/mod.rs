@@ -11,6 +11,7 @@ pub mod affinity;
 pub mod classes;
 pub mod fragment;
 pub mod mirror;
+pub mod packed;
 pub mod skeleton;
 
 use std::net::IpAddr;

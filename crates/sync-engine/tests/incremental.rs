@@ -369,9 +369,11 @@ proptest! {
                         prop_assert_eq!(&*w.tables.lock().unwrap(), &before);
                         prop_assert!(deletes(&w.take()).is_empty(), "no delete after a failed commit");
                     } else {
-                        // nothing to commit: nothing failed
+                        // nothing to commit: nothing failed, and the sync succeeded
+                        // (what it saw is what the next one's targets start from)
                         prop_assert_eq!(&*w.tables.lock().unwrap(), &before);
                         w.take();
+                        last_model = Some(snapshot(e.cluster()));
                     }
                 }
                 Step::Tamper => {

@@ -14,6 +14,7 @@ pub mod engine;
 pub mod oracle;
 pub mod sample;
 pub mod transport;
+pub mod upstream;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -6,6 +6,8 @@
 //!
 //! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
 
+pub mod bench;
+pub mod bench_cluster;
 pub mod bulk;
 pub mod churn;
 pub mod cluster;

@@ -239,8 +239,7 @@ pub fn nftables_mode(ports: &[Port]) -> String {
 \tmap service-nodeports {{
 \t\ttype inet_proto . inet_service : verdict
 \t\tcomment \"NodePort traffic\"
-\t\telements = {{ {snps} }}
-\t}}
+{snps}\t}}
 \tchain filter-prerouting {{
 \t\ttype filter hook prerouting priority dstnat - 10; policy accept;
 \t\tct state new jump firewall-check
@@ -314,7 +313,12 @@ table ip6 kube-proxy {{
 ",
         ips = ips.join(", "),
         sips = service_ips.join(", "),
-        snps = service_nodeports.join(", "),
+        // nft refuses an empty element list
+        snps = if service_nodeports.is_empty() {
+            String::new()
+        } else {
+            format!("\t\telements = {{ {} }}\n", service_nodeports.join(", "))
+        },
     )
 }
 

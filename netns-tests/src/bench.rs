@@ -42,13 +42,22 @@ pub fn median(v: &[f64]) -> f64 {
 }
 
 /// Start `cmd` inside `ns`: the child enters the namespace between fork and exec.
+///
+/// A forked child starts with a copy of this process's resident memory, and the
+/// kernel keeps that high-water mark in the child's `ru_maxrss` across exec: this
+/// first returns the freed heap to the system (`malloc_trim`) so that `wait4`'s peak
+/// RSS is the program's own (the daemon's peak is read from `VmHWM` anyway).
 pub fn spawn_in(ns: &Netns, cmd: &mut Command) -> std::io::Result<Child> {
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
     let f = File::open(format!("/run/netns/{}", ns.name()))?;
     let fd = f.as_raw_fd();
     // SAFETY: only setns (async-signal-safe) runs between fork and exec, on an fd that
     // stays open until spawn returns.
     unsafe {
         cmd.pre_exec(move || {
+            // dies with the bench (an interrupted run leaves no daemon behind)
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
                 Ok(())
             } else {
@@ -300,10 +309,25 @@ impl Daemon {
         reap(child, self.started)
     }
 
-    /// Wait for the daemon to exit by itself (`--once`) and reap it.
-    pub fn wait(mut self) -> Exit {
+    /// Wait for the daemon to exit by itself (`--once`) and reap it; also its peak RSS
+    /// (`VmHWM`, KiB) read every 5 ms until it exits (a zombie has none).
+    pub fn wait(mut self) -> (Exit, u64) {
+        let mut hwm = 0;
+        while let Some(v) = self.status_kib("VmHWM") {
+            hwm = v;
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let child = self.child.take().expect("running");
-        reap(child, self.started)
+        (reap(child, self.started), hwm)
+    }
+
+    /// When each initial list arrived (the daemon's `listed` lines: kind and time).
+    pub fn listed(&self) -> Vec<(String, Instant)> {
+        let g = self.lines.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.iter()
+            .filter(|(_, l)| l.contains("\"listed\""))
+            .filter_map(|(t, l)| field(l, "kind").map(|k| (k.to_string(), *t)))
+            .collect()
     }
 }
 

@@ -208,7 +208,7 @@ fn cold(o: &Opts, dir: &Path) {
             let file = write_manifest(dir, n, m);
             header(
                 "cold/manifests",
-                &format!("{n} x {m}: --manifests FILE --hostname-override {NODE} --once, fresh namespace; start -> first commit (synced line) and -> exit; peak RSS (wait4)"),
+                &format!("{n} x {m}: --manifests FILE --hostname-override {NODE} --once, fresh namespace; start -> first commit (synced line) and -> exit; peak RSS (VmHWM read every 5 ms)"),
             );
             let (mut first, mut exit, mut rss) = (vec![], vec![], vec![]);
             for r in 0..o.runs {
@@ -228,15 +228,16 @@ fn cold(o: &Opts, dir: &Path) {
                 let synced = d.wait_sync(0, Duration::from_secs(600));
                 let started = d.started;
                 let tail = d.tail(10);
-                let e = d.wait();
+                let (e, hwm) = d.wait();
                 let Some((_, t, s)) = synced.filter(|_| e.success) else {
                     println!("   run {r}: FAILED (exit ok={}):\n{tail}", e.success);
                     continue;
                 };
                 let f = (t - started).as_secs_f64();
                 println!(
-                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB, CPU {:.2} s, ops {}  [load {}]",
+                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB (VmHWM; wait4 {:.0}), CPU {:.2} s, ops {}  [load {}]",
                     e.wall.as_secs_f64(),
+                    mib(hwm),
                     mib(e.maxrss_kib),
                     e.cpu.as_secs_f64(),
                     s.ops,
@@ -244,7 +245,7 @@ fn cold(o: &Opts, dir: &Path) {
                 );
                 first.push(f);
                 exit.push(e.wall.as_secs_f64());
-                rss.push(mib(e.maxrss_kib));
+                rss.push(mib(hwm));
             }
             print_cold_medians(n, &first, Some(&exit), &rss, t_target, rss_target);
             footer();
@@ -252,7 +253,7 @@ fn cold(o: &Opts, dir: &Path) {
         if o.source != "manifests" {
             header(
                 "cold/api",
-                &format!("{n} x {m}: --master URL (API double listing {n} Services + {n} EndpointSlices, in the namespace) -v=2; start -> first synced line; peak RSS (wait4 after kill)"),
+                &format!("{n} x {m}: --master URL (API double listing {n} Services + {n} EndpointSlices, in the namespace) -v=2; start -> first synced line; peak RSS (VmHWM at the first sync)"),
             );
             let (mut first, mut rss) = (vec![], vec![]);
             for r in 0..o.runs {
@@ -263,17 +264,22 @@ fn cold(o: &Opts, dir: &Path) {
                     continue;
                 };
                 let hwm = d.status_kib("VmHWM").unwrap_or(0);
+                let lists = d
+                    .listed()
+                    .iter()
+                    .map(|(k, t)| format!("{k} {:.2} s", (*t - d.started).as_secs_f64()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let e = d.kill();
-                let peak = e.maxrss_kib.max(hwm);
                 println!(
-                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync {:.0} MiB)  [load {}]",
+                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync; wait4 after kill {:.0}); lists complete at: {lists}  [load {}]",
                     f.as_secs_f64(),
-                    mib(peak),
                     mib(hwm),
+                    mib(e.maxrss_kib),
                     loadavg()
                 );
                 first.push(f.as_secs_f64());
-                rss.push(mib(peak));
+                rss.push(mib(hwm));
                 drop(api);
             }
             print_cold_medians(n, &first, None, &rss, t_target, rss_target);

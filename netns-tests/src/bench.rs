@@ -6,8 +6,6 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -41,33 +39,34 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-/// Start `cmd` inside `ns`: the child enters the namespace between fork and exec.
-///
-/// A forked child starts with a copy of this process's resident memory, and the
-/// kernel keeps that high-water mark in the child's `ru_maxrss` across exec: this
-/// first returns the freed heap to the system (`malloc_trim`) so that `wait4`'s peak
-/// RSS is the program's own (the daemon's peak is read from `VmHWM` anyway).
-pub fn spawn_in(ns: &Netns, cmd: &mut Command) -> std::io::Result<Child> {
+/// Start `cmd` inside `ns`: spawned from a thread that entered the namespace (the child
+/// inherits it), so that std can use `posix_spawn` (no copy of this process's page
+/// tables in the timed path, however much memory the bench holds). The heap is trimmed
+/// first. A child so spawned shares this process's memory until its exec, so its
+/// `ru_maxrss` counts ours: peak RSS is read from `VmHWM` ([`peak_rss`]).
+pub fn spawn_in(ns: &Netns, cmd: Command) -> std::io::Result<Child> {
     // SAFETY: malloc_trim has no preconditions.
     unsafe { libc::malloc_trim(0) };
-    let f = File::open(format!("/run/netns/{}", ns.name()))?;
-    let fd = f.as_raw_fd();
-    // SAFETY: only setns (async-signal-safe) runs between fork and exec, on an fd that
-    // stays open until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            // dies with the bench (an interrupted run leaves no daemon behind)
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
+    let mut cmd = cmd;
+    ns.run(move || cmd.spawn())
+}
+
+/// Read `VmHWM` (KiB) of `pid` every 5 ms until it exits (a zombie has none): its
+/// peak RSS, less whatever it grew in its last 5 ms.
+pub fn peak_rss(pid: u32) -> u64 {
+    let mut hwm = 0;
+    while let Some(v) = status_kib(pid, "VmHWM") {
+        hwm = v;
+        std::thread::sleep(Duration::from_millis(5));
     }
-    let child = cmd.spawn();
-    drop(f);
-    child
+    hwm
+}
+
+/// A `/proc/PID/status` value in KiB (`VmRSS`, `VmHWM`).
+pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with(&format!("{key}:")))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// How a child ended.
@@ -76,13 +75,13 @@ pub struct Exit {
     pub success: bool,
     /// From just before the spawn to the reaping.
     pub wall: Duration,
-    /// Peak resident set size (KiB).
+    /// Peak resident set size (KiB), from `VmHWM` ([`peak_rss`]; 0 where not read).
     pub maxrss_kib: u64,
     /// User + system CPU.
     pub cpu: Duration,
 }
 
-/// Reap `child` with `wait4` (its rusage: peak RSS, CPU).
+/// Reap `child` with `wait4` (its CPU from the rusage; `maxrss_kib` left 0).
 pub fn reap(child: Child, started: Instant) -> Exit {
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
@@ -95,7 +94,7 @@ pub fn reap(child: Child, started: Instant) -> Exit {
     Exit {
         success: rc == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         wall,
-        maxrss_kib: ru.ru_maxrss as u64,
+        maxrss_kib: 0,
         cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
     }
 }
@@ -118,8 +117,12 @@ pub fn time_program(
             None => Stdio::null(),
         });
     let started = Instant::now();
-    let child = spawn_in(ns, &mut c)?;
-    Ok(reap(child, started))
+    let child = spawn_in(ns, c)?;
+    let hwm = peak_rss(child.id());
+    Ok(Exit {
+        maxrss_kib: hwm,
+        ..reap(child, started)
+    })
 }
 
 /// One `synced` line of the engine (DEBUG, `-v=2`).
@@ -185,7 +188,7 @@ impl Daemon {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let started = Instant::now();
-        let mut child = spawn_in(ns, &mut c)?;
+        let mut child = spawn_in(ns, c)?;
         let err = child.stderr.take().expect("piped stderr");
         let lines: Lines = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
         let l = lines.clone();
@@ -283,9 +286,7 @@ impl Daemon {
 
     /// A `/proc/PID/status` value in KiB (`VmRSS`, `VmHWM`).
     pub fn status_kib(&self, key: &str) -> Option<u64> {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let line = text.lines().find(|l| l.starts_with(&format!("{key}:")))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        status_kib(self.pid(), key)
     }
 
     /// User + system CPU used so far (`/proc/PID/stat`).
@@ -309,16 +310,15 @@ impl Daemon {
         reap(child, self.started)
     }
 
-    /// Wait for the daemon to exit by itself (`--once`) and reap it; also its peak RSS
-    /// (`VmHWM`, KiB) read every 5 ms until it exits (a zombie has none).
-    pub fn wait(mut self) -> (Exit, u64) {
-        let mut hwm = 0;
-        while let Some(v) = self.status_kib("VmHWM") {
-            hwm = v;
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    /// Wait for the daemon to exit by itself (`--once`) and reap it, with its peak RSS
+    /// ([`peak_rss`]).
+    pub fn wait(mut self) -> Exit {
+        let hwm = peak_rss(self.pid());
         let child = self.child.take().expect("running");
-        (reap(child, self.started), hwm)
+        Exit {
+            maxrss_kib: hwm,
+            ..reap(child, self.started)
+        }
     }
 
     /// When each initial list arrived (the daemon's `listed` lines: kind and time).

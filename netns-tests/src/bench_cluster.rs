@@ -25,16 +25,51 @@ pub fn write_manifest(dir: &Path, n: u32, m: u32) -> PathBuf {
     p
 }
 
+/// The API-server double listening inside a namespace. Dropped there: its accept
+/// thread is woken by a connection to its own address, which only reaches it from
+/// inside (otherwise the thread, and every object it holds, would stay).
+pub struct NsApi {
+    api: Option<ApiServer>,
+    netns: String,
+}
+
+impl std::ops::Deref for NsApi {
+    type Target = ApiServer;
+    fn deref(&self) -> &ApiServer {
+        self.api.as_ref().expect("running")
+    }
+}
+
+impl Drop for NsApi {
+    fn drop(&mut self) {
+        if let Some(api) = self.api.take() {
+            let path = format!("/run/netns/{}", self.netns);
+            let _ = std::thread::spawn(move || {
+                if let Ok(f) = std::fs::File::open(&path) {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: a valid namespace fd; setns affects only this thread.
+                    unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+                }
+                drop(api);
+            })
+            .join();
+        }
+    }
+}
+
 /// The API-server double, listening inside `ns`, holding the node, `n` services and
-/// their slices of `m` endpoints.
-pub fn api_in(ns: &Netns, n: u32, m: u32) -> ApiServer {
+/// their slices of `m` endpoints. Drop it before `ns`.
+pub fn api_in(ns: &Netns, n: u32, m: u32) -> NsApi {
     let api = ns.run(ApiServer::start);
     api.apply(scale_node(NODE));
     for i in 0..n {
         api.apply(scale_service(i));
         api.apply(scale_slice(i, m));
     }
-    api
+    NsApi {
+        api: Some(api),
+        netns: ns.name().to_string(),
+    }
 }
 
 /// The synthetic cluster as upstream's generators see it.

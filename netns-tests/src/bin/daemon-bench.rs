@@ -228,16 +228,15 @@ fn cold(o: &Opts, dir: &Path) {
                 let synced = d.wait_sync(0, Duration::from_secs(600));
                 let started = d.started;
                 let tail = d.tail(10);
-                let (e, hwm) = d.wait();
+                let e = d.wait();
                 let Some((_, t, s)) = synced.filter(|_| e.success) else {
                     println!("   run {r}: FAILED (exit ok={}):\n{tail}", e.success);
                     continue;
                 };
                 let f = (t - started).as_secs_f64();
                 println!(
-                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB (VmHWM; wait4 {:.0}), CPU {:.2} s, ops {}  [load {}]",
+                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB, CPU {:.2} s, ops {}  [load {}]",
                     e.wall.as_secs_f64(),
-                    mib(hwm),
                     mib(e.maxrss_kib),
                     e.cpu.as_secs_f64(),
                     s.ops,
@@ -245,7 +244,7 @@ fn cold(o: &Opts, dir: &Path) {
                 );
                 first.push(f);
                 exit.push(e.wall.as_secs_f64());
-                rss.push(mib(hwm));
+                rss.push(mib(e.maxrss_kib));
             }
             print_cold_medians(n, &first, Some(&exit), &rss, t_target, rss_target);
             footer();
@@ -270,12 +269,11 @@ fn cold(o: &Opts, dir: &Path) {
                     .map(|(k, t)| format!("{k} {:.2} s", (*t - d.started).as_secs_f64()))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let e = d.kill();
+                d.kill();
                 println!(
-                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync; wait4 after kill {:.0}); lists complete at: {lists}  [load {}]",
+                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync); lists complete at: {lists}  [load {}]",
                     f.as_secs_f64(),
                     mib(hwm),
-                    mib(e.maxrss_kib),
                     loadavg()
                 );
                 first.push(f.as_secs_f64());
@@ -510,8 +508,11 @@ fn change(o: &Opts) {
             })
             .collect();
         table.push((n, meds));
-        let e = d.kill();
-        println!("   {n}: daemon peak RSS {:.0} MiB", mib(e.maxrss_kib));
+        println!(
+            "   {n}: daemon peak RSS {:.0} MiB (VmHWM)",
+            mib(d.status_kib("VmHWM").unwrap_or(0))
+        );
+        d.kill();
         drop(api);
     }
     let base = table

@@ -498,10 +498,11 @@ fn serve(
                 dead |= s.hang;
                 let gone = !dead && (s.epoch != epoch || s.down) || stop.load(Ordering::SeqCst);
                 let mute = dead || s.silent_watches;
-                let pending: Vec<WatchEvent> = s
-                    .events
+                // events are kept in resourceVersion order: skip the old ones by search
+                let newer = s.events.partition_point(|e| e.rv <= last);
+                let pending: Vec<WatchEvent> = s.events[newer..]
                     .iter()
-                    .filter(|e| e.rv > last && e.res == res && !mute)
+                    .filter(|e| e.res == res && !mute)
                     .cloned()
                     .collect();
                 let bm_due = bookmarks

@@ -5,7 +5,8 @@
 //! What each figure measures: docs/benchmarks.md.
 //!
 //! Usage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M]
-//!                     [--seconds S] [--source manifests|api|both] SCENARIO...
+//!                     [--seconds S] [--source manifests|api|both]
+//!                     [--daemon-arg ARG]... SCENARIO...
 //!
 //! Scenarios: `cold` (start until the first batch is committed, from a manifests file and
 //! from the API-server double), `peers` (ours vs `nft -f` vs `iptables-restore` at 4k),
@@ -39,6 +40,8 @@ struct Opts {
     endpoints: u32,
     seconds: u64,
     source: String,
+    /// Extra arguments for the daemon run from the API double (`--daemon-arg`).
+    daemon_args: Vec<String>,
     scenarios: Vec<String>,
 }
 
@@ -50,11 +53,23 @@ fn parse_args() -> Result<Opts, String> {
         endpoints: 10,
         seconds: 60,
         source: "both".into(),
+        daemon_args: Vec::new(),
         scenarios: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut val = || args.next().ok_or(format!("{a} needs a value"));
+    while let Some(arg) = args.next() {
+        // `--flag=value` or `--flag value`
+        let (a, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut inline = inline;
+        let mut val = || {
+            inline
+                .take()
+                .or_else(|| args.next())
+                .ok_or(format!("{a} needs a value"))
+        };
         match a.as_str() {
             "--bin" => o.bin = PathBuf::from(val()?),
             "--runs" => o.runs = val()?.parse().map_err(|e| format!("--runs: {e}"))?,
@@ -63,6 +78,7 @@ fn parse_args() -> Result<Opts, String> {
             }
             "--seconds" => o.seconds = val()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--source" => o.source = val()?,
+            "--daemon-arg" => o.daemon_args.push(val()?),
             "--services" => {
                 o.services = Some(
                     val()?
@@ -95,7 +111,7 @@ fn main() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] cold|peers|change|e2e|churn|all ...");
+            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... cold|peers|change|e2e|churn|all ...");
             std::process::exit(2);
         }
     };
@@ -171,16 +187,17 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-fn api_args(api: &ApiServer) -> Vec<String> {
+fn api_args(o: &Opts, api: &ApiServer) -> Vec<String> {
     ["--master", &api.url(), "--hostname-override", NODE, "-v=2"]
         .iter()
         .map(|s| s.to_string())
+        .chain(o.daemon_args.iter().cloned())
         .collect()
 }
 
 /// Start the daemon against `api` in `ns` and wait for its first sync.
 fn running_daemon(o: &Opts, ns: &Netns, api: &ApiServer) -> Option<(Daemon, Duration)> {
-    let d = Daemon::start(ns, &o.bin, &api_args(api)).expect("start the daemon");
+    let d = Daemon::start(ns, &o.bin, &api_args(o, api)).expect("start the daemon");
     match d.wait_sync(0, Duration::from_secs(600)) {
         Some((_, t, _)) => {
             let first = t - d.started;
@@ -252,7 +269,7 @@ fn cold(o: &Opts, dir: &Path) {
         if o.source != "manifests" {
             header(
                 "cold/api",
-                &format!("{n} x {m}: --master URL (API double listing {n} Services + {n} EndpointSlices, in the namespace) -v=2; start -> first synced line; peak RSS (VmHWM at the first sync)"),
+                &format!("{n} x {m}: --master URL (API double listing {n} Services + {n} EndpointSlices, in the namespace) -v=2 {}; start -> first synced line; peak RSS (VmHWM at the first sync)", o.daemon_args.join(" ")),
             );
             let (mut first, mut rss) = (vec![], vec![]);
             for r in 0..o.runs {

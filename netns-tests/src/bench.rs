@@ -69,6 +69,63 @@ pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// On SIGINT, SIGTERM or SIGHUP: kill this process's children, remove its namespaces
+/// (the harness names them `nlp-<role>-<pid>-<n>`) and exit. Call first in `main`,
+/// before any thread starts: the signals are blocked in every thread and taken by one
+/// waiting thread (children get an empty mask from std's spawn).
+pub fn cleanup_on_signal() {
+    // SAFETY: plain signal-set manipulation on a local set.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: a valid set and out pointer.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        let me = std::process::id();
+        eprintln!("daemon-bench: signal {sig}: killing children, removing namespaces");
+        for pid in children_of(me) {
+            // SAFETY: our own children.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+        let tag = format!("-{me}-");
+        if let Ok(dir) = std::fs::read_dir("/run/netns") {
+            for e in dir.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with("nlp-") && name.contains(&tag) {
+                    let _ = Command::new("ip").args(["netns", "del", &name]).output();
+                }
+            }
+        }
+        std::process::exit(128 + sig);
+    });
+}
+
+/// The processes whose parent is `pid` (from `/proc/*/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|t| {
+                    let rest = &t[t.rfind(')')? + 2..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
 /// How a child ended.
 #[derive(Debug, Clone, Copy)]
 pub struct Exit {

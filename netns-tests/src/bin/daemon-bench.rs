@@ -108,6 +108,7 @@ impl Drop for Scratch {
 }
 
 fn main() {
+    netns_tests::bench::cleanup_on_signal();
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {

@@ -70,10 +70,10 @@ pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: kill this process's children, remove its namespaces
-/// (the harness names them `nlp-<role>-<pid>-<n>`) and exit. Call first in `main`,
+/// (the harness names them `nlp-<role>-<pid>-<n>`) and `scratch`, and exit. Call first in `main`,
 /// before any thread starts: the signals are blocked in every thread and taken by one
 /// waiting thread (children get an empty mask from std's spawn).
-pub fn cleanup_on_signal() {
+pub fn cleanup_on_signal(scratch: std::path::PathBuf) {
     // SAFETY: plain signal-set manipulation on a local set.
     let set = unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
@@ -103,6 +103,7 @@ pub fn cleanup_on_signal() {
                 }
             }
         }
+        let _ = std::fs::remove_dir_all(&scratch);
         std::process::exit(128 + sig);
     });
 }

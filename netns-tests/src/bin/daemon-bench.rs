@@ -108,7 +108,6 @@ impl Drop for Scratch {
 }
 
 fn main() {
-    netns_tests::bench::cleanup_on_signal();
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -126,6 +125,7 @@ fn main() {
         std::process::exit(2);
     }
     let dir = std::env::temp_dir().join(format!("nlp-daemon-bench-{}", std::process::id()));
+    netns_tests::bench::cleanup_on_signal(dir.clone());
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let scratch = Scratch(dir);
     println!(

@@ -427,21 +427,24 @@ fn serve(
     let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
     if !watch {
         let s = m.lock().unwrap_or_else(|e| e.into_inner());
-        let items: Vec<Value> = s
-            .objects
-            .iter()
-            .filter(|(k, o)| k.0 == res && selected(o, &labels, &fields))
-            .map(|(_, o)| o.clone())
-            .collect();
         // Pages of `limit` items, as the API server serves them (`continue` is the
-        // offset of the next page here).
+        // offset of the next page here); only the page's objects are copied.
         let from: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
         let limit: usize = q
             .get("limit")
             .and_then(|l| l.parse().ok())
             .unwrap_or(usize::MAX);
-        let more = items.len() > from.saturating_add(limit);
-        let items: Vec<Value> = items.into_iter().skip(from).take(limit).collect();
+        let mut matching = s
+            .objects
+            .iter()
+            .filter(|(k, o)| k.0 == res && selected(o, &labels, &fields))
+            .skip(from);
+        let items: Vec<Value> = matching
+            .by_ref()
+            .take(limit)
+            .map(|(_, o)| o.clone())
+            .collect();
+        let more = matching.next().is_some();
         let mut meta = json!({"resourceVersion": s.rv.to_string()});
         if more {
             meta["continue"] = json!((from + limit).to_string());
@@ -495,10 +498,11 @@ fn serve(
                 dead |= s.hang;
                 let gone = !dead && (s.epoch != epoch || s.down) || stop.load(Ordering::SeqCst);
                 let mute = dead || s.silent_watches;
-                let pending: Vec<WatchEvent> = s
-                    .events
+                // events are kept in resourceVersion order: skip the old ones by search
+                let newer = s.events.partition_point(|e| e.rv <= last);
+                let pending: Vec<WatchEvent> = s.events[newer..]
                     .iter()
-                    .filter(|e| e.rv > last && e.res == res && !mute)
+                    .filter(|e| e.res == res && !mute)
                     .cloned()
                     .collect();
                 let bm_due = bookmarks

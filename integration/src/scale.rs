@@ -1,8 +1,9 @@
 //! Synthetic clusters at scale: N ClusterIP services with one TCP port, each with one
 //! EndpointSlice of M ready endpoints, shaped as the API server returns them (uid,
 //! resourceVersion, creationTimestamp, labels, selector, targetRef, zone...). Addresses
-//! only from 198.18.0.0/15: cluster IPs from 198.18.0.0/17, endpoints from
-//! 198.18.128.0/17 + 198.19.0.0/16 (wrapping past 98,304 endpoints).
+//! only from 198.18.0.0/15: cluster IPs from 198.18.0.0/17 (each IP with another port
+//! past 32,766 services), endpoints from 198.18.128.0/17 + 198.19.0.0/16 (wrapping past
+//! 98,304 endpoints).
 
 use serde_json::{json, Value};
 
@@ -17,9 +18,15 @@ fn v4(n: u32) -> String {
     )
 }
 
-/// The cluster IP of service `i` (i < 32,768).
+/// The cluster IP of service `i`; past 32,766 services the addresses repeat, with
+/// another port (see [`service_port`]), so that every (IP, port) stays unique.
 pub fn cluster_ip(i: u32) -> String {
     v4(1 + (i % 32_766))
+}
+
+/// The port of service `i`: 80 for the first 32,766 services, then 81, 82...
+pub fn service_port(i: u32) -> u16 {
+    80 + (i / 32_766) as u16
 }
 
 /// The address of endpoint `k` (over all services).
@@ -44,7 +51,7 @@ pub fn scale_service(i: u32) -> Value {
             "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack",
             "internalTrafficPolicy": "Cluster", "sessionAffinity": "None",
             "selector": {"app": format!("app-{i}")},
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]
+            "ports": [{"name": "http", "port": service_port(i), "protocol": "TCP", "targetPort": 8080}]
         },
         "status": {"loadBalancer": {}}
     })

@@ -6,6 +6,8 @@
 //!
 //! Tests may use `ip`, `nft` and `conntrack` as tools and oracles; the product never does.
 
+pub mod bench;
+pub mod bench_cluster;
 pub mod bulk;
 pub mod churn;
 pub mod cluster;
@@ -14,6 +16,7 @@ pub mod engine;
 pub mod oracle;
 pub mod sample;
 pub mod transport;
+pub mod upstream;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -29,6 +29,10 @@ pub struct SyncReport {
     pub errors: Vec<String>,
     /// When the batch was committed (wall clock; the end of network programming).
     pub committed_at: Option<SystemTime>,
+    /// From the oldest change this sync consumed reaching the engine (the first change
+    /// queued since the last successful sync) to the kernel's ACK of the commit; `None`
+    /// when no change was queued (a periodic or repair sync).
+    pub since_event: Option<Duration>,
     /// The `endpoints.kubernetes.io/last-change-trigger-time` of each EndpointSlice
     /// change this sync applied (changes since the engine started), with the slice's
     /// family: kube-proxy's network programming latency runs from there to the commit.

@@ -251,6 +251,10 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             };
             let commit = t1.elapsed();
             let committed_at = std::time::SystemTime::now();
+            let since_event = self
+                .schedule
+                .queued_since()
+                .map(|q| self.clock.now().saturating_duration_since(q));
             let mut followup = Followup::None;
             if !ops.is_empty() {
                 let expected = next_generation(genid);
@@ -307,6 +311,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 conntrack_pending: self.pending.len(),
                 errors,
                 committed_at: Some(committed_at),
+                since_event,
                 trigger_times: std::mem::take(&mut self.trigger_times),
                 conntrack_filters: cleaned.filters,
             };

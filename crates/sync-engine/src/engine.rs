@@ -620,6 +620,20 @@ fn log_sync(r: &SyncReport) {
         conntrack_deleted = r.conntrack_deleted,
         conntrack_pending = r.conntrack_pending,
         invalid = r.errors.len(),
+        event_to_ack_ms = %EventToAck(r.since_event),
         "synced"
     );
+}
+
+/// `event_to_ack_ms` of the sync line: milliseconds from the oldest change the sync
+/// consumed to the kernel's ACK, `none` for a sync no change asked for.
+struct EventToAck(Option<std::time::Duration>);
+
+impl std::fmt::Display for EventToAck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(d) => write!(f, "{:.3}", d.as_secs_f64() * 1e3),
+            None => f.write_str("none"),
+        }
+    }
 }

@@ -129,3 +129,42 @@ fn each_sync_is_logged_at_debug_with_fields() {
         "a plain sync logs nothing at INFO: {lines:#?}"
     );
 }
+
+/// The sync line says how long the oldest change it consumed waited, from reaching the
+/// engine to the kernel's ACK (`event_to_ack_ms`; the report's `since_event`), and
+/// `none` for a sync no change asked for.
+#[test]
+fn the_sync_line_gives_the_time_from_the_oldest_change_to_the_ack() {
+    let w = World::new();
+    let mut e = w.engine(false);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+
+    w.clock.advance(Duration::from_secs(2));
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    w.clock.advance(Duration::from_millis(5));
+    // a later change in the same sync does not restart the clock
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.3", true, true, false)],
+    )));
+    w.clock.advance(Duration::from_millis(2));
+    let (r, lines) = capture(tracing::Level::DEBUG, || e.sync().unwrap());
+    assert_eq!(r.since_event, Some(Duration::from_millis(7)));
+    let synced: Vec<&String> = lines.iter().filter(|l| l.contains(" synced")).collect();
+    assert_eq!(synced.len(), 1, "{lines:#?}");
+    assert!(synced[0].contains("event_to_ack_ms=7.000"), "{}", synced[0]);
+
+    // a periodic full sync with nothing queued
+    w.clock.advance(Duration::from_secs(3600));
+    let (r, lines) = capture(tracing::Level::DEBUG, || e.sync().unwrap());
+    assert_eq!(r.since_event, None);
+    assert!(
+        lines.iter().any(|l| l.contains("event_to_ack_ms=none")),
+        "{lines:#?}"
+    );
+}

@@ -197,16 +197,15 @@ pub struct SyncLine {
 }
 
 impl SyncLine {
-    /// Parse the engine's line (`... "synced" full=true ... event_to_ack_ms="2.099"`);
-    /// `None` for any other line (the binary's own `synced` line has no
-    /// `event_to_ack_ms`).
+    /// Parse the engine's line (`... "synced" kind="full" ... event_to_ack_ms="2.099"`);
+    /// `None` for any other line.
     pub fn parse(line: &str) -> Option<SyncLine> {
         if !line.contains("\"synced\"") {
             return None;
         }
         let ack = field(line, "event_to_ack_ms")?;
         Some(SyncLine {
-            full: field(line, "full")? == "true",
+            full: field(line, "kind")? == "full",
             services: field(line, "services")?.parse().ok()?,
             ops: field(line, "ops")?.parse().ok()?,
             compile_ms: field(line, "compile_ms")?.parse().ok()?,
@@ -404,8 +403,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_engines_sync_line_is_parsed_and_the_binarys_is_not() {
-        let engine = "I1130 20:53:23.423969   12695 engine.rs:603] \"synced\" full=true services=10 endpoints=20 ops=156 bytes=30416 compile_ms=0.229821 commit_ms=1.5648909999999998 conntrack_ms=0 targets=0 deleted=0 pending=0 invalid=0 event_to_ack_ms=\"2.099\"";
+    fn the_engines_sync_line_is_parsed() {
+        let engine = "I1130 20:53:23.423969   12695 engine.rs:603] \"synced\" kind=\"full\" services=10 endpoints=20 ops=156 bytes=30416 compile_ms=0.229821 commit_ms=1.5648909999999998 conntrack_ms=0 targets=0 deleted=0 pending=0 invalid=0 event_to_ack_ms=\"2.099\"";
         assert_eq!(
             SyncLine::parse(engine),
             Some(SyncLine {
@@ -419,8 +418,8 @@ mod tests {
         );
         let none = engine.replace("\"2.099\"", "\"none\"");
         assert_eq!(SyncLine::parse(&none).unwrap().event_to_ack_ms, None);
-        let binary = "I1130 20:53:23.424012   12695 main.rs:260] \"synced\" kind=\"full\" services=10 endpoints=20 ops=156 bytes=30416 compile_ms=0.23 commit_ms=1.565";
-        assert_eq!(SyncLine::parse(binary), None);
+        let partial = engine.replace("kind=\"full\"", "kind=\"partial\"");
+        assert!(!SyncLine::parse(&partial).unwrap().full);
         assert_eq!(
             SyncLine::parse("I1130 x.rs:1] \"reading\" file=\"a\""),
             None

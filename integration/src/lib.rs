@@ -92,7 +92,9 @@ struct WatchEvent {
 #[derive(Default)]
 struct State {
     rv: u64,
-    objects: BTreeMap<ObjKey, Value>,
+    /// Each object with its serialized text (the API server's watch cache also keeps
+    /// each object's serialization, so serving a list is copying bytes).
+    objects: BTreeMap<ObjKey, (Value, String)>,
     events: Vec<WatchEvent>,
     /// Watches from a resourceVersion older than this get 410 Gone.
     compacted: u64,
@@ -174,7 +176,8 @@ impl ApiServer {
             } else {
                 "ADDED"
             };
-            s.objects.insert(key.clone(), obj.clone());
+            let text = obj.to_string();
+            s.objects.insert(key.clone(), (obj.clone(), text));
             s.events.push(WatchEvent {
                 rv,
                 res: key.0,
@@ -189,7 +192,7 @@ impl ApiServer {
     pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
         self.with(|s| {
             let res = Res::of(&json!({ "kind": kind }));
-            let Some(mut obj) = s.objects.remove(&(res, namespace.into(), name.into())) else {
+            let Some((mut obj, _)) = s.objects.remove(&(res, namespace.into(), name.into())) else {
                 panic!("delete: no {kind} {namespace}/{name}");
             };
             s.rv += 1;
@@ -328,7 +331,10 @@ fn write_response(
     reason: &str,
     body: &Value,
 ) -> std::io::Result<()> {
-    let body = body.to_string();
+    write_text(conn, code, reason, &body.to_string())
+}
+
+fn write_text(conn: &mut TcpStream, code: u16, reason: &str, body: &str) -> std::io::Result<()> {
     write!(
         conn,
         "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -427,36 +433,39 @@ fn serve(
     let watch = matches!(q.get("watch").map(String::as_str), Some("true" | "1"));
     if !watch {
         let s = m.lock().unwrap_or_else(|e| e.into_inner());
-        // Pages of `limit` items, as the API server serves them (`continue` is the
-        // offset of the next page here); only the page's objects are copied.
+        // Pages of `limit` items, as the API server serves a quorum list (`continue`
+        // is the offset of the next page here); only the page's objects are copied.
+        // A list at `resourceVersion=0` is served whole, as the API server's watch
+        // cache serves it: the cache ignores `limit` for such lists.
         let from: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+        let from_cache = q.get("resourceVersion").map(String::as_str) == Some("0");
         let limit: usize = q
             .get("limit")
             .and_then(|l| l.parse().ok())
+            .filter(|_| !from_cache)
             .unwrap_or(usize::MAX);
         let mut matching = s
             .objects
             .iter()
-            .filter(|(k, o)| k.0 == res && selected(o, &labels, &fields))
+            .filter(|(k, (o, _))| k.0 == res && selected(o, &labels, &fields))
             .skip(from);
-        let items: Vec<Value> = matching
-            .by_ref()
-            .take(limit)
-            .map(|(_, o)| o.clone())
-            .collect();
+        let (kind, api) = res.list_kind();
+        let mut body = String::new();
+        for (i, (_, (_, text))) in matching.by_ref().take(limit).enumerate() {
+            body.push(if i == 0 { '[' } else { ',' });
+            body.push_str(text);
+        }
+        body.push_str(if body.is_empty() { "[]" } else { "]" });
         let more = matching.next().is_some();
         let mut meta = json!({"resourceVersion": s.rv.to_string()});
         if more {
             meta["continue"] = json!((from + limit).to_string());
         }
-        let (kind, api) = res.list_kind();
-        let body = json!({
-            "kind": kind, "apiVersion": api,
-            "metadata": meta,
-            "items": items,
-        });
         drop(s);
-        return write_response(&mut conn, 200, "OK", &body);
+        let head = json!({"kind": kind, "apiVersion": api, "metadata": meta}).to_string();
+        // `{...,"items":[...]}`: the head without its closing brace, then the items.
+        let body = format!("{},\"items\":{body}}}", &head[..head.len() - 1]);
+        return write_text(&mut conn, 200, "OK", &body);
     }
     let from: u64 = q
         .get("resourceVersion")

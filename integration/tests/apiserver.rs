@@ -174,6 +174,42 @@ fn dropped_connections_resume_without_relist() {
     );
 }
 
+/// Lists as client-go's reflector does for kube-proxy's informers: at
+/// `resourceVersion=0`, which the API server answers from its watch cache in one response
+/// whatever the page size (the double does the same), so a cluster larger than one page
+/// is one list request per kind, not a quorum read paged by 500 and spaced out by the
+/// client's rate limit.
+#[test]
+fn lists_from_the_watch_cache_in_one_request() {
+    let s = ApiServer::start();
+    s.apply(node(NODE, "198.18.0.10"));
+    for i in 0..1200u32 {
+        let ip = format!("198.18.{}.{}", 100 + i / 250, 1 + i % 250);
+        s.apply(service("demo", &format!("s{i}"), &ip, 80));
+    }
+    let dir = TempDir::new("api-rv0");
+    let d = start(&s, &dir);
+    wait_rules(&d, &dir, "all 1,200 services", |t| {
+        known(t, "198.18.100.1", 80) && known(t, "198.18.104.200", 80)
+    });
+    let reqs = s.requests();
+    let lists: Vec<&String> = reqs
+        .iter()
+        .filter(|r| {
+            r.contains("/apis/discovery.k8s.io/v1/endpointslices?")
+                || r.contains("/api/v1/services?")
+        })
+        .filter(|r| !r.contains("watch=true"))
+        .collect();
+    assert_eq!(lists.len(), 2, "one list per kind: {lists:#?}");
+    for l in &lists {
+        assert!(
+            l.contains("resourceVersion=0&") || l.contains("resourceVersion=0 "),
+            "not a list from the watch cache: {l}"
+        );
+    }
+}
+
 #[test]
 fn once_against_the_api() {
     let server = seeded();

@@ -108,6 +108,21 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
     }
 }
 
+/// How every kind is listed, as client-go's reflector lists for kube-proxy's informers:
+/// `resourceVersion=0` (any version, not older than 0), which the API server answers from
+/// its watch cache, in one response whatever `limit` says (the cache ignores the limit
+/// of such a list), instead of kube-rs' default quorum read that etcd pages by 500 and
+/// the client's rate limit then spaces out (`--kube-api-qps` applies to every page).
+/// Watches still resume from the list's or the last event's resourceVersion. (kube-rs
+/// sends `resourceVersion=0` only without a `limit`; client-go sends both and the cache
+/// ignores the limit: the same answer.)
+fn list_config() -> watcher::Config {
+    watcher::Config {
+        page_size: None,
+        ..watcher::Config::default().any_semantic()
+    }
+}
+
 /// Send to the engine without blocking the runtime: wait while the queue is full.
 /// False when the engine is gone.
 async fn send(tx: &SyncSender<Event>, mut ev: Event) -> bool {
@@ -462,7 +477,7 @@ pub async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let node_task = tokio::spawn(pump(
         Api::<Lenient<Node>>::all(client.clone()),
-        watcher::Config::default().fields(&format!("metadata.name={node_name}")),
+        list_config().fields(&format!("metadata.name={node_name}")),
         node_kind,
         t,
         progress.clone(),
@@ -475,7 +490,7 @@ pub async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let cidr_task = tokio::spawn(pump(
         Api::<Lenient<ServiceCIDR>>::all(client.clone()),
-        watcher::Config::default(),
+        list_config(),
         cidr_kind,
         t,
         progress.clone(),
@@ -485,7 +500,7 @@ pub async fn run(
     let _ = first_rx.await;
     let svc_task = tokio::spawn(pump(
         Api::<Lenient<Service>>::all(client.clone()),
-        watcher::Config::default().labels(LABEL_SELECTOR),
+        list_config().labels(LABEL_SELECTOR),
         svc_kind,
         t,
         progress.clone(),
@@ -494,7 +509,7 @@ pub async fn run(
     ));
     let slice_task = tokio::spawn(pump(
         Api::<Lenient<EndpointSlice>>::all(client),
-        watcher::Config::default().labels(LABEL_SELECTOR),
+        list_config().labels(LABEL_SELECTOR),
         slice_kind,
         t,
         progress,

@@ -514,17 +514,29 @@ fn stage(
     per.push((e.clone(), add));
 }
 
+/// An element's identity in its set (key, key end), as packed bytes.
+type Identity<'a> = (&'a [u8], Option<&'a [u8]>);
+
 /// One set's staged additions and removals as the counted elements that adding and
 /// removing them one by one, in this order, would leave (a removal of an absent element
 /// does nothing; an element keeps the version first added).
-fn merge_staged(mut ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
-    // stable: the operations on one element stay in their order
-    ops.sort_by(|a, b| a.0.identity().cmp(&b.0.identity()));
+fn merge_staged(ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
+    // Sorted by identity, the operations on one element in their order (the index
+    // breaks ties). Each identity is read once, with its first bytes as a number that
+    // settles most comparisons: ordering by it first keeps the identities' order.
+    let mut order: Vec<(u64, Identity, usize)> = ops
+        .iter()
+        .enumerate()
+        .map(|(i, (p, _))| {
+            let id = p.identity();
+            (prefix(id.0), id, i)
+        })
+        .collect();
+    order.sort_unstable();
     let mut out: Vec<(ByKey, u32)> = Vec::with_capacity(ops.len());
-    let mut cur: Option<(Packed, u32)> = None;
-    let mut ops = ops.into_iter().peekable();
-    while let Some((e, add)) = ops.next() {
-        let same_next = matches!(ops.peek(), Some((next, _)) if next.identity() == e.identity());
+    let mut cur: Option<(&Packed, u32)> = None;
+    for (at, (_, id, i)) in order.iter().enumerate() {
+        let (e, add) = &ops[*i];
         cur = match (cur, add) {
             (None, true) => Some((e, 1)),
             (None, false) => None,
@@ -532,12 +544,22 @@ fn merge_staged(mut ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
             (Some((_, 1)), false) => None,
             (Some((p, n)), false) => Some((p, n - 1)),
         };
+        let same_next = order.get(at + 1).is_some_and(|(_, next, _)| next == id);
         if !same_next {
-            out.extend(cur.take().map(|(p, n)| (ByKey(p), n)));
+            out.extend(cur.take().map(|(p, n)| (ByKey(p.clone()), n)));
         }
     }
     // sorted and unique: built in one pass
     out.into_iter().collect()
+}
+
+/// The first 8 bytes of a key as a big-endian number (zeros past its end): a < b
+/// between two prefixes implies a < b between the keys.
+fn prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
 }
 
 /// The objects of `old` and `new` (by name) that differ, with their old version.
@@ -595,11 +617,20 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Keys of several lengths, some alike in more than their first 8 bytes.
     fn elem(key: u8, data: u8) -> Packed {
-        Packed::values(
-            &[&Value::Port(u16::from(key))],
-            Some(&[&Value::Int(u32::from(data))]),
-        )
+        let a = Value::Ipv4([198, 18, 0, 1].into());
+        let (p0, p1, p2) = (Value::Port(0), Value::Port(1), Value::Port(2));
+        let (i0, i1) = (Value::Int(0), Value::Int(1));
+        let key: Vec<&Value> = match key {
+            0 => vec![&p1],
+            1 => vec![&p1, &p2],
+            2 => vec![&a, &p1],
+            3 => vec![&a, &p1, &i0],
+            4 => vec![&a, &p1, &i1],
+            _ => vec![&p0],
+        };
+        Packed::values(&key, Some(&[&Value::Int(u32::from(data))]))
     }
 
     /// The counted elements of every set, each with its full version (data included).

@@ -143,17 +143,25 @@ impl Value {
 
     /// The value's bytes as the kernel holds them in a register (unpadded).
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(16);
+        self.put_bytes(&mut b);
+        b
+    }
+
+    /// Append [`Value::to_bytes`] to `out` (no allocation: batches encode millions).
+    pub fn put_bytes(&self, out: &mut Vec<u8>) {
         match self {
-            Value::Ipv4(a) => a.octets().to_vec(),
-            Value::Ipv6(a) => a.octets().to_vec(),
-            Value::Proto(p) => vec![*p],
-            Value::Port(p) => p.to_be_bytes().to_vec(),
-            Value::Mark(m) => m.to_ne_bytes().to_vec(),
-            Value::Int(i) => i.to_ne_bytes().to_vec(),
+            Value::Ipv4(a) => out.extend_from_slice(&a.octets()),
+            Value::Ipv6(a) => out.extend_from_slice(&a.octets()),
+            Value::Proto(p) => out.push(*p),
+            Value::Port(p) => out.extend_from_slice(&p.to_be_bytes()),
+            Value::Mark(m) => out.extend_from_slice(&m.to_ne_bytes()),
+            Value::Int(i) => out.extend_from_slice(&i.to_ne_bytes()),
             Value::Ifname(n) => {
-                let mut b = n.as_bytes().to_vec();
-                b.resize(16, 0);
-                b
+                let start = out.len();
+                let b = n.as_bytes();
+                out.extend_from_slice(&b[..b.len().min(16)]);
+                out.resize(start + 16, 0);
             }
         }
     }
@@ -181,16 +189,22 @@ impl Value {
 /// Encode a concatenation of values the way the kernel lays it out: a single value
 /// unpadded, several values each padded to 4 bytes.
 pub fn concat_bytes(values: &[Value]) -> Vec<u8> {
-    if values.len() == 1 {
-        return values[0].to_bytes();
-    }
     let mut out = Vec::new();
-    for v in values {
-        let mut b = v.to_bytes();
-        b.resize(v.data_type().padded_len(), 0);
-        out.extend_from_slice(&b);
-    }
+    concat_into(values, &mut out);
     out
+}
+
+/// Append [`concat_bytes`] of `values` to `out`.
+pub fn concat_into(values: &[Value], out: &mut Vec<u8>) {
+    if let [v] = values {
+        v.put_bytes(out);
+        return;
+    }
+    for v in values {
+        let start = out.len();
+        v.put_bytes(out);
+        out.resize(start + v.data_type().padded_len(), 0);
+    }
 }
 
 /// Decode a concatenation laid out by [`concat_bytes`].
@@ -233,6 +247,21 @@ mod tests {
         assert_eq!(concat_type_id(&t), 0x730d);
         assert_eq!(split_type_id(0x730d, 12), Some(t.to_vec()));
         assert_eq!(split_type_id(0x730d, 11), None);
+    }
+
+    /// Appending (the encoder reuses one buffer) keeps what is there, pads each field
+    /// from where it starts, and an interface name takes exactly 16 bytes.
+    #[test]
+    fn concat_appends_after_what_is_there() {
+        let mut out = vec![9];
+        concat_into(&[Value::Port(1), Value::Proto(6)], &mut out);
+        assert_eq!(out, [9, 0, 1, 0, 0, 6, 0, 0, 0]);
+        let long = Value::Ifname("a".repeat(20).into());
+        assert_eq!(long.to_bytes(), [b'a'; 16]);
+        let mut out = vec![9];
+        concat_into(&[Value::Ifname("eth0".into())], &mut out);
+        assert_eq!(out.len(), 17);
+        assert_eq!(&out[..5], &[9, b'e', b't', b'h', b'0']);
     }
 
     #[test]

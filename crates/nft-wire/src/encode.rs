@@ -436,16 +436,22 @@ fn set_udata(s: &Set) -> Vec<u8> {
     u
 }
 
-fn encode_element(w: &mut NlaWriter, e: &Element, with_data: bool) {
+/// One element (`scratch`: reused for the values' bytes, no allocation per element).
+fn encode_element(w: &mut NlaWriter, e: &Element, with_data: bool, scratch: &mut Vec<u8>) {
+    let mut value = |w: &mut NlaWriter, kind: u16, values: &[Value]| {
+        scratch.clear();
+        concat_into(values, scratch);
+        put_value(w, kind, scratch);
+    };
     let n = w.begin(NFTA_LIST_ELEM);
-    put_value(w, NFTA_SET_ELEM_KEY, &concat_bytes(&e.key));
+    value(w, NFTA_SET_ELEM_KEY, &e.key);
     if let Some(end) = &e.key_end {
-        put_value(w, NFTA_SET_ELEM_KEY_END, &concat_bytes(end));
+        value(w, NFTA_SET_ELEM_KEY_END, end);
     }
     if with_data {
         match &e.data {
             Some(ElemData::Verdict(v)) => put_verdict(w, NFTA_SET_ELEM_DATA, v),
-            Some(ElemData::Values(v)) => put_value(w, NFTA_SET_ELEM_DATA, &concat_bytes(v)),
+            Some(ElemData::Values(v)) => value(w, NFTA_SET_ELEM_DATA, v),
             None => {}
         }
         if let Some(t) = e.timeout_ms {
@@ -480,9 +486,11 @@ fn element_messages(
         out.push((kind, flags, fam, w.buf));
         chunk.buf.clear();
     };
+    let mut one = NlaWriter::new();
+    let mut scratch = Vec::new();
     for e in elements {
-        let mut one = NlaWriter::new();
-        encode_element(&mut one, e, with_data);
+        one.clear();
+        encode_element(&mut one, e, with_data, &mut scratch);
         if one.len() > ELEMENTS_BUDGET {
             return Err(WireError::TooLarge {
                 what: format!("element of set {set}"),

@@ -190,7 +190,7 @@ impl Compiler {
                 let ctx = Ctx::new(*fam, &cfg, node.as_ref());
                 let mut st = FamilyState {
                     fam: *fam,
-                    mirror: Mirror::new(ctx.family, false),
+                    mirror: Mirror::new(ctx.family),
                     fragments: BTreeMap::new(),
                     node_dependent: BTreeSet::new(),
                     with_errors: BTreeSet::new(),

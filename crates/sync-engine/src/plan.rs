@@ -269,8 +269,13 @@ pub fn became_served(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
 /// maps of the dumped tables that is in none of the desired ones (the endpoints that
 /// disappeared while no engine ran).
 pub fn gone_from_tables(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
+    let before = targets::table_endpoints(known_tables(base));
+    if before.is_empty() {
+        // a start into empty tables: no need to list the desired endpoints
+        return BTreeSet::new();
+    }
     let now = targets::table_endpoints(desired);
-    targets::table_endpoints(known_tables(base))
+    before
         .into_iter()
         .filter(|e| !now.contains(e))
         .map(|(addr, port)| Target::Endpoint { addr, port })

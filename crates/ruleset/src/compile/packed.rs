@@ -234,14 +234,17 @@ impl Packed {
 
     fn trailer(&self) -> (usize, usize, usize, u8) {
         let b = &self.0;
-        let t = b.len().saturating_sub(TRAILER);
-        let n = |i: usize| {
-            usize::from(u16::from_ne_bytes([
-                b.get(t + i).copied().unwrap_or(0),
-                b.get(t + i + 1).copied().unwrap_or(0),
-            ]))
-        };
-        (n(0), n(2), n(4), b.get(t + 6).copied().unwrap_or(0))
+        // read at once (identities are read on every comparison); a packer-written
+        // element always has its trailer
+        match b.get(b.len().saturating_sub(TRAILER)..) {
+            Some(&[k0, k1, e0, e1, d0, d1, flags]) => (
+                usize::from(u16::from_ne_bytes([k0, k1])),
+                usize::from(u16::from_ne_bytes([e0, e1])),
+                usize::from(u16::from_ne_bytes([d0, d1])),
+                flags,
+            ),
+            _ => (0, 0, 0, 0),
+        }
     }
 
     fn section(&self, from: usize, len: usize) -> &[u8] {

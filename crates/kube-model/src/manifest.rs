@@ -27,7 +27,7 @@ use serde::de::{DeserializeOwned, Error as _, IgnoredAny, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::{ServiceKey, DEFAULT_NAMESPACE};
+use crate::{lean, ServiceKey, DEFAULT_NAMESPACE};
 
 /// The syntax a text was read as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,13 +141,20 @@ impl Entry<'_> {
         )
     }
 
-    /// Decode a Service, EndpointSlice, Node or ServiceCIDR; `Ok(None)` for other kinds.
+    /// Decode as one of the kinds the proxy reads, the way it reads them
+    /// ([`crate::lean`]: Services and EndpointSlices only as far as they are used).
+    pub fn decode_kind<T: lean::Decode>(&self) -> Result<T, ManifestError> {
+        lean::from_str(self.raw).map_err(|e| self.error(e.to_string()))
+    }
+
+    /// Decode a Service, EndpointSlice, Node or ServiceCIDR (see [`Entry::decode_kind`]);
+    /// `Ok(None)` for other kinds.
     pub fn object(&self) -> Result<Option<Object>, ManifestError> {
         Ok(Some(match self.kind.as_str() {
-            "Service" => Object::Service(Box::new(self.decode()?)),
-            "EndpointSlice" => Object::EndpointSlice(Box::new(self.decode()?)),
-            "Node" => Object::Node(Box::new(self.decode()?)),
-            "ServiceCIDR" => Object::ServiceCidr(Box::new(self.decode()?)),
+            "Service" => Object::Service(Box::new(self.decode_kind()?)),
+            "EndpointSlice" => Object::EndpointSlice(Box::new(self.decode_kind()?)),
+            "Node" => Object::Node(Box::new(self.decode_kind()?)),
+            "ServiceCIDR" => Object::ServiceCidr(Box::new(self.decode_kind()?)),
             _ => return Ok(None),
         }))
     }

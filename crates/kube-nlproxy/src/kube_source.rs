@@ -32,6 +32,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::watcher::{self, watcher, Event as WEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
+use kube_model::lean::Decode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use sync_engine::Event;
@@ -67,7 +68,7 @@ struct HeadMeta {
     resource_version: Option<String>,
 }
 
-impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
+impl<'de, K: Decode> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // A watch event's object reaches us through serde's buffered content (the event
         // is an adjacently tagged enum), so the object is read as a JSON value first:
@@ -80,7 +81,8 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
             resource_version: head.metadata.resource_version,
             ..ObjectMeta::default()
         };
-        let decoded = K::deserialize(v).map_err(Arc::new);
+        // Services and EndpointSlices only as far as they are read (kube_model::lean).
+        let decoded = K::decode(v).map_err(Arc::new);
         Ok(Lenient { meta, decoded })
     }
 }
@@ -278,7 +280,7 @@ async fn pump<K>(
     tx: SyncSender<Event>,
     mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
 ) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Decode + Debug + Send + 'static,
 {
     let mut known = Known::default();
     let mut last_progress = Instant::now();

@@ -20,7 +20,6 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +38,7 @@ use sync_engine::Event;
 use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};
+use crate::events::EventSender;
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
@@ -112,17 +112,8 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
 
 /// Send to the engine without blocking the runtime: wait while the queue is full.
 /// False when the engine is gone.
-async fn send(tx: &SyncSender<Event>, mut ev: Event) -> bool {
-    loop {
-        match tx.try_send(ev) {
-            Ok(()) => return true,
-            Err(TrySendError::Disconnected(_)) => return false,
-            Err(TrySendError::Full(back)) => {
-                ev = back;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-    }
+async fn send(tx: &EventSender, ev: Event) -> bool {
+    tx.send_async(ev).await
 }
 
 /// Backoff between attempts: 0.5 s doubling up to [`Timing::backoff_max`]; back to
@@ -277,7 +268,7 @@ async fn pump<K>(
     mut kind: Kind<K>,
     t: Timing,
     progress: Arc<Progress>,
-    tx: SyncSender<Event>,
+    tx: EventSender,
     mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Decode + Debug + Send + 'static,
@@ -392,7 +383,7 @@ pub async fn run(
     node_name: String,
     t: Timing,
     progress: Arc<Progress>,
-    tx: SyncSender<Event>,
+    tx: EventSender,
 ) {
     let node_last: Arc<std::sync::Mutex<Option<Node>>> = Arc::default();
     let (n1, n2) = (node_last.clone(), node_last);

@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hasher;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +38,7 @@ use kube_model::ServiceKey;
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
+use crate::events::EventSender;
 use files::Stamp;
 
 /// How long a file that became empty keeps its objects.
@@ -538,10 +538,10 @@ impl Reader {
 /// Read the manifests once (every file now) and send every object, then both "listed"
 /// markers; then, unless `poll` is None, poll for changes every `poll` until the engine
 /// is gone. Runs on its own thread, so the engine takes the objects while they are read.
-pub fn run(mut reader: Reader, poll: Option<Duration>, tx: SyncSender<Event>) {
+pub fn run(mut reader: Reader, poll: Option<Duration>, tx: EventSender) {
     let gone = std::cell::Cell::new(false);
     let mut send = |ev: Event| {
-        let ok = tx.send(ev).is_ok();
+        let ok = tx.send(ev);
         gone.set(gone.get() || !ok);
         ok
     };

@@ -15,6 +15,7 @@
 mod cluster;
 mod convert;
 mod ip;
+pub mod lean;
 pub mod manifest;
 mod model;
 mod trigger;

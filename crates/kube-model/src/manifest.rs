@@ -27,7 +27,7 @@ use serde::de::{DeserializeOwned, Error as _, IgnoredAny, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::{ServiceKey, DEFAULT_NAMESPACE};
+use crate::{lean, ServiceKey, DEFAULT_NAMESPACE};
 
 /// The syntax a text was read as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,13 +141,20 @@ impl Entry<'_> {
         )
     }
 
-    /// Decode a Service, EndpointSlice, Node or ServiceCIDR; `Ok(None)` for other kinds.
+    /// Decode as one of the kinds the proxy reads, the way it reads them
+    /// ([`crate::lean`]: Services and EndpointSlices only as far as they are used).
+    pub fn decode_kind<T: lean::Decode>(&self) -> Result<T, ManifestError> {
+        lean::from_str(self.raw).map_err(|e| self.error(e.to_string()))
+    }
+
+    /// Decode a Service, EndpointSlice, Node or ServiceCIDR (see [`Entry::decode_kind`]);
+    /// `Ok(None)` for other kinds.
     pub fn object(&self) -> Result<Option<Object>, ManifestError> {
         Ok(Some(match self.kind.as_str() {
-            "Service" => Object::Service(Box::new(self.decode()?)),
-            "EndpointSlice" => Object::EndpointSlice(Box::new(self.decode()?)),
-            "Node" => Object::Node(Box::new(self.decode()?)),
-            "ServiceCIDR" => Object::ServiceCidr(Box::new(self.decode()?)),
+            "Service" => Object::Service(Box::new(self.decode_kind()?)),
+            "EndpointSlice" => Object::EndpointSlice(Box::new(self.decode_kind()?)),
+            "Node" => Object::Node(Box::new(self.decode_kind()?)),
+            "ServiceCIDR" => Object::ServiceCidr(Box::new(self.decode_kind()?)),
             _ => return Ok(None),
         }))
     }
@@ -283,6 +290,75 @@ struct Head<'a> {
     #[serde(default, borrow)]
     metadata: Option<&'a RawValue>,
     #[serde(default, borrow)]
+    items: Option<Items<'a>>,
+}
+
+/// `items`: the elements' texts when it is an array (read in the same pass as the
+/// head), else nothing (a List whose items are not an array is read again for the
+/// error).
+enum Items<'a> {
+    Array(Vec<&'a RawValue>),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Items<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Items::Other)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+                d.deserialize_any(self)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(r) = a.next_element::<&'a RawValue>()? {
+                    v.push(r);
+                }
+                Ok(Items::Array(v))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Items::Other)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// The `items` of a List as written (for the error when they are not an array).
+#[derive(Deserialize)]
+struct RawItems<'a> {
+    #[serde(default, borrow)]
     items: Option<&'a RawValue>,
 }
 
@@ -347,10 +423,7 @@ fn lenient_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Err
     d.deserialize_any(V)
 }
 
-fn entry<'a>(
-    place: Place,
-    raw: &'a str,
-) -> Result<(Entry<'a>, Option<&'a RawValue>), ManifestError> {
+fn entry<'a>(place: Place, raw: &'a str) -> Result<(Entry<'a>, Option<Items<'a>>), ManifestError> {
     let head: Head<'a> = serde_json::from_str(raw).map_err(|e| ManifestError::NotObject {
         place,
         reason: e.to_string(),
@@ -402,7 +475,18 @@ impl<'t> Documents<'t> {
             match entry(place, doc) {
                 Err(e) => out.push(Err(e)),
                 Ok((list, Some(items))) => {
-                    match serde_json::from_str::<Vec<&RawValue>>(items.get()) {
+                    let items = match items {
+                        Items::Array(v) => Ok(v),
+                        // Not an array: the error as the items' own text gives it.
+                        Items::Other => serde_json::from_str::<RawItems>(doc)
+                            .ok()
+                            .and_then(|r| r.items)
+                            .map_or_else(
+                                || serde_json::from_str::<Vec<&RawValue>>("null"),
+                                |r| serde_json::from_str::<Vec<&RawValue>>(r.get()),
+                            ),
+                    };
+                    match items {
                         Err(e) => out.push(Err(list.error(format!("items: {e}")))),
                         Ok(items) => {
                             for (i, raw) in items.into_iter().enumerate() {

@@ -20,7 +20,6 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
-use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,12 +31,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::watcher::{self, watcher, Event as WEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
+use kube_model::lean::Decode;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};
+use crate::events::EventSender;
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
@@ -67,7 +68,7 @@ struct HeadMeta {
     resource_version: Option<String>,
 }
 
-impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
+impl<'de, K: Decode> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // A watch event's object reaches us through serde's buffered content (the event
         // is an adjacently tagged enum), so the object is read as a JSON value first:
@@ -80,7 +81,8 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
             resource_version: head.metadata.resource_version,
             ..ObjectMeta::default()
         };
-        let decoded = K::deserialize(v).map_err(Arc::new);
+        // Services and EndpointSlices only as far as they are read (kube_model::lean).
+        let decoded = K::decode(v).map_err(Arc::new);
         Ok(Lenient { meta, decoded })
     }
 }
@@ -125,17 +127,8 @@ fn list_config() -> watcher::Config {
 
 /// Send to the engine without blocking the runtime: wait while the queue is full.
 /// False when the engine is gone.
-async fn send(tx: &SyncSender<Event>, mut ev: Event) -> bool {
-    loop {
-        match tx.try_send(ev) {
-            Ok(()) => return true,
-            Err(TrySendError::Disconnected(_)) => return false,
-            Err(TrySendError::Full(back)) => {
-                ev = back;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-    }
+async fn send(tx: &EventSender, ev: Event) -> bool {
+    tx.send_async(ev).await
 }
 
 /// Backoff between attempts: 0.5 s doubling up to [`Timing::backoff_max`]; back to
@@ -290,10 +283,10 @@ async fn pump<K>(
     mut kind: Kind<K>,
     t: Timing,
     progress: Arc<Progress>,
-    tx: SyncSender<Event>,
+    tx: EventSender,
     mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
 ) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Decode + Debug + Send + 'static,
 {
     let mut known = Known::default();
     let mut last_progress = Instant::now();
@@ -405,7 +398,7 @@ pub async fn run(
     node_name: String,
     t: Timing,
     progress: Arc<Progress>,
-    tx: SyncSender<Event>,
+    tx: EventSender,
 ) {
     let node_last: Arc<std::sync::Mutex<Option<Node>>> = Arc::default();
     let (n1, n2) = (node_last.clone(), node_last);

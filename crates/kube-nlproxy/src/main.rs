@@ -7,6 +7,7 @@ mod config;
 #[cfg(test)]
 mod deploy_tests;
 mod duration;
+mod events;
 mod flags;
 mod heap;
 mod host;
@@ -34,6 +35,7 @@ use sync_engine::{
 };
 use tracing::{error, info, warn};
 
+use crate::events::EventSender;
 use crate::flags::{Flags, Parsed};
 use crate::settings::Settings;
 
@@ -168,13 +170,15 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
     rest_metrics::install(metrics.rest_client());
     let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
-    start_source(flags, settings, &rt, tx.clone())?;
-    let rx = node_ip::map_events(rx, settings.node_ip_override);
+    let mut sender = EventSender::new(tx.clone(), settings.node_ip_override);
+    if !flags.dry_run {
+        sender = sender.counting(metrics.clone());
+    }
+    start_source(flags, settings, &rt, sender)?;
 
     if flags.dry_run {
         return dry_run(settings, rx);
     }
-    let rx = operate::counting(rx, metrics.clone())?;
     if !flags.once {
         host::follow_addresses(
             tx.clone(),
@@ -226,7 +230,7 @@ fn start_source(
     flags: &Flags,
     settings: &Settings,
     rt: &tokio::runtime::Runtime,
-    tx: SyncSender<Event>,
+    tx: EventSender,
 ) -> anyhow::Result<()> {
     match &flags.manifests {
         Some(path) => {
@@ -510,8 +514,12 @@ fn explain(
             .build()
             .context("starting the async runtime")?;
         let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
-        start_source(flags, &settings, &rt, tx)?;
-        let rx = node_ip::map_events(rx, settings.node_ip_override);
+        start_source(
+            flags,
+            &settings,
+            &rt,
+            EventSender::new(tx, settings.node_ip_override),
+        )?;
         let (cluster, compiled, _) = collect_and_compile(&settings, rx)?
             .ok_or_else(|| anyhow!("the manifests source stopped before its initial lists"))?;
         if let Some(n) = &cluster.node {

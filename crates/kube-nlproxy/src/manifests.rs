@@ -23,20 +23,22 @@
 mod files;
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::Hasher;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube_model::manifest::{self, Entry, Object};
+use kube_model::manifest::{self, Entry, Object, Place};
 use kube_model::ServiceKey;
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
+use crate::events::EventSender;
 use files::Stamp;
 
 /// How long a file that became empty keeps its objects.
@@ -83,16 +85,72 @@ struct FileState {
     /// The version whose objects are in use.
     used: Option<Stamp>,
     /// Its objects (only the kinds the proxy reads), by key: the hash of their text.
-    objects: BTreeMap<Key, u64>,
+    objects: HashMap<Key, u64>,
     /// A version that could not be read or parsed: not read again until it changes.
     failed: Option<Stamp>,
     /// A new version, and when it was first seen: read once it stays the same.
     seen: Option<(Stamp, Instant)>,
 }
 
-/// One file parsed in this round: its text, decoded entry by entry afterwards.
+/// One file parsed in this round: its text, decoded entry by entry afterwards (and
+/// dropped once its objects are decoded).
 struct Parsed {
     text: String,
+    /// The entries `read_file` found, where the text is JSON: it is parsed once. None
+    /// for YAML (its documents are JSON made while parsing): parsed again to decode.
+    entries: Option<Vec<Spanned>>,
+}
+
+/// An entry of a file read this round: its key, the hash and place of its text, and
+/// what names it.
+struct Spanned {
+    key: Key,
+    hash: u64,
+    place: Place,
+    kind: String,
+    api_version: String,
+    namespace: Option<String>,
+    name: String,
+    span: Range<usize>,
+}
+
+impl Spanned {
+    fn of(key: Key, hash: u64, e: Entry<'_>, text: &str) -> Option<Spanned> {
+        // Where `e.raw` lies in `text` (None when it is not a slice of it).
+        let start = (e.raw.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+        let span = start..start.checked_add(e.raw.len())?;
+        if !text
+            .get(span.clone())
+            .is_some_and(|s| std::ptr::eq(s, e.raw))
+        {
+            return None;
+        }
+        Some(Spanned {
+            key,
+            hash,
+            place: e.place,
+            kind: e.kind,
+            api_version: e.api_version,
+            namespace: e.namespace,
+            name: e.name,
+            span,
+        })
+    }
+
+    fn into_entry(self, text: &str) -> Option<(Key, Entry<'_>)> {
+        let raw = text.get(self.span)?;
+        Some((
+            self.key,
+            Entry {
+                place: self.place,
+                kind: self.kind,
+                api_version: self.api_version,
+                namespace: self.namespace,
+                name: self.name,
+                raw,
+            },
+        ))
+    }
 }
 
 /// Reads the manifests and remembers what it told the engine.
@@ -103,7 +161,7 @@ pub struct Reader {
     settle: Duration,
     files: BTreeMap<PathBuf, FileState>,
     /// What the engine has been told: per key, the file it came from and its hash.
-    sent: BTreeMap<Key, (PathBuf, u64)>,
+    sent: HashMap<Key, (Arc<Path>, u64)>,
     /// This node's Node object as last sent (for its deletion event).
     node: Option<core::Node>,
     /// `spec.cidrs` of each ServiceCIDR object sent, and the list the engine has.
@@ -119,6 +177,8 @@ pub struct Reader {
     empty_grace: Duration,
     /// Files read since start (for tests; each read is logged at debug level).
     parses: u64,
+    /// Texts parsed since start (for tests: a JSON file read is parsed once).
+    text_parses: u64,
 }
 
 impl Reader {
@@ -128,7 +188,7 @@ impl Reader {
             node_name: node_name.to_string(),
             settle,
             files: BTreeMap::new(),
-            sent: BTreeMap::new(),
+            sent: HashMap::new(),
             node: None,
             cidr_objects: BTreeMap::new(),
             cidrs_sent: None,
@@ -138,6 +198,7 @@ impl Reader {
             warned_no_node: false,
             empty_grace: EMPTY_GRACE,
             parses: 0,
+            text_parses: 0,
         }
     }
 
@@ -210,7 +271,7 @@ impl Reader {
                 parsed.insert(p.clone(), pf);
             }
         }
-        Ok(self.apply(&parsed, send))
+        Ok(self.apply(parsed, send))
     }
 
     /// Read and parse one file; on success its new objects are recorded and the text is
@@ -237,6 +298,7 @@ impl Reader {
             self.files.entry(p.to_path_buf()).or_default().seen = Some((stamp, now));
             return None;
         }
+        self.text_parses += 1;
         let docs = match manifest::documents(&text) {
             Ok(d) => d,
             Err(e) => {
@@ -246,7 +308,8 @@ impl Reader {
                 return None;
             }
         };
-        let mut objects = BTreeMap::new();
+        let mut objects = HashMap::new();
+        let mut entries = Some(Vec::new());
         for e in docs.entries() {
             match e {
                 Err(err) => self.note(
@@ -256,10 +319,15 @@ impl Reader {
                 ),
                 Ok(e) => {
                     if let Some(k) = Key::of(&e, &self.node_name) {
-                        if objects.insert(k.clone(), hash(e.raw)).is_some() {
+                        let h = hash(e.raw);
+                        if objects.insert(k.clone(), h).is_some() {
                             let msg = format!("{name}: {k:?} defined twice; the last one wins");
                             self.note(p, msg, "duplicate manifest object");
                         }
+                        entries = entries.and_then(|mut v| {
+                            v.push(Spanned::of(k, h, e, &text)?);
+                            Some(v)
+                        });
                     }
                 }
             }
@@ -281,7 +349,7 @@ impl Reader {
         st.failed = None;
         st.seen = None;
         st.objects = objects;
-        Some(Parsed { text })
+        Some(Parsed { text, entries })
     }
 
     /// Compare what the files hold with what was sent; send the difference: changed
@@ -289,13 +357,17 @@ impl Reader {
     /// the service CIDR list when it changed. Returns the number of events.
     fn apply(
         &mut self,
-        parsed: &BTreeMap<PathBuf, Parsed>,
+        mut parsed: BTreeMap<PathBuf, Parsed>,
         send: &mut dyn FnMut(Event) -> bool,
     ) -> usize {
         // The objects in effect: the last file (in name order) defining a key wins.
-        let mut want: BTreeMap<Key, (PathBuf, u64)> = BTreeMap::new();
+        // (Hash maps: at 100,000 objects, ordered maps spent more time comparing keys
+        // than decoding; the order of events comes from the files.)
+        let total = self.files.values().map(|st| st.objects.len()).sum();
+        let mut want: HashMap<Key, (Arc<Path>, u64)> = HashMap::with_capacity(total);
         let mut dups = Vec::new();
         for (p, st) in &self.files {
+            let p: Arc<Path> = Arc::from(p.as_path());
             for (k, h) in &st.objects {
                 if let Some((other, _)) = want.insert(k.clone(), (p.clone(), *h)) {
                     dups.push(format!(
@@ -313,12 +385,11 @@ impl Reader {
         self.duplicates = dups;
         // Decode the changed objects, file by file. A file whose object now wins without
         // having been read this round (a duplicate's file changed) is read again.
-        let mut by_file: BTreeMap<PathBuf, BTreeSet<Key>> = BTreeMap::new();
-        for (k, v) in &want {
-            if self.sent.get(k) != Some(v) {
-                by_file.entry(v.0.clone()).or_default().insert(k.clone());
-            }
-        }
+        let changed: BTreeSet<Arc<Path>> = want
+            .iter()
+            .filter(|(k, v)| self.sent.get(*k) != Some(*v))
+            .map(|(_, v)| v.0.clone())
+            .collect();
         let mut n = 0;
         let mut ok = true;
         let mut emit = |ev: Option<Event>, n: &mut usize| {
@@ -327,28 +398,46 @@ impl Reader {
                 *n += 1;
             }
         };
-        for (p, keys) in by_file {
-            let reread;
-            let text = match parsed.get(&p) {
-                Some(pf) => &pf.text,
+        for p in changed {
+            // The entries to decode: those of the changed keys (not an earlier
+            // duplicate). The file's text is dropped once they are decoded.
+            let (text, entries) = match parsed.remove(&*p) {
+                Some(pf) => (pf.text, pf.entries),
                 None => match files::read(&p) {
-                    Ok((t, s)) if self.files.get(&p).and_then(|st| st.used) == Some(s) => {
-                        reread = t;
-                        &reread
+                    Ok((t, s)) if self.files.get(&*p).and_then(|st| st.used) == Some(s) => {
+                        (t, None)
                     }
                     _ => continue, // changed meanwhile: a later poll reads it
                 },
             };
-            let Ok(docs) = manifest::documents(text) else {
-                continue;
+            // Wins from this file with this text, and is not what was sent.
+            let sent = &self.sent;
+            let wanted = |k: &Key, h: u64| {
+                want.get(k)
+                    .is_some_and(|v| Arc::ptr_eq(&v.0, &p) && v.1 == h && sent.get(k) != Some(v))
             };
-            for e in docs.entries().into_iter().flatten() {
-                let Some(k) = Key::of(&e, &self.node_name) else {
-                    continue;
-                };
-                if !keys.contains(&k) || want[&k].1 != hash(e.raw) {
-                    continue; // unchanged, or an earlier duplicate
+            let docs;
+            let todo: Vec<(Key, Entry<'_>)> = match entries {
+                Some(entries) => entries
+                    .into_iter()
+                    .filter(|s| wanted(&s.key, s.hash))
+                    .filter_map(|s| s.into_entry(&text))
+                    .collect(),
+                None => {
+                    self.text_parses += 1;
+                    let Ok(d) = manifest::documents(&text) else {
+                        continue;
+                    };
+                    docs = d;
+                    docs.entries()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|e| Some((Key::of(&e, &self.node_name)?, e)))
+                        .filter(|(k, e)| wanted(k, hash(e.raw)))
+                        .collect()
                 }
+            };
+            for (k, e) in todo {
                 match e.object() {
                     Ok(Some(o)) => {
                         let ev = self.applied(&k, o);
@@ -361,7 +450,7 @@ impl Reader {
                         // deleted, as an invalid object is.
                         let msg = format!("{}: {err}", p.display());
                         self.note(&p, msg, "invalid manifest object skipped");
-                        if let Some(st) = self.files.get_mut(&p) {
+                        if let Some(st) = self.files.get_mut(&*p) {
                             st.objects.remove(&k);
                         }
                         want.remove(&k);
@@ -369,12 +458,13 @@ impl Reader {
                 }
             }
         }
-        let gone: Vec<Key> = self
+        let mut gone: Vec<Key> = self
             .sent
             .keys()
             .filter(|k| !want.contains_key(*k))
             .cloned()
             .collect();
+        gone.sort();
         for k in gone {
             self.sent.remove(&k);
             let ev = self.deleted(&k);
@@ -456,10 +546,10 @@ impl Reader {
 /// Read the manifests once (every file now) and send every object, then both "listed"
 /// markers; then, unless `poll` is None, poll for changes every `poll` until the engine
 /// is gone. Runs on its own thread, so the engine takes the objects while they are read.
-pub fn run(mut reader: Reader, poll: Option<Duration>, tx: SyncSender<Event>) {
+pub fn run(mut reader: Reader, poll: Option<Duration>, tx: EventSender) {
     let gone = std::cell::Cell::new(false);
     let mut send = |ev: Event| {
-        let ok = tx.send(ev).is_ok();
+        let ok = tx.send(ev);
         gone.set(gone.get() || !ok);
         ok
     };

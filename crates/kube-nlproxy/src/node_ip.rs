@@ -3,14 +3,12 @@
 //! node's primary IP of its family (used for `nodePortAddresses: primary` and for
 //! loadBalancerSourceRanges that include the node). kube-proxy binds no socket to it.
 //!
-//! Done on the Node object on its way to the engine: the address is put first among the
+//! Done on the Node object on its way to the engine (`events::EventSender`): the address is put first among the
 //! node's InternalIPs, which is where the model takes a family's primary IP from.
 
 use std::net::IpAddr;
-use std::sync::mpsc::{sync_channel, Receiver};
 
 use k8s_openapi::api::core::v1 as core;
-use sync_engine::Event;
 
 /// Make `ip` the node's primary address of its family.
 pub fn override_primary(node: &mut core::Node, ip: IpAddr) {
@@ -24,33 +22,6 @@ pub fn override_primary(node: &mut core::Node, ip: IpAddr) {
             type_: "InternalIP".into(),
         },
     );
-}
-
-/// `rx` with every Node event carrying the override; `rx` itself when there is none.
-pub fn map_events(rx: Receiver<Event>, ip: Option<IpAddr>) -> Receiver<Event> {
-    let Some(ip) = ip else { return rx };
-    // Bounded like the sources' queue: a slow engine holds the sources back.
-    let (tx, out) = sync_channel(256);
-    let spawned = std::thread::Builder::new()
-        .name("node-ip".into())
-        .spawn(move || {
-            for ev in rx {
-                let ev = match ev {
-                    Event::NodeApplied(mut n) => {
-                        override_primary(&mut n, ip);
-                        Event::NodeApplied(n)
-                    }
-                    other => other,
-                };
-                if tx.send(ev).is_err() {
-                    return;
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(err = %e, "cannot start the node IP override; bindAddress not applied");
-    }
-    out
 }
 
 #[cfg(test)]

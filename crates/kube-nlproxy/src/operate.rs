@@ -4,7 +4,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use ops_server::observer::MetricsObserver;
 use ops_server::server::{serve_forever, Limits, OnBindError, ServerKind};
 use ops_server::{Metrics, ProxyInfo};
 use ruleset::config::{NodePortAddrs, ParsedConfig};
-use sync_engine::{CleanupReport, Event, ForeignWriter, Observer, StatusHandle, SyncReport};
+use sync_engine::{CleanupReport, ForeignWriter, Observer, StatusHandle, SyncReport};
 use tracing::{error, warn};
 
 use crate::leftovers;
@@ -89,28 +88,6 @@ pub fn migrate_from_kube_proxy(opts: &leftovers::Options) -> leftovers::Removed 
         warn!("{}", nft_netlink::migrate::legacy_removal_hint(&legacy));
     }
     r
-}
-
-/// Forward source events to the engine, counting Service and EndpointSlice changes for
-/// the `*_changes_total` and `*_changes_pending` metrics.
-pub fn counting(rx: Receiver<Event>, metrics: Arc<Metrics>) -> anyhow::Result<Receiver<Event>> {
-    let (tx, out): (SyncSender<Event>, Receiver<Event>) = sync_channel(crate::EVENT_QUEUE);
-    std::thread::Builder::new()
-        .name("event-counter".into())
-        .spawn(move || {
-            for ev in rx {
-                match &ev {
-                    Event::ServiceApplied(_) | Event::ServiceDeleted(_) => metrics.service_change(),
-                    Event::SliceApplied(_) | Event::SliceDeleted(_) => metrics.endpoint_change(),
-                    _ => {}
-                }
-                if tx.send(ev).is_err() {
-                    break;
-                }
-            }
-        })
-        .context("starting the event counter")?;
-    Ok(out)
 }
 
 /// The wildcard address: `[::]` (which also accepts IPv4) where IPv6 works, else

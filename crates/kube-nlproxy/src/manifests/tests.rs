@@ -87,6 +87,45 @@ fn reader(dir: &Path) -> Reader {
     r
 }
 
+/// TEXT as one JSON array of its objects.
+fn json_text() -> String {
+    let docs = kube_model::manifest::documents(TEXT).unwrap();
+    let raws: Vec<String> = docs
+        .entries()
+        .into_iter()
+        .map(|e| e.unwrap().raw.to_string())
+        .collect();
+    format!("[{}]", raws.join(",\n"))
+}
+
+#[test]
+fn a_json_file_is_parsed_once_a_yaml_file_again_to_decode() {
+    let d = Dir::new("once");
+    let f = d.join("m.json");
+    std::fs::write(&f, json_text()).unwrap();
+    let mut r = reader(&d.0);
+    let want = [
+        "+svc ns/a",
+        "node node-a",
+        "+slice ns/a-1",
+        "cidrs [\"198.18.100.0/24\"]",
+    ];
+    assert_eq!(poll(&mut r, true), want);
+    assert_eq!((r.parses, r.text_parses), (1, 1));
+    assert!(r.logged[&f].iter().any(|p| p.contains("Service ns/bad")));
+    // A change: read and parsed once more.
+    std::fs::write(&f, json_text().replace("198.18.1.1", "198.18.1.2")).unwrap();
+    assert!(poll(&mut r, false).is_empty(), "read only once settled");
+    assert_eq!(poll(&mut r, false), ["+slice ns/a-1"]);
+    assert_eq!((r.parses, r.text_parses), (2, 2));
+
+    let y = Dir::new("twice");
+    std::fs::write(y.join("m.yaml"), TEXT).unwrap();
+    let mut r = reader(&y.0);
+    assert_eq!(poll(&mut r, true), want);
+    assert_eq!((r.parses, r.text_parses), (1, 2));
+}
+
 #[test]
 fn initial_read_then_only_changes() {
     let d = Dir::new("changes");

@@ -1,0 +1,136 @@
+//! The sources' end of the engine's event queue ([`EventSender`]): what must happen to
+//! every event on its way to the engine happens as it is sent, with no relay thread in
+//! between (one channel send and one wake-up per event).
+//!
+//! - Service and EndpointSlice changes are counted for the `*_changes_total` and
+//!   `*_changes_pending` metrics before they are queued (so a change is counted before
+//!   the engine can apply it, and the pending count never goes below what is queued).
+//! - Node events carry the `bindAddress` override (see [`crate::node_ip`]).
+
+use std::net::IpAddr;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ops_server::Metrics;
+use sync_engine::Event;
+
+/// Sends events to the engine; cheap to clone, one per source.
+#[derive(Clone)]
+pub struct EventSender {
+    tx: SyncSender<Event>,
+    metrics: Option<Arc<Metrics>>,
+    node_ip: Option<IpAddr>,
+}
+
+impl EventSender {
+    /// Into `tx`, applying the `node_ip` override to Node events; nothing counted.
+    pub fn new(tx: SyncSender<Event>, node_ip: Option<IpAddr>) -> EventSender {
+        EventSender {
+            tx,
+            metrics: None,
+            node_ip,
+        }
+    }
+
+    /// Also count Service and EndpointSlice changes in `metrics`.
+    pub fn counting(mut self, metrics: Arc<Metrics>) -> EventSender {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Count and adjust `ev`: done once per event, before its first send attempt.
+    fn prepare(&self, ev: Event) -> Event {
+        if let Some(m) = &self.metrics {
+            match &ev {
+                Event::ServiceApplied(_) | Event::ServiceDeleted(_) => m.service_change(),
+                Event::SliceApplied(_) | Event::SliceDeleted(_) => m.endpoint_change(),
+                _ => {}
+            }
+        }
+        match (ev, self.node_ip) {
+            (Event::NodeApplied(mut n), Some(ip)) => {
+                crate::node_ip::override_primary(&mut n, ip);
+                Event::NodeApplied(n)
+            }
+            (ev, _) => ev,
+        }
+    }
+
+    /// Send, waiting while the queue is full. False when the engine is gone.
+    pub fn send(&self, ev: Event) -> bool {
+        self.tx.send(self.prepare(ev)).is_ok()
+    }
+
+    /// Send without blocking the async runtime: wait (2 ms steps) while the queue is
+    /// full. False when the engine is gone.
+    pub async fn send_async(&self, ev: Event) -> bool {
+        let mut ev = self.prepare(ev);
+        loop {
+            match self.tx.try_send(ev) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    ev = back;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::sync_channel;
+
+    use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::api::discovery::v1 as discovery;
+
+    use super::*;
+
+    fn metric(m: &Metrics, name: &str) -> f64 {
+        let text = m.encode(ops_server::expo::Format::Text);
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in {text}"))
+    }
+
+    #[test]
+    fn changes_are_counted_once_before_they_are_queued_and_nodes_carry_the_override() {
+        let metrics = Metrics::new(&["IPv4"], &ops_server::BuildInfo::ours());
+        let (tx, rx) = sync_channel(1);
+        let ip: IpAddr = "198.18.0.9".parse().unwrap();
+        let s = EventSender::new(tx, Some(ip)).counting(metrics.clone());
+        assert!(s.send(Event::ServiceApplied(core::Service::default())));
+        // Counted while the event waits in the queue (before the engine sees it).
+        let svc = "kubeproxy_sync_proxy_rules_service_changes_pending";
+        assert_eq!(metric(&metrics, svc), 1.0);
+        // A full queue: the event waits, and is counted once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let s2 = s.clone();
+        let waiting = std::thread::spawn(move || {
+            rt.block_on(s2.send_async(Event::SliceDeleted(discovery::EndpointSlice::default())))
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(matches!(rx.recv(), Ok(Event::ServiceApplied(_))));
+        assert!(waiting.join().unwrap());
+        assert!(matches!(rx.recv(), Ok(Event::SliceDeleted(_))));
+        let ep = "kubeproxy_sync_proxy_rules_endpoint_changes_total";
+        assert_eq!(metric(&metrics, ep), 1.0);
+        // Other events are not counted; a Node carries the override.
+        assert!(s.send(Event::NodeApplied(core::Node::default())));
+        let Ok(Event::NodeApplied(n)) = rx.recv() else {
+            panic!("not a node event")
+        };
+        let addrs = n.status.and_then(|s| s.addresses).unwrap_or_default();
+        assert_eq!(addrs[0].address, "198.18.0.9");
+        assert_eq!(metric(&metrics, svc), 1.0);
+        assert_eq!(metric(&metrics, ep), 1.0);
+        // The engine gone: false.
+        drop(rx);
+        assert!(!s.send(Event::ServicesListed));
+    }
+}

@@ -267,6 +267,29 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
     }
 
+    /// Whether a batch of ours was committed by this engine.
+    pub fn has_committed(&self) -> bool {
+        self.applied
+    }
+
+    /// The nftables watcher was just opened: whatever another program committed
+    /// before it listened is only visible in the generation. One that is not our last
+    /// commit's (while we trust the kernel to hold it) is handled as lost
+    /// notifications: a repair.
+    pub fn watcher_opened(&mut self) {
+        let Some(ours) = self.trust else {
+            return; // a verification is already due
+        };
+        match self.nft.generation() {
+            Ok(g) if g == ours => {}
+            Ok(_) => self.foreign_change(&[], true),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the nftables generation");
+                self.foreign_change(&[], true);
+            }
+        }
+    }
+
     /// Generations produced by our own commits since the last call (for the watcher).
     pub fn take_our_generations(&mut self) -> Vec<u32> {
         std::mem::take(&mut self.our_gens)

@@ -22,19 +22,28 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
     mut engine: Engine<N, C, K>,
     events: Receiver<Event>,
 ) -> Result<(), EngineError> {
-    let mut watcher = if engine.config().watch_tamper {
-        match watch::Watcher::open(our_tables()) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    // The watcher listens from our first commit on: that commit creates every element
+    // of the ruleset, and a listener would make the kernel build one notification per
+    // element (its time is the commit's, and they overflow the socket at scale, which
+    // forces a needless repair). Whatever happened before it listens shows in the
+    // generation (`Engine::watcher_opened`).
+    let mut watcher: Option<watch::Watcher> = None;
+    let mut want_watcher = engine.config().watch_tamper;
     loop {
         let worked = engine.step().is_some();
+        if want_watcher && engine.has_committed() {
+            want_watcher = false;
+            match watch::Watcher::open(our_tables()) {
+                Ok(w) => {
+                    watcher = Some(w);
+                    engine.take_our_generations();
+                    engine.watcher_opened();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
+                }
+            }
+        }
         if let Some(w) = watcher.as_mut() {
             for g in engine.take_our_generations() {
                 w.ours(g);

@@ -494,15 +494,30 @@ fn session_affinity_client_ip_pins_then_expires() {
         for (f, proto, set) in chosen.iter_mut() {
             let dst = sa(&cip(*f, 10), SERVICE_PORT);
             let n = if round == 0 { 12 } else { 3 };
-            let outs = probes(a1, *proto, dst, n);
-            let pods: BTreeSet<String> = outs
-                .iter()
-                .map(|o| {
-                    o.pod()
-                        .unwrap_or_else(|| panic!("{proto:?} {dst}: {o:?}"))
-                        .to_string()
-                })
-                .collect();
+            // Pinning only holds while the probes fall inside one timeout: a round the
+            // machine's load stretched beyond 0.8 s is probed again (at most 3 times).
+            let mut tries = 0;
+            let (outs, pods) = loop {
+                tries += 1;
+                let t = std::time::Instant::now();
+                let outs = probes(a1, *proto, dst, n);
+                let pods: BTreeSet<String> = outs
+                    .iter()
+                    .map(|o| {
+                        o.pod()
+                            .unwrap_or_else(|| panic!("{proto:?} {dst}: {o:?}"))
+                            .to_string()
+                    })
+                    .collect();
+                if pods.len() == 1 || t.elapsed() < Duration::from_millis(800) || tries == 3 {
+                    break (outs, pods);
+                }
+                eprintln!(
+                    "{f:?} {proto:?} round {round}: probes took {:?}; again",
+                    t.elapsed()
+                );
+                std::thread::sleep(Duration::from_millis(1700));
+            };
             assert_eq!(
                 pods.len(),
                 1,

@@ -281,7 +281,7 @@ fn json_data(d: &Json) -> Result<String, String> {
 }
 
 fn model_element(e: &Element) -> String {
-    let mut s = match &e.key_end {
+    let mut s = match e.key_end() {
         None => e
             .key
             .iter()
@@ -296,7 +296,7 @@ fn model_element(e: &Element) -> String {
             .collect::<Vec<_>>()
             .join(" . "),
     };
-    if let Some(c) = &e.comment {
+    if let Some(c) = e.comment() {
         s.push_str(&format!(" comment \"{c}\""));
     }
     match &e.data {

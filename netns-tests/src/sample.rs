@@ -614,21 +614,11 @@ fn sample_sets(family: Family) -> Vec<Set> {
     };
     ranges.elements = vec![
         // 198.18.0.1 . 198.18.5.0/24
-        Element {
-            key: vec![a(0, 1), net_start],
-            key_end: Some(vec![a(0, 1), net_end]),
-            data: None,
-            timeout_ms: None,
-            comment: Some("a net".into()),
-        },
+        Element::key(vec![a(0, 1), net_start])
+            .with_key_end(vec![a(0, 1), net_end])
+            .with_comment("a net"),
         // 198.18.0.2-198.18.0.5 . 198.18.6.1
-        Element {
-            key: vec![a(0, 2), a(6, 1)],
-            key_end: Some(vec![a(0, 5), a(6, 1)]),
-            data: None,
-            timeout_ms: None,
-            comment: None,
-        },
+        Element::key(vec![a(0, 2), a(6, 1)]).with_key_end(vec![a(0, 5), a(6, 1)]),
     ];
 
     let mut affinity = Set::set("affinity", vec![at]);
@@ -640,10 +630,9 @@ fn sample_sets(family: Family) -> Vec<Set> {
     timeouts.flags.timeout = true;
     timeouts.timeout_ms = Some(60_000);
     timeouts.elements = vec![
-        Element {
-            timeout_ms: Some(10_000),
-            ..Element::key(vec![a(0, 20)]).with_comment("short")
-        },
+        Element::key(vec![a(0, 20)])
+            .with_comment("short")
+            .with_timeout_ms(10_000),
         Element::key(vec![a(0, 21)]),
     ];
 

@@ -184,38 +184,105 @@ pub enum ElemData {
 }
 
 /// One set or map element.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// The rare parts (range end, timeout, comment) live in one boxed [`ElemExtra`] so that the
+/// common element (a key and maybe data) stays small: a cold start unpacks over a million of
+/// them. `extra` is normalized: `None` whenever all three are absent, so derived equality and
+/// hashing see one representation; `Ord` compares key, key end, data, timeout, comment in order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Element {
     pub key: Vec<Value>,
-    /// Inclusive end of the key range for interval sets (`NFTA_SET_ELEM_KEY_END`).
-    pub key_end: Option<Vec<Value>>,
     pub data: Option<ElemData>,
-    pub timeout_ms: Option<u64>,
-    pub comment: Option<String>,
+    extra: Option<Box<ElemExtra>>,
+}
+
+/// The rarely present parts of an [`Element`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct ElemExtra {
+    /// Inclusive end of the key range for interval sets (`NFTA_SET_ELEM_KEY_END`).
+    key_end: Option<Vec<Value>>,
+    timeout_ms: Option<u64>,
+    comment: Option<String>,
+}
+
+impl ElemExtra {
+    fn is_empty(&self) -> bool {
+        self.key_end.is_none() && self.timeout_ms.is_none() && self.comment.is_none()
+    }
 }
 
 impl Element {
     pub fn key(key: Vec<Value>) -> Element {
         Element {
             key,
-            key_end: None,
             data: None,
-            timeout_ms: None,
-            comment: None,
+            extra: None,
         }
     }
     pub fn map(key: Vec<Value>, data: ElemData) -> Element {
         Element {
             key,
-            key_end: None,
             data: Some(data),
-            timeout_ms: None,
-            comment: None,
+            extra: None,
         }
     }
-    pub fn with_comment(mut self, c: impl Into<String>) -> Element {
-        self.comment = Some(c.into());
+    /// Inclusive end of the key range for interval sets (`NFTA_SET_ELEM_KEY_END`).
+    pub fn key_end(&self) -> Option<&[Value]> {
+        self.extra.as_ref()?.key_end.as_deref()
+    }
+    pub fn timeout_ms(&self) -> Option<u64> {
+        self.extra.as_ref()?.timeout_ms
+    }
+    pub fn comment(&self) -> Option<&str> {
+        self.extra.as_ref()?.comment.as_deref()
+    }
+    pub fn with_key_end(mut self, end: Vec<Value>) -> Element {
+        self.set_key_end(Some(end));
         self
+    }
+    pub fn with_timeout_ms(mut self, t: u64) -> Element {
+        self.set_timeout_ms(Some(t));
+        self
+    }
+    pub fn with_comment(mut self, c: impl Into<String>) -> Element {
+        self.set_comment(Some(c.into()));
+        self
+    }
+    pub fn set_key_end(&mut self, end: Option<Vec<Value>>) {
+        self.edit_extra(|x| x.key_end = end);
+    }
+    pub fn set_timeout_ms(&mut self, t: Option<u64>) {
+        self.edit_extra(|x| x.timeout_ms = t);
+    }
+    pub fn set_comment(&mut self, c: Option<String>) {
+        self.edit_extra(|x| x.comment = c);
+    }
+    /// Change the extra parts, keeping `extra` normalized (`None` when all are absent).
+    fn edit_extra(&mut self, f: impl FnOnce(&mut ElemExtra)) {
+        let mut x = self.extra.take().unwrap_or_default();
+        f(&mut x);
+        if !x.is_empty() {
+            self.extra = Some(x);
+        }
+    }
+}
+
+impl PartialOrd for Element {
+    fn partial_cmp(&self, other: &Element) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Element {
+    /// Key first, then key end, data, timeout and comment (the order of the fields before
+    /// the rare ones were boxed).
+    fn cmp(&self, other: &Element) -> std::cmp::Ordering {
+        self.key
+            .cmp(&other.key)
+            .then_with(|| self.key_end().cmp(&other.key_end()))
+            .then_with(|| self.data.cmp(&other.data))
+            .then_with(|| self.timeout_ms().cmp(&other.timeout_ms()))
+            .then_with(|| self.comment().cmp(&other.comment()))
     }
 }
 
@@ -279,7 +346,7 @@ impl Set {
                     self.key
                 )));
             }
-            if let Some(end) = &e.key_end {
+            if let Some(end) = e.key_end() {
                 if !self.flags.interval {
                     return Err(bad("range end in a set without the interval flag".into()));
                 }
@@ -301,12 +368,12 @@ impl Set {
                 }
                 _ => return Err(bad("element data does not match the set's kind".into())),
             }
-            if e.timeout_ms.is_some() && !self.flags.timeout {
+            if e.timeout_ms().is_some() && !self.flags.timeout {
                 return Err(bad(
                     "element timeout in a set without the timeout flag".into()
                 ));
             }
-            if let Some(c) = &e.comment {
+            if let Some(c) = e.comment() {
                 check_comment(&format!("element {i} of set {}", self.name), c)?;
             }
         }
@@ -460,4 +527,66 @@ fn check_comment(what: &str, c: &str) -> Result<(), ModelError> {
         what: what.to_string(),
         reason,
     })
+}
+
+#[cfg(test)]
+mod element_tests {
+    use super::*;
+    use std::hash::{BuildHasher, RandomState};
+
+    fn port(p: u16) -> Vec<Value> {
+        vec![Value::Port(p)]
+    }
+
+    /// A cold start unpacks over a million elements: keep the common one small.
+    #[test]
+    fn an_element_is_small() {
+        assert!(
+            std::mem::size_of::<Element>() <= 64,
+            "Element is {} bytes",
+            std::mem::size_of::<Element>()
+        );
+    }
+
+    #[test]
+    fn clearing_the_rare_parts_gives_the_plain_element() {
+        let plain = Element::key(port(80));
+        let mut e = Element::key(port(80))
+            .with_key_end(port(90))
+            .with_timeout_ms(5)
+            .with_comment("c");
+        assert_eq!(e.key_end(), Some(&port(90)[..]));
+        assert_eq!((e.timeout_ms(), e.comment()), (Some(5), Some("c")));
+        e.set_key_end(None);
+        e.set_timeout_ms(None);
+        assert_ne!(e, plain);
+        e.set_comment(None);
+        assert!(e.extra.is_none());
+        assert_eq!(e, plain);
+        let h = RandomState::new();
+        assert_eq!(h.hash_one(&e), h.hash_one(&plain));
+        assert_eq!(e.cmp(&plain), std::cmp::Ordering::Equal);
+    }
+
+    /// Order: key, key end, data, timeout, comment (as the fields once were declared).
+    #[test]
+    fn elements_order_by_key_then_key_end_then_data() {
+        let v = |n| ElemData::Verdict(Verdict::Jump(format!("c{n}")));
+        let by_key = [
+            Element::key(port(1)).with_comment("z").with_timeout_ms(9),
+            Element::map(port(2), v(0)),
+        ];
+        assert!(by_key[0] < by_key[1]);
+        // the key end decides before the data does
+        let a = Element::map(port(1), v(1));
+        let b = Element::map(port(1), v(0)).with_key_end(port(2));
+        assert!(a < b, "no key end sorts first whatever the data");
+        // then data before timeout and comment
+        let c = Element::map(port(1), v(0)).with_timeout_ms(9);
+        let d = Element::map(port(1), v(1)).with_comment("a");
+        assert!(c < d);
+        // the timeout decides before the comment (no timeout sorts first)
+        assert!(Element::key(port(1)).with_comment("a") < Element::key(port(1)).with_timeout_ms(1));
+        assert!(Element::key(port(1)) < Element::key(port(1)).with_timeout_ms(1));
+    }
 }

@@ -240,13 +240,14 @@ pub fn decode_elements(set: &Set, raw: &[Vec<u8>]) -> Result<Vec<Element>, WireE
         // An element without its own timeout reports the set's; keep the model's view.
         let timeout_ms = timeout_ms.filter(|t| Some(*t) != set.timeout_ms);
         let comment = comment(&a, NFTA_SET_ELEM_USERDATA, UDATA_SET_ELEM_COMMENT);
-        out.push(Element {
-            key,
-            key_end,
-            data,
-            timeout_ms,
-            comment,
-        });
+        let mut el = match data {
+            Some(d) => Element::map(key, d),
+            None => Element::key(key),
+        };
+        el.set_key_end(key_end);
+        el.set_timeout_ms(timeout_ms);
+        el.set_comment(comment);
+        out.push(el);
     }
     Ok(out)
 }

@@ -126,8 +126,8 @@ fn table_attrs(w: &mut NlaWriter, kind: u16, t: &TableRef) {
     w.str(kind, &t.name);
 }
 
-fn comment_udata(kind: u8, c: &Option<String>) -> Option<Vec<u8>> {
-    c.as_ref().map(|c| {
+fn comment_udata(kind: u8, c: Option<&str>) -> Option<Vec<u8>> {
+    c.map(|c| {
         let mut u = Vec::new();
         udata::put_str(&mut u, kind, c);
         u
@@ -143,7 +143,7 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
         Op::AddTable { table, comment } => {
             table_attrs(&mut w, NFTA_TABLE_NAME, table);
             w.be32(NFTA_TABLE_FLAGS, 0);
-            if let Some(u) = comment_udata(UDATA_TABLE_COMMENT, comment) {
+            if let Some(u) = comment_udata(UDATA_TABLE_COMMENT, comment.as_deref()) {
                 w.bytes(NFTA_TABLE_USERDATA, &u);
             }
             one(NFT_MSG_NEWTABLE, NLM_F_CREATE, w)
@@ -168,7 +168,7 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
                 w.be32(NFTA_CHAIN_POLICY, b.policy as u32);
                 w.str(NFTA_CHAIN_TYPE, b.chain_type.name());
             }
-            if let Some(u) = comment_udata(UDATA_CHAIN_COMMENT, comment) {
+            if let Some(u) = comment_udata(UDATA_CHAIN_COMMENT, comment.as_deref()) {
                 w.bytes(NFTA_CHAIN_USERDATA, &u);
             }
             one(NFT_MSG_NEWCHAIN, NLM_F_CREATE, w)
@@ -201,7 +201,7 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
                 encode_expr(&mut w, e);
             }
             w.end(list);
-            if let Some(u) = comment_udata(UDATA_RULE_COMMENT, &rule.comment) {
+            if let Some(u) = comment_udata(UDATA_RULE_COMMENT, rule.comment.as_deref()) {
                 w.bytes(NFTA_RULE_USERDATA, &u);
             }
             if w.len() > NLA_MAX_PAYLOAD {
@@ -445,7 +445,7 @@ fn encode_element(w: &mut NlaWriter, e: &Element, with_data: bool, scratch: &mut
     };
     let n = w.begin(NFTA_LIST_ELEM);
     value(w, NFTA_SET_ELEM_KEY, &e.key);
-    if let Some(end) = &e.key_end {
+    if let Some(end) = e.key_end() {
         value(w, NFTA_SET_ELEM_KEY_END, end);
     }
     if with_data {
@@ -454,10 +454,10 @@ fn encode_element(w: &mut NlaWriter, e: &Element, with_data: bool, scratch: &mut
             Some(ElemData::Values(v)) => value(w, NFTA_SET_ELEM_DATA, v),
             None => {}
         }
-        if let Some(t) = e.timeout_ms {
+        if let Some(t) = e.timeout_ms() {
             w.be64(NFTA_SET_ELEM_TIMEOUT, t);
         }
-        if let Some(u) = comment_udata(UDATA_SET_ELEM_COMMENT, &e.comment) {
+        if let Some(u) = comment_udata(UDATA_SET_ELEM_COMMENT, e.comment()) {
             w.bytes(NFTA_SET_ELEM_USERDATA, &u);
         }
     }

@@ -290,19 +290,14 @@ fn objects_round_trip_through_messages() {
     aff.timeout_ms = Some(10_800_000);
     let mut ranges = Set::set("fw", vec![DataType::Ipv4Addr, DataType::Ipv4Addr]);
     ranges.flags.interval = true;
-    ranges.elements = vec![Element {
-        key: vec![
-            Value::Ipv4(Ipv4Addr::new(198, 18, 0, 5)),
-            Value::Ipv4(Ipv4Addr::new(198, 19, 1, 0)),
-        ],
-        key_end: Some(vec![
-            Value::Ipv4(Ipv4Addr::new(198, 18, 0, 5)),
-            Value::Ipv4(Ipv4Addr::new(198, 19, 1, 255)),
-        ]),
-        data: None,
-        timeout_ms: None,
-        comment: None,
-    }];
+    ranges.elements = vec![Element::key(vec![
+        Value::Ipv4(Ipv4Addr::new(198, 18, 0, 5)),
+        Value::Ipv4(Ipv4Addr::new(198, 19, 1, 0)),
+    ])
+    .with_key_end(vec![
+        Value::Ipv4(Ipv4Addr::new(198, 18, 0, 5)),
+        Value::Ipv4(Ipv4Addr::new(198, 19, 1, 255)),
+    ])];
     let rule = Rule::new(build::vmap_lookup(
         Family::Ip,
         &[KeyField::Daddr, KeyField::L4proto, KeyField::Dport],

@@ -21,8 +21,8 @@ pub enum ApplyError {
     },
 }
 
-fn elem_key(e: &Element) -> (&Vec<Value>, &Option<Vec<Value>>) {
-    (&e.key, &e.key_end)
+fn elem_key(e: &Element) -> (&[Value], Option<&[Value]>) {
+    (&e.key, e.key_end())
 }
 
 fn chain_referenced(t: &Table, name: &str) -> bool {

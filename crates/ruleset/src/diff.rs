@@ -30,7 +30,7 @@ fn decl_eq(a: &Set, b: &Set) -> bool {
 /// Whether `els` is strictly increasing by element key (as the compiler emits them).
 fn sorted_by_key(els: &[Element]) -> bool {
     els.windows(2)
-        .all(|w| (&w[0].key, &w[0].key_end) < (&w[1].key, &w[1].key_end))
+        .all(|w| (&w[0].key, w[0].key_end()) < (&w[1].key, w[1].key_end()))
 }
 
 /// The elements to delete from `old` and to add from `new` (an element whose data or
@@ -42,7 +42,7 @@ fn element_changes(old: &[Element], new: &[Element]) -> (Vec<Element>, Vec<Eleme
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < new.len() {
             let ord = match (old.get(i), new.get(j)) {
-                (Some(a), Some(b)) => (&a.key, &a.key_end).cmp(&(&b.key, &b.key_end)),
+                (Some(a), Some(b)) => (&a.key, a.key_end()).cmp(&(&b.key, b.key_end())),
                 (Some(_), None) => std::cmp::Ordering::Less,
                 _ => std::cmp::Ordering::Greater,
             };
@@ -69,11 +69,11 @@ fn element_changes(old: &[Element], new: &[Element]) -> (Vec<Element>, Vec<Eleme
     }
     let ok: BTreeMap<ElemKey, &Element> = old
         .iter()
-        .map(|e| ((e.key.clone(), e.key_end.clone()), e))
+        .map(|e| ((e.key.clone(), e.key_end().map(<[Value]>::to_vec)), e))
         .collect();
     let nk: BTreeMap<ElemKey, &Element> = new
         .iter()
-        .map(|e| ((e.key.clone(), e.key_end.clone()), e))
+        .map(|e| ((e.key.clone(), e.key_end().map(<[Value]>::to_vec)), e))
         .collect();
     let del = ok
         .iter()

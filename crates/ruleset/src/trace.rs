@@ -762,7 +762,7 @@ fn find_element<'s>(s: &'s Set, key: &[u8]) -> Option<&'s Element> {
         fields.iter().enumerate().all(|(i, (off, len))| {
             let v = key.get(*off..off + len).unwrap_or(&[]);
             let start = e.key.get(i).map(Value::to_bytes).unwrap_or_default();
-            match &e.key_end {
+            match e.key_end() {
                 None => v == start.as_slice(),
                 Some(end) => {
                     let end = end.get(i).map(Value::to_bytes).unwrap_or_default();

@@ -224,12 +224,12 @@ fn typeof_expr(t: DataType) -> &'static str {
 /// One element: `key [timeout T] [comment "c"] [: data]`.
 pub(super) fn element(s: &Set, e: &Element, listing: bool) -> String {
     let mut out = element_key(e);
-    if let Some(t) = e.timeout_ms {
+    if let Some(t) = e.timeout_ms() {
         if !listing || Some(t) != s.timeout_ms {
             out.push_str(&format!(" timeout {}", duration(t)));
         }
     }
-    if let Some(c) = &e.comment {
+    if let Some(c) = e.comment() {
         out.push_str(&format!(" comment {}", quote(c)));
     }
     if let Some(d) = &e.data {
@@ -241,7 +241,7 @@ pub(super) fn element(s: &Set, e: &Element, listing: bool) -> String {
 
 /// The key of an element, with intervals as `a-b` or `prefix/len` per field.
 pub(super) fn element_key(e: &Element) -> String {
-    match &e.key_end {
+    match e.key_end() {
         None => values(&e.key),
         Some(end) => {
             let fields: Vec<String> = e
@@ -362,14 +362,8 @@ mod tests {
         tm.flags.timeout = true;
         tm.timeout_ms = Some(60_000);
         tm.elements = vec![
-            Element {
-                timeout_ms: Some(10_000),
-                ..Element::key(vec![v4(198, 18, 0, 3)])
-            },
-            Element {
-                timeout_ms: Some(60_000),
-                ..Element::key(vec![v4(198, 18, 0, 4)])
-            },
+            Element::key(vec![v4(198, 18, 0, 3)]).with_timeout_ms(10_000),
+            Element::key(vec![v4(198, 18, 0, 4)]).with_timeout_ms(60_000),
             Element::key(vec![v4(198, 18, 0, 5)]),
         ];
         t.sets.push(tm);
@@ -424,11 +418,8 @@ mod tests {
         );
         let mut iv = Set::set("r", vec![DataType::Ipv4Addr, DataType::InetService]);
         iv.flags.interval = true;
-        iv.elements = vec![Element {
-            key: vec![v4(198, 18, 0, 0), Value::Port(1024)],
-            key_end: Some(vec![v4(198, 18, 255, 255), Value::Port(2047)]),
-            ..Element::key(vec![])
-        }];
+        iv.elements = vec![Element::key(vec![v4(198, 18, 0, 0), Value::Port(1024)])
+            .with_key_end(vec![v4(198, 18, 255, 255), Value::Port(2047)])];
         assert_eq!(
             set_lines(&iv, None, true),
             [

@@ -394,13 +394,9 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
             k.push(fam_value(&a));
             let mut e = key.clone();
             e.push(fam_value(&z));
-            claim.elements.push((
-                allow.clone(),
-                Packed::new(&Element {
-                    key_end: Some(e),
-                    ..Element::key(k)
-                }),
-            ));
+            claim
+                .elements
+                .push((allow.clone(), Packed::new(&Element::key(k).with_key_end(e))));
         }
     }
 }

@@ -192,7 +192,7 @@ impl Packed {
         }
         let klen = out.len();
         let mut flags = 0;
-        if let Some(end) = &e.key_end {
+        if let Some(end) = e.key_end() {
             flags |= HAS_END;
             for v in end {
                 put_value(&mut out, v);
@@ -213,11 +213,11 @@ impl Packed {
             }
         }
         let dlen = out.len() - klen - elen;
-        if let Some(t) = e.timeout_ms {
+        if let Some(t) = e.timeout_ms() {
             flags |= HAS_TIMEOUT;
             out.extend_from_slice(&t.to_be_bytes());
         }
-        if let Some(c) = &e.comment {
+        if let Some(c) = e.comment() {
             flags |= HAS_COMMENT;
             out.extend_from_slice(c.as_bytes());
         }
@@ -276,20 +276,22 @@ impl Packed {
         } else {
             (None, rest)
         };
-        Element {
-            key: values(self.section(0, k)),
-            key_end: (flags & HAS_END != 0).then(|| values(self.section(k, e))),
-            data: if flags & DATA_VALUES != 0 {
-                Some(ElemData::Values(values(data)))
-            } else if flags & DATA_VERDICT != 0 {
-                Some(ElemData::Verdict(verdict(data)))
-            } else {
-                None
-            },
-            timeout_ms,
-            comment: (flags & HAS_COMMENT != 0)
-                .then(|| String::from_utf8_lossy(comment).into_owned()),
+        let key = values(self.section(0, k));
+        let mut el = if flags & DATA_VALUES != 0 {
+            Element::map(key, ElemData::Values(values(data)))
+        } else if flags & DATA_VERDICT != 0 {
+            Element::map(key, ElemData::Verdict(verdict(data)))
+        } else {
+            Element::key(key)
+        };
+        if flags & (HAS_END | HAS_TIMEOUT | HAS_COMMENT) != 0 {
+            el.set_key_end((flags & HAS_END != 0).then(|| values(self.section(k, e))));
+            el.set_timeout_ms(timeout_ms);
+            el.set_comment(
+                (flags & HAS_COMMENT != 0).then(|| String::from_utf8_lossy(comment).into_owned()),
+            );
         }
+        el
     }
 }
 
@@ -354,12 +356,15 @@ mod tests {
             prop::option::of(any::<u64>()),
             prop::option::of("[ -~]{0,20}"),
         )
-            .prop_map(|(key, key_end, data, timeout_ms, comment)| Element {
-                key,
-                key_end,
-                data,
-                timeout_ms,
-                comment,
+            .prop_map(|(key, key_end, data, timeout_ms, comment)| {
+                let mut e = match data {
+                    Some(d) => Element::map(key, d),
+                    None => Element::key(key),
+                };
+                e.set_key_end(key_end);
+                e.set_timeout_ms(timeout_ms);
+                e.set_comment(comment);
+                e
             })
     }
 
@@ -373,7 +378,7 @@ mod tests {
             // unpacked at their size (tables hold millions of these vectors)
             prop_assert_eq!(pa.element().key.capacity(), a.key.len());
             prop_assert_eq!(pb.element(), b.clone());
-            let want = (&a.key, &a.key_end).cmp(&(&b.key, &b.key_end));
+            let want = (&a.key, a.key_end()).cmp(&(&b.key, b.key_end()));
             prop_assert_eq!(ByKey(pa.clone()).cmp(&ByKey(pb.clone())), want);
             prop_assert_eq!(pa == pb, a == b);
         }
@@ -401,9 +406,9 @@ mod tests {
             packed.sort();
             let got: Vec<Element> = packed.iter().map(|p| p.0.element()).collect();
             let mut want = es.clone();
-            want.sort_by(|a, b| (&a.key, &a.key_end).cmp(&(&b.key, &b.key_end)));
+            want.sort_by(|a, b| (&a.key, a.key_end()).cmp(&(&b.key, b.key_end())));
             let ids = |v: &[Element]| -> Vec<(Vec<Value>, Option<Vec<Value>>)> {
-                v.iter().map(|e| (e.key.clone(), e.key_end.clone())).collect()
+                v.iter().map(|e| (e.key.clone(), e.key_end().map(<[Value]>::to_vec))).collect()
             };
             prop_assert_eq!(ids(&got), ids(&want));
         }

@@ -40,7 +40,6 @@ use crate::flags::{Flags, Parsed};
 use crate::settings::Settings;
 
 fn main() -> ExitCode {
-    heap::tune();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("explain") {
         return explain_main(args);

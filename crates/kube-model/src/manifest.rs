@@ -525,6 +525,26 @@ impl Manifest {
     }
 }
 
+/// A text of at most one YAML or JSON document (a configuration file) as a JSON value,
+/// read as manifests are (YAML 1.2's core schema, budgets that grow with the text):
+/// `Null` for an empty text; more than one document is a syntax error.
+pub fn single_document(text: &str) -> Result<serde_json::Value, ManifestError> {
+    let docs = documents(text)?;
+    match docs.docs.as_slice() {
+        [] => Ok(serde_json::Value::Null),
+        [one] => serde_json::from_str(one).map_err(|e| ManifestError::Syntax {
+            document: 0,
+            format: docs.format,
+            reason: e.to_string(),
+        }),
+        [_, ..] => Err(ManifestError::Syntax {
+            document: 1,
+            format: docs.format,
+            reason: "more than one document".into(),
+        }),
+    }
+}
+
 /// Parse a whole manifest strictly: the first problem (syntax, an unreadable entry, an
 /// object that does not decode) is the error. For tools and fixtures; the daemon reads
 /// [`documents`] entry by entry and skips what does not decode.

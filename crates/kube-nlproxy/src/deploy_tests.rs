@@ -13,7 +13,9 @@ fn deploy(name: &str) -> String {
 }
 
 fn configmap() -> k8s_openapi::api::core::v1::ConfigMap {
-    serde_yaml::from_str(&deploy("kube-proxy-configmap.yaml")).expect("a ConfigMap")
+    let v = kube_model::manifest::single_document(&deploy("kube-proxy-configmap.yaml"))
+        .expect("one YAML document");
+    serde_json::from_value(v).expect("a ConfigMap")
 }
 
 #[test]

@@ -292,7 +292,7 @@ struct Operate {
 /// JSON).
 fn proxy_info(settings: &Settings) -> ops_server::ProxyInfo {
     let yaml = config::to_yaml(&settings.config);
-    let config_json = serde_yaml::from_str::<serde_json::Value>(&yaml)
+    let config_json = kube_model::manifest::single_document(&yaml)
         .ok()
         .and_then(|v| serde_json::to_string(&v).ok())
         .unwrap_or_default();

@@ -252,3 +252,31 @@ fn large_yaml_streams_are_within_budget() {
     }
     assert_eq!(parse(&text).unwrap().services.len(), 3000);
 }
+
+#[test]
+fn a_single_document_reads_as_a_json_value() {
+    use serde_json::json;
+    let yaml = "kind: KubeProxyConfiguration\nmode: iptables\nport: 0x10\nflag: no\nratio: 0.5\nlist: [a, 1]\nnested: {x: null}\n";
+    assert_eq!(
+        single_document(yaml).unwrap(),
+        json!({"kind": "KubeProxyConfiguration", "mode": "iptables", "port": 16, "flag": "no",
+               "ratio": 0.5, "list": ["a", 1], "nested": {"x": null}})
+    );
+    assert_eq!(
+        single_document(r#"{"kind": "K", "a": [1]}"#).unwrap(),
+        json!({"kind": "K", "a": [1]})
+    );
+    assert_eq!(single_document("").unwrap(), serde_json::Value::Null);
+    assert_eq!(
+        single_document("# only a comment\n").unwrap(),
+        serde_json::Value::Null
+    );
+    assert!(matches!(
+        single_document("a: 1\n---\nb: 2\n"),
+        Err(ManifestError::Syntax { document: 1, .. })
+    ));
+    assert!(matches!(
+        single_document("a: [1\n"),
+        Err(ManifestError::Syntax { .. })
+    ));
+}

@@ -301,8 +301,8 @@ fn path_text(p: &serde_ignored::Path) -> String {
 /// falls back to its lenient decoder for v1alpha1); a wrong kind or group/version, or a
 /// value of the wrong type, is an error.
 pub fn decode(text: &str) -> Result<Decoded, DecodeError> {
-    let value: Value =
-        serde_yaml::from_str(text).map_err(|e| DecodeError::Syntax(e.to_string()))?;
+    let value: Value = kube_model::manifest::single_document(text)
+        .map_err(|e| DecodeError::Syntax(e.to_string()))?;
     let (kind, version) = match &value {
         Value::Object(m) => (
             m.get("kind").and_then(Value::as_str).unwrap_or_default(),

@@ -254,20 +254,23 @@ pub fn rolling_update_every_packet_reaches_a_live_endpoint(c: &mut Cluster, load
         );
         eprintln!("step {i}: {checked} datagrams after the sync, all answered by {pods:?}");
     }
-    // re-balanced: at the end the flows of each family use both new endpoints
+    // Re-balanced: at the end the flows use both new endpoints. Taken over both families
+    // (24 flows at the conformance load), not per family: a flow ends on `b2` only if it
+    // sat on `b1` when `b1` was removed (3/4: half from the start, a quarter of those
+    // re-drawn from `a2`) and was then drawn to `b2` (1/2), so 3/8; per family, 12 flows
+    // all missing `b2` happens with (5/8)^12 = 0.35 % (seen once); over 24 flows with
+    // (5/8)^24 = 1.3e-5. A proxy that kept flows on removed endpoints or never drew the
+    // new one still fails it.
     let (_, from, to, pods) = windows.last().unwrap();
-    for (d, dst) in dsts.iter().enumerate() {
-        let used: BTreeSet<&str> = l
-            .window(d, *from, *to)
-            .into_iter()
-            .flat_map(|(_, p)| p)
-            .collect();
-        assert_eq!(
-            used.len(),
-            pods.len(),
-            "{dst}: flows not spread over {pods:?}: {used:?}"
-        );
-    }
+    let used: BTreeSet<&str> = (0..dsts.len())
+        .flat_map(|d| l.window(d, *from, *to))
+        .flat_map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        used.len(),
+        pods.len(),
+        "{dsts:?}: flows not spread over {pods:?}: {used:?}"
+    );
 }
 
 const KEEP: [&str; 2] = ["198.18.100.20", "2001:db8:100::20"];

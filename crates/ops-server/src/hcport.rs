@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 
 struct Ctx<S> {
     source: S,
@@ -83,7 +83,8 @@ pub type BindAddrs = Box<dyn Fn(&Status) -> Vec<IpAddr> + Send + Sync>;
 struct Open {
     key: ServiceKey,
     addrs: Vec<IpAddr>,
-    task: JoinHandle<()>,
+    /// One server per address, each owning its listener.
+    servers: JoinSet<()>,
 }
 
 /// The open health-check servers, keyed by port.
@@ -136,9 +137,12 @@ impl<S: StatusSource> HealthCheckPorts<S> {
             .map(|(p, _)| *p)
             .collect();
         for p in stale {
-            if let Some(o) = self.open.remove(&p) {
-                o.task.abort();
-                let _ = o.task.await;
+            if let Some(mut o) = self.open.remove(&p) {
+                // Closed when this returns: each server is awaited until its future,
+                // and the listener it owns, is dropped (an abort alone only schedules
+                // that, and the port could not be bound again at once).
+                o.servers.abort_all();
+                while o.servers.join_next().await.is_some() {}
                 tracing::debug!(port = p, service = %o.key, "Closing healthcheck");
             }
         }
@@ -179,30 +183,19 @@ impl<S: StatusSource> HealthCheckPorts<S> {
             });
             let router = Router::new().fallback(any(answer::<S>)).with_state(ctx);
             let limits = self.limits;
-            let task = tokio::spawn(async move {
-                let mut set = tokio::task::JoinSet::new();
-                for l in listeners {
-                    set.spawn(crate::server::serve(l, router.clone(), limits));
-                }
-                while set.join_next().await.is_some() {}
-            });
+            let mut servers = JoinSet::new();
+            for l in listeners {
+                servers.spawn(crate::server::serve(l, router.clone(), limits));
+            }
             tracing::debug!(port, service = %key, "Opening healthcheck");
             self.open.insert(
                 port,
                 Open {
                     key,
                     addrs: addrs.clone(),
-                    task,
+                    servers,
                 },
             );
-        }
-    }
-}
-
-impl<S: StatusSource> Drop for HealthCheckPorts<S> {
-    fn drop(&mut self) {
-        for (_, o) in std::mem::take(&mut self.open) {
-            o.task.abort();
         }
     }
 }

@@ -340,6 +340,42 @@ fn health_check_node_ports_open_answer_and_close() {
     );
 }
 
+/// A health-check port is closed when `reconcile` returns: it can be bound again at once
+/// (by the next address set of the same port, or by anyone). Repeated, because an
+/// abort alone closes the listener a moment later, on a worker thread.
+#[test]
+fn a_closed_health_check_port_can_be_bound_again_at_once() {
+    const ROUNDS: usize = 5000;
+    let rt = rt();
+    let src = synced_now();
+    let port = free_port();
+    let key = ServiceKey::new("web", "lb");
+    let mut ports = HealthCheckPorts::on(
+        src.clone(),
+        vec!["127.0.0.1".parse().unwrap()],
+        Limits::for_process(),
+    );
+    for round in 0..ROUNDS {
+        src.set(|s| {
+            s.health_checks.insert(
+                key.clone(),
+                HealthCheck {
+                    node_port: port,
+                    local_endpoints: 1,
+                },
+            );
+        });
+        rt.block_on(ports.reconcile());
+        assert_eq!(ports.ports(), vec![port], "round {round}");
+        src.set(|s| s.health_checks.clear());
+        rt.block_on(ports.reconcile());
+        assert!(ports.ports().is_empty());
+        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            panic!("round {round}: port {port} still held after reconcile: {e}");
+        }
+    }
+}
+
 /// A port held by someone else does not hold back the others, and is opened once it is
 /// free again (retried after 5 s, as kube-proxy's servers are).
 #[test]

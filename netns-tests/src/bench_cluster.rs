@@ -20,9 +20,18 @@ pub const NODE: &str = "node-a";
 pub fn write_manifest(dir: &Path, n: u32, m: u32) -> PathBuf {
     let p = dir.join(format!("cluster-{n}x{m}.json"));
     if !p.exists() {
-        std::fs::write(&p, scale_manifest(NODE, n, m)).expect("write the manifests file");
+        write_synced(&p, scale_manifest(NODE, n, m).as_bytes());
     }
     p
+}
+
+/// Write a benchmark's input file and wait until it is on disk: the writeback of a
+/// freshly written file (tens of MB) otherwise competes with the first timed run.
+pub fn write_synced(p: &Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(p).expect("create a benchmark input file");
+    f.write_all(bytes).expect("write a benchmark input file");
+    f.sync_all().expect("sync a benchmark input file");
 }
 
 /// The API-server double listening inside a namespace. Dropped there: its accept

@@ -339,8 +339,8 @@ fn peers(o: &Opts, dir: &Path) {
     let ports = upstream_ports(n, m);
     let nft_file = dir.join(format!("kube-proxy-nftables-{n}.nft"));
     let ipt_file = dir.join(format!("kube-proxy-iptables-{n}.rules"));
-    std::fs::write(&nft_file, nftables_mode(&ports)).expect("write");
-    std::fs::write(&ipt_file, iptables_mode(&ports)).expect("write");
+    write_synced(&nft_file, nftables_mode(&ports).as_bytes());
+    write_synced(&ipt_file, iptables_mode(&ports).as_bytes());
     drop(ports);
     let ipt_version = std::process::Command::new("iptables-restore")
         .arg("--version")

@@ -9,7 +9,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// environment variable still overrides them):
 /// - `narenas:1`: one arena. Objects are decoded on the source threads and freed on the
 ///   engine thread; with an arena per thread the slabs they leave half-empty are spread
-///   over several arenas (+40 MiB peak at 50,000 services from the API).
+///   over several arenas (+32 MiB peak at 50,000 services from the API).
 /// - `dirty_decay_ms:0`, `muzzy_decay_ms:0`: pages freed are returned to the kernel at
 ///   once (`MADV_DONTNEED`). Otherwise a growing buffer's previous copies (the API's list
 ///   bodies, the batch) stay resident until a decay timer, and `MADV_FREE`d pages count

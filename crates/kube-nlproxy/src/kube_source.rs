@@ -125,12 +125,6 @@ fn list_config() -> watcher::Config {
     }
 }
 
-/// Send to the engine without blocking the runtime: wait while the queue is full.
-/// False when the engine is gone.
-async fn send(tx: &EventSender, ev: Event) -> bool {
-    tx.send_async(ev).await
-}
-
 /// Backoff between attempts: 0.5 s doubling up to [`Timing::backoff_max`]; back to
 /// 0.5 s only after a quiet period of 4 x the maximum (a watcher reports a success at
 /// the start of each attempt, which must not reset a failing series).
@@ -319,7 +313,7 @@ async fn pump<K>(
                                 last_error = last_error.as_deref().unwrap_or("none"),
                                 "source stalled: no progress from the API; relisting (rules unchanged)"
                             );
-                            if !send(&tx, Event::SourceStalled { source: kind.name.into(), since }).await {
+                            if !tx.send_async(Event::SourceStalled { source: kind.name.into(), since }).await {
                                 return;
                             }
                         } else {
@@ -373,7 +367,7 @@ async fn pump<K>(
                 }
             }
             for ev in out {
-                if !send(&tx, ev).await {
+                if !tx.send_async(ev).await {
                     return; // the engine is gone
                 }
             }

@@ -160,6 +160,20 @@ impl Conns {
     }
 }
 
+/// Closes a server's connections when the server stops (its future is dropped), as Go's
+/// `http.Server.Close` does for kube-proxy: a closed health-check port keeps answering
+/// no one, not even on a kept-alive connection.
+struct CloseAll(Arc<Mutex<Conns>>);
+
+impl Drop for CloseAll {
+    fn drop(&mut self) {
+        let open = std::mem::take(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()).open);
+        for (_, (_, abort)) in open {
+            abort.abort();
+        }
+    }
+}
+
 /// The stream, noting when a waiting connection's next request starts to arrive.
 struct Tracked {
     inner: TcpStream,
@@ -261,6 +275,7 @@ fn is_fd_exhaustion(e: &std::io::Error) -> bool {
 /// Serve `router` on `listener` with `limits` until the task is dropped.
 pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
     let conns = Arc::new(Mutex::new(Conns::default()));
+    let _close = CloseAll(conns.clone());
     let mut last_warning: Option<Instant> = None;
     loop {
         let stream = match listener.accept().await {

@@ -376,6 +376,63 @@ fn a_closed_health_check_port_can_be_bound_again_at_once() {
     }
 }
 
+/// A health-check port that closes also closes its kept-alive connections (as Go's
+/// `http.Server.Close` does for kube-proxy): a load balancer's open connection does not
+/// keep getting answers for a service that is gone.
+#[test]
+fn closing_a_health_check_port_closes_its_kept_alive_connections() {
+    use std::io::{Read, Write};
+    let rt = rt();
+    let src = synced_now();
+    let port = free_port();
+    let key = ServiceKey::new("web", "lb");
+    src.set(|s| {
+        s.health_checks.insert(
+            key.clone(),
+            HealthCheck {
+                node_port: port,
+                local_endpoints: 1,
+            },
+        );
+    });
+    let mut ports = HealthCheckPorts::on(
+        src.clone(),
+        vec!["127.0.0.1".parse().unwrap()],
+        Limits::for_process(),
+    );
+    rt.block_on(ports.reconcile());
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = conn.read(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+
+    src.set(|s| s.health_checks.clear());
+    rt.block_on(ports.reconcile());
+    // The server closes the connection: end of stream (or a reset) at once, well before
+    // its own 5 s wait for a next request's headers.
+    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let start = Instant::now();
+    match conn.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!(
+            "answered after the port closed: {}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!(
+            "the kept-alive connection stayed open ({e}) after {:?}",
+            start.elapsed()
+        ),
+    }
+}
+
 /// A port held by someone else does not hold back the others, and is opened once it is
 /// free again (retried after 5 s, as kube-proxy's servers are).
 #[test]

@@ -285,26 +285,36 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// `key`'s health check on `port`, with `local_endpoints`.
+fn set_check(src: &Fake, key: &ServiceKey, port: u16, local_endpoints: usize) {
+    src.set(|s| {
+        s.health_checks.insert(
+            key.clone(),
+            HealthCheck {
+                node_port: port,
+                local_endpoints,
+            },
+        );
+    });
+}
+
+/// Health-check ports for `src`, on 127.0.0.1.
+fn loopback_ports(src: &Fake) -> HealthCheckPorts<Fake> {
+    HealthCheckPorts::on(
+        src.clone(),
+        vec!["127.0.0.1".parse().unwrap()],
+        Limits::for_process(),
+    )
+}
+
 #[test]
 fn health_check_node_ports_open_answer_and_close() {
     let rt = rt();
     let src = synced_now();
     let port = free_port();
     let key = ServiceKey::new("web", "lb");
-    src.set(|s| {
-        s.health_checks.insert(
-            key.clone(),
-            HealthCheck {
-                node_port: port,
-                local_endpoints: 2,
-            },
-        );
-    });
-    let mut ports = HealthCheckPorts::on(
-        src.clone(),
-        vec!["127.0.0.1".parse().unwrap()],
-        Limits::for_process(),
-    );
+    set_check(&src, &key, port, 2);
+    let mut ports = loopback_ports(&src);
     rt.block_on(ports.reconcile());
     assert_eq!(ports.ports(), vec![port]);
     let url = format!("http://127.0.0.1:{port}/");
@@ -350,21 +360,9 @@ fn a_closed_health_check_port_can_be_bound_again_at_once() {
     let src = synced_now();
     let port = free_port();
     let key = ServiceKey::new("web", "lb");
-    let mut ports = HealthCheckPorts::on(
-        src.clone(),
-        vec!["127.0.0.1".parse().unwrap()],
-        Limits::for_process(),
-    );
+    let mut ports = loopback_ports(&src);
     for round in 0..ROUNDS {
-        src.set(|s| {
-            s.health_checks.insert(
-                key.clone(),
-                HealthCheck {
-                    node_port: port,
-                    local_endpoints: 1,
-                },
-            );
-        });
+        set_check(&src, &key, port, 1);
         rt.block_on(ports.reconcile());
         assert_eq!(ports.ports(), vec![port], "round {round}");
         src.set(|s| s.health_checks.clear());
@@ -386,20 +384,8 @@ fn closing_a_health_check_port_closes_its_kept_alive_connections() {
     let src = synced_now();
     let port = free_port();
     let key = ServiceKey::new("web", "lb");
-    src.set(|s| {
-        s.health_checks.insert(
-            key.clone(),
-            HealthCheck {
-                node_port: port,
-                local_endpoints: 1,
-            },
-        );
-    });
-    let mut ports = HealthCheckPorts::on(
-        src.clone(),
-        vec!["127.0.0.1".parse().unwrap()],
-        Limits::for_process(),
-    );
+    set_check(&src, &key, port, 1);
+    let mut ports = loopback_ports(&src);
     rt.block_on(ports.reconcile());
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -452,11 +438,7 @@ fn a_taken_health_check_port_is_retried_without_blocking_the_others() {
             );
         }
     });
-    let mut ports = HealthCheckPorts::on(
-        src.clone(),
-        vec!["127.0.0.1".parse().unwrap()],
-        Limits::for_process(),
-    );
+    let mut ports = loopback_ports(&src);
     rt.block_on(ports.reconcile());
     assert_eq!(ports.ports(), vec![free]);
     drop(holder);

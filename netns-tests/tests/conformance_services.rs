@@ -194,6 +194,118 @@ fn external_ip_and_load_balancer_ip_with_source_ranges() {
     });
 }
 
+/// Behaviour 3b: loadBalancerSourceRanges as users write them never drop the Service
+/// (issue 21 item 1: an interval set refuses overlapping elements, and the kernel used
+/// to refuse the whole batch for these, leaving the ClusterIP, NodePort and LB IP
+/// without rules): `0.0.0.0/0` with `::/0` (the node's address is inside, so the LB IPs
+/// are allowed as sources too), nested, duplicate and overlapping ranges, a host route,
+/// an LB IP inside a range. A source is allowed when any range holds it.
+#[test]
+fn source_ranges_as_users_write_them_never_drop_the_service() {
+    require_root!();
+    /// A LoadBalancer service: its ClusterIP, LB IP and node port, its source ranges,
+    /// and whether the client's other address is allowed.
+    struct Case {
+        name: &'static str,
+        last: u16,
+        node_port: u16,
+        ranges: Vec<String>,
+        other_allowed: bool,
+    }
+    let mut c = Cluster::new(bins!(), &[("a2", On::A)]);
+    let cases = [
+        Case {
+            name: "open",
+            last: 40,
+            node_port: 30090,
+            ranges: vec!["0.0.0.0/0".into(), "::/0".into()],
+            other_allowed: true,
+        },
+        Case {
+            name: "nested",
+            last: 41,
+            node_port: 30091,
+            ranges: vec![
+                "198.18.0.0/16".into(),
+                "198.18.50.0/24".into(),
+                " 198.18.0.0/16 ".into(),
+                format!("{CLIENT4}/32"),
+                "2001:db8::/32".into(),
+                "2001:db8:50::/64".into(),
+                format!("{CLIENT6}/128"),
+                format!("{}/128", vip(Fam::V6, 41)),
+            ],
+            other_allowed: true,
+        },
+        Case {
+            name: "hosts",
+            last: 42,
+            node_port: 30092,
+            ranges: vec![
+                format!("{CLIENT4}/32"),
+                format!("{CLIENT4}/32"),
+                // holds node A's address: the LB IP is allowed as a source too
+                format!("{NODE_A4}/32"),
+                format!("{}/32", vip(Fam::V4, 42)),
+                format!("{CLIENT6}/128"),
+                format!("{NODE_A6}/128"),
+            ],
+            other_allowed: false,
+        },
+    ];
+    let mut objs = Vec::new();
+    for k in &cases {
+        let mut s = Svc::new(k.name, &refs(&dual(k.last)))
+            .load_balancer(k.node_port, &[&vip(Fam::V4, k.last), &vip(Fam::V6, k.last)]);
+        s.source_ranges = k.ranges.clone();
+        objs.push(s.to_json());
+        objs.extend(ready_slices(&c, k.name, &["a2"]));
+    }
+    start(&mut c, &objs);
+    each(|f, proto| {
+        for k in &cases {
+            let name = k.name;
+            let lb_ip = sa(&vip(f, k.last), SERVICE_PORT);
+            let o = probe(&c.client, proto, lb_ip, Some(f.client()), REPLY_TIMEOUT);
+            assert_eq!(
+                o.pod(),
+                Some("a2"),
+                "{name} {proto:?} {lb_ip} from an allowed source: {o:?}"
+            );
+            let other = f.client_other();
+            if k.other_allowed {
+                let o = probe(&c.client, proto, lb_ip, Some(other), REPLY_TIMEOUT);
+                assert_eq!(
+                    o.pod(),
+                    Some("a2"),
+                    "{name} {proto:?} {lb_ip} from {other}: {o:?}"
+                );
+            } else {
+                let o = probe(&c.client, proto, lb_ip, Some(other), DROP_TIMEOUT);
+                assert_eq!(
+                    o,
+                    Outcome::Timeout,
+                    "{name} {proto:?} {lb_ip} from {other} (outside the ranges) must be dropped"
+                );
+            }
+            let np = sa(f.pick(NODE_A4, NODE_A6), k.node_port);
+            let o = probe(&c.client, proto, np, Some(other), REPLY_TIMEOUT);
+            assert_eq!(
+                o.pod(),
+                Some("a2"),
+                "{name} {proto:?} {np}: NodePort not filtered: {o:?}"
+            );
+            let cip = sa(&cip(f, k.last), SERVICE_PORT);
+            let o = probe(&c.pod("a2").ns, proto, cip, None, REPLY_TIMEOUT);
+            assert_eq!(
+                o.pod(),
+                Some("a2"),
+                "{name} {proto:?} ClusterIP {cip}: {o:?}"
+            );
+        }
+    });
+}
+
 /// Behaviour 4: externalTrafficPolicy Local: external traffic (LB IP and NodePort) reaches only
 /// node A's endpoint and the backend sees the client's real address; with no local
 /// endpoint on node A it is dropped (the ClusterIP still reaches the remote endpoint).

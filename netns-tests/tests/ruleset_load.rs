@@ -30,7 +30,8 @@ fn rendering(tables: &[Table]) -> String {
 }
 
 /// Every golden case (each shape the compiler emits): `nft -f` of the rendering lists
-/// as rendered, and the listing reloads and lists the same again.
+/// as rendered, and the listing reloads and lists the same again; the batch the daemon
+/// would send (over our netlink transport) is accepted by the kernel and lists the same.
 #[test]
 fn golden_rulesets_load_and_list_identically() {
     require_root!();
@@ -64,6 +65,17 @@ fn golden_rulesets_load_and_list_identically() {
             normalize_listing(&listing(&ns2, &tables)),
             normalize_listing(&text),
             "{}: re-listing",
+            case.display()
+        );
+        // the daemon's way: one batch over netlink
+        let ns3 = Netns::new("ruleset3");
+        let create = diff(&[], &tables);
+        ns3.run(|| Nft::open().expect("open").commit(&create, None).map(|_| ()))
+            .unwrap_or_else(|e| panic!("{}: the kernel refused the batch: {e}", case.display()));
+        assert_eq!(
+            normalize_listing(&listing(&ns3, &tables)),
+            normalize_listing(&text),
+            "{}: listing after the netlink batch",
             case.display()
         );
     }

@@ -97,6 +97,68 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// An address as a number in its family's range (IPv4 in the low 32 bits).
+fn ordinal(a: &IpAddr) -> (bool, u128) {
+    match a {
+        IpAddr::V4(a) => (false, u128::from(u32::from(*a))),
+        IpAddr::V6(a) => (true, u128::from(*a)),
+    }
+}
+
+fn from_ordinal(v6: bool, n: u128) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(n))
+    } else {
+        // an IPv4 ordinal came from a u32 (ordinal), so the cast keeps it whole
+        IpAddr::V4(Ipv4Addr::from(n as u32))
+    }
+}
+
+/// Inclusive address ranges with every overlap merged: the fewest ranges covering the
+/// same addresses such that no two overlap, sorted, IPv4 first. An interval set (an
+/// nftables set with `flags interval`) refuses overlapping elements, so every list of
+/// ranges that reaches one goes through here. Ranges that only touch are kept apart
+/// (they do not overlap, and a prefix stays a prefix). A range whose start is after its
+/// end, or whose ends are of two families, is left out.
+pub fn merge_ranges(ranges: impl IntoIterator<Item = (IpAddr, IpAddr)>) -> Vec<(IpAddr, IpAddr)> {
+    let mut v: Vec<(bool, u128, u128)> = ranges
+        .into_iter()
+        .filter_map(|(a, z)| {
+            let ((fa, a), (fz, z)) = (ordinal(&a), ordinal(&z));
+            (fa == fz && a <= z).then_some((fa, a, z))
+        })
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(bool, u128, u128)> = Vec::with_capacity(v.len());
+    for (f, a, z) in v {
+        match out.last_mut() {
+            Some((lf, _, lz)) if *lf == f && a <= *lz => *lz = (*lz).max(z),
+            _ => out.push((f, a, z)),
+        }
+    }
+    out.into_iter()
+        .map(|(f, a, z)| (from_ordinal(f, a), from_ordinal(f, z)))
+        .collect()
+}
+
+/// The prefixes of `cidrs` that no other one contains (duplicates once), in order: the
+/// same addresses, each covered once. Two prefixes either nest or are disjoint, so this
+/// is [`merge_ranges`] for prefixes; a rule per prefix (service CIDRs, cluster CIDRs,
+/// nodePortAddresses) then never tests an address twice.
+pub fn outermost(cidrs: &[Cidr]) -> Vec<Cidr> {
+    let mut out: Vec<Cidr> = Vec::with_capacity(cidrs.len());
+    for c in cidrs {
+        let covered = cidrs
+            .iter()
+            .any(|o| o.prefix < c.prefix && o.contains(&c.addr))
+            || out.contains(c);
+        if !covered {
+            out.push(*c);
+        }
+    }
+    out
+}
+
 fn mask32(prefix: u8) -> u32 {
     if prefix == 0 {
         0
@@ -169,6 +231,62 @@ mod tests {
         ] {
             assert_eq!(parse_ip_sloppy(bad), None, "{bad}");
         }
+    }
+
+    fn range(a: &str, z: &str) -> (IpAddr, IpAddr) {
+        (a.parse().unwrap(), z.parse().unwrap())
+    }
+
+    #[test]
+    fn overlapping_ranges_merge_touching_ones_stay_apart() {
+        let all4 = range("0.0.0.0", "255.255.255.255");
+        let all6 = range("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
+        let net = range("198.18.0.0", "198.18.255.255");
+        let sub = range("198.18.1.0", "198.18.1.255");
+        let host = range("198.18.250.4", "198.18.250.4");
+        let next = range("198.19.0.0", "198.19.0.255");
+        // nested, duplicated, a host inside: one range
+        assert_eq!(merge_ranges([sub, net, host, net]), vec![net]);
+        // everything: one range per family, IPv4 first
+        assert_eq!(merge_ranges([all6, host, all4, net]), vec![all4, all6]);
+        // touching (198.18.255.255 then 198.19.0.0): two
+        assert_eq!(merge_ranges([next, net]), vec![net, next]);
+        // partial overlap of two ranges
+        assert_eq!(
+            merge_ranges([
+                range("198.18.0.10", "198.18.0.20"),
+                range("198.18.0.15", "198.18.0.30")
+            ]),
+            vec![range("198.18.0.10", "198.18.0.30")]
+        );
+        // the end of the family does not overflow
+        assert_eq!(
+            merge_ranges([range("255.255.255.255", "255.255.255.255"), all4]),
+            vec![all4]
+        );
+        // reversed or mixed ends are left out
+        assert!(merge_ranges([range("198.18.0.2", "198.18.0.1")]).is_empty());
+        assert!(merge_ranges([range("198.18.0.1", "2001:db8::1")]).is_empty());
+    }
+
+    #[test]
+    fn outermost_prefixes() {
+        let c = |s: &str| parse_cidr_sloppy(s).unwrap();
+        assert_eq!(
+            outermost(&[
+                c("198.18.1.0/24"),
+                c("198.18.0.0/16"),
+                c("2001:db8::/64"),
+                c("198.18.0.0/16"),
+                c("198.19.0.0/16"),
+                c("2001:db8::/32"),
+            ]),
+            vec![c("198.18.0.0/16"), c("198.19.0.0/16"), c("2001:db8::/32")]
+        );
+        assert_eq!(
+            outermost(&[c("198.18.0.0/15"), c("0.0.0.0/0")]),
+            vec![c("0.0.0.0/0")]
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ mod trigger;
 
 pub use cluster::*;
 pub use convert::{LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE};
-pub use ip::{parse_cidr_sloppy, parse_ip_sloppy, Cidr};
+pub use ip::{merge_ranges, outermost, parse_cidr_sloppy, parse_ip_sloppy, Cidr};
 pub use model::*;
 pub use trigger::{last_change_trigger_time, ANNOTATION_LAST_CHANGE_TRIGGER_TIME};
 

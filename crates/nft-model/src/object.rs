@@ -1,5 +1,7 @@
 //! Tables, chains, rules, sets and elements.
 
+use std::collections::BTreeMap;
+
 use crate::expr::{Expr, Family, Verdict};
 use crate::value::{DataType, Value};
 use crate::ModelError;
@@ -377,7 +379,77 @@ impl Set {
                 check_comment(&format!("element {i} of set {}", self.name), c)?;
             }
         }
+        if let Some((i, j)) = self.overlap() {
+            return Err(ModelError::BadElement {
+                set: self.name.clone(),
+                index: j,
+                reason: format!(
+                    "overlaps element {i} (an interval set refuses overlapping elements)"
+                ),
+            });
+        }
         Ok(())
+    }
+
+    /// In an interval set: two elements (indexes) that overlap without being the same
+    /// element, which the kernel refuses (EEXIST on the second). Elements whose fields
+    /// but the last are single values are compared within their group (sorted by the
+    /// last field's range); those with a range in an earlier field with every other one.
+    pub fn overlap(&self) -> Option<(usize, usize)> {
+        if !self.flags.interval || self.elements.len() < 2 {
+            return None;
+        }
+        let span = |e: &Element| -> Vec<(Value, Value)> {
+            let end = e.key_end().unwrap_or(&e.key);
+            e.key.iter().cloned().zip(end.iter().cloned()).collect()
+        };
+        let spans: Vec<Vec<(Value, Value)>> = self.elements.iter().map(span).collect();
+        let meets = |a: &[(Value, Value)], b: &[(Value, Value)]| {
+            a != b
+                && a.iter()
+                    .zip(b)
+                    .all(|((a0, a1), (b0, b1))| a0 <= b1 && b0 <= a1)
+        };
+        let mut groups: BTreeMap<Vec<&Value>, Vec<usize>> = BTreeMap::new();
+        let mut ranged = Vec::new();
+        for (i, sp) in spans.iter().enumerate() {
+            let Some((_, head)) = sp.split_last() else {
+                continue;
+            };
+            if head.iter().all(|(a, z)| a == z) {
+                groups
+                    .entry(head.iter().map(|(a, _)| a).collect())
+                    .or_default()
+                    .push(i);
+            } else {
+                ranged.push(i);
+            }
+        }
+        for idx in groups.values_mut() {
+            idx.sort_by(|&a, &b| spans[a].last().cmp(&spans[b].last()));
+            // the element reaching furthest so far
+            let mut reach: Option<usize> = None;
+            for &i in idx.iter() {
+                if let Some(r) = reach {
+                    if meets(&spans[r], &spans[i]) {
+                        return Some((r.min(i), r.max(i)));
+                    }
+                    if spans[i].last().map(|x| &x.1) > spans[r].last().map(|x| &x.1) {
+                        reach = Some(i);
+                    }
+                } else {
+                    reach = Some(i);
+                }
+            }
+        }
+        for &r in &ranged {
+            for j in 0..spans.len() {
+                if j != r && meets(&spans[r], &spans[j]) {
+                    return Some((r.min(j), r.max(j)));
+                }
+            }
+        }
+        None
     }
 }
 
@@ -588,5 +660,75 @@ mod element_tests {
         // the timeout decides before the comment (no timeout sorts first)
         assert!(Element::key(port(1)).with_comment("a") < Element::key(port(1)).with_timeout_ms(1));
         assert!(Element::key(port(1)) < Element::key(port(1)).with_timeout_ms(1));
+    }
+}
+
+#[cfg(test)]
+mod overlap_tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn a(s: &str) -> Value {
+        Value::Ipv4(s.parse::<Ipv4Addr>().unwrap())
+    }
+
+    /// `lb . port . [from, to]`, the shape of `firewall-allow`.
+    fn e(lb: &str, port: u16, from: &str, to: &str) -> Element {
+        Element::key(vec![a(lb), Value::Port(port), a(from)]).with_key_end(vec![
+            a(lb),
+            Value::Port(port),
+            a(to),
+        ])
+    }
+
+    fn set(elements: Vec<Element>) -> Set {
+        let mut s = Set::set(
+            "allow",
+            vec![
+                DataType::Ipv4Addr,
+                DataType::InetService,
+                DataType::Ipv4Addr,
+            ],
+        );
+        s.flags.interval = true;
+        s.elements = elements;
+        s
+    }
+
+    #[test]
+    fn overlapping_intervals_are_found_identical_ones_are_not() {
+        let all = e("198.18.0.1", 80, "0.0.0.0", "255.255.255.255");
+        let host = e("198.18.0.1", 80, "198.18.0.1", "198.18.0.1");
+        let other_port = e("198.18.0.1", 81, "198.18.0.1", "198.18.0.1");
+        let disjoint = e("198.18.0.1", 80, "198.19.0.0", "198.19.0.255");
+        let touching = e("198.18.0.1", 80, "198.19.1.0", "198.19.1.255");
+        assert_eq!(set(vec![all.clone(), host.clone()]).overlap(), Some((0, 1)));
+        assert_eq!(set(vec![host.clone(), all.clone()]).overlap(), Some((0, 1)));
+        assert!(set(vec![all.clone(), other_port.clone()])
+            .overlap()
+            .is_none());
+        assert!(set(vec![disjoint.clone(), touching.clone(), host.clone()])
+            .overlap()
+            .is_none());
+        // the same element twice is one element to the kernel
+        assert!(set(vec![host.clone(), host.clone()]).overlap().is_none());
+        // hidden behind a duplicate of the widest one
+        assert_eq!(
+            set(vec![all.clone(), all.clone(), host.clone()]).overlap(),
+            Some((0, 2))
+        );
+        assert!(set(vec![all.clone(), host]).validate().is_err());
+        // a range in an earlier field is compared with everything
+        let ports = Element::key(vec![a("198.18.0.1"), Value::Port(70), a("198.19.0.5")])
+            .with_key_end(vec![a("198.18.0.1"), Value::Port(90), a("198.19.0.5")]);
+        assert_eq!(
+            set(vec![disjoint.clone(), ports.clone()]).overlap(),
+            Some((0, 1))
+        );
+        assert!(set(vec![touching, ports]).overlap().is_none());
+        // a set without the interval flag has no intervals to overlap
+        let mut plain = set(vec![all.clone(), all]);
+        plain.flags.interval = false;
+        assert!(plain.overlap().is_none());
     }
 }

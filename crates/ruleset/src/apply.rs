@@ -220,6 +220,13 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
                     None => s.elements.push(e.clone()),
                 }
             }
+            // the kernel refuses an element overlapping another one of an interval set
+            if s.overlap().is_some() {
+                return Err(ApplyError::Exists {
+                    index,
+                    what: format!("overlapping interval in {set}"),
+                });
+            }
         }
         Op::DeleteElements { set, elements, .. } => {
             let s = t

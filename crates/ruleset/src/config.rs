@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use kube_model::{parse_cidr_sloppy, parse_ip_sloppy, Cidr, IpFamily};
+use kube_model::{outermost, parse_cidr_sloppy, parse_ip_sloppy, Cidr, IpFamily};
 use serde::Deserialize;
 
 use crate::RulesetError;
@@ -127,10 +127,13 @@ impl Config {
                 "not in 0..=31",
             ));
         }
+        // nested and duplicate prefixes once (a rule or set element per prefix)
         let cidrs = |field: &str, v: &[String]| -> Result<Vec<Cidr>, RulesetError> {
-            v.iter()
+            let all = v
+                .iter()
                 .map(|s| parse_cidr_sloppy(s).ok_or_else(|| bad(field, s, "not a cidr")))
-                .collect()
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(outermost(&all))
         };
         let cluster_cidrs = cidrs("clusterCIDRs", &self.cluster_cidrs)?;
         let service_cidrs = cidrs("serviceCIDRs", &self.service_cidrs)?;
@@ -146,6 +149,7 @@ impl Config {
                 );
             }
         }
+        let node_port_cidrs = outermost(&node_port_cidrs);
         let local_addresses = self
             .local_addresses
             .iter()

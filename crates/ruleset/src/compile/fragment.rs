@@ -354,8 +354,12 @@ fn route_claim(
 }
 
 /// loadBalancerSourceRanges: the LB IP:port is filtered (elements in the claims of the
-/// LB IPs); when a range holds a node IP, the LB IPs are allowed as sources too (a VIP
-/// configured on the node makes node-originated requests come from the LB IP).
+/// LB IPs): a source is allowed when any range holds it. When a range holds the node's
+/// IP, the LB IPs are allowed as sources too (a VIP configured on the node makes
+/// node-originated requests come from the LB IP), as upstream does. `firewall-allow` is
+/// an interval set, which refuses overlapping elements: the allowed sources of each LB
+/// IP:port are merged first (`0.0.0.0/0` with anything, nested and duplicate ranges, an
+/// LB IP inside a range).
 fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mut [Claim]) {
     let ranges: Vec<_> = svc
         .source_ranges
@@ -371,10 +375,14 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
     if ranges.is_empty() || lb_ips.is_empty() {
         return;
     }
-    let node_ips = ctx.node_ips();
-    let allow_from_node = ranges
-        .iter()
-        .any(|r| node_ips.iter().any(|ip| r.contains(ip)));
+    let node_ip = ctx.node.and_then(|n| n.primary_ip(ctx.fam));
+    let allow_from_node = node_ip.is_some_and(|ip| ranges.iter().any(|r| r.contains(&ip)));
+    let mut srcs: Vec<(IpAddr, IpAddr)> = ranges.iter().map(|r| (r.addr, r.last())).collect();
+    if allow_from_node {
+        srcs.extend(lb_ips.iter().map(|ip| (*ip, *ip)));
+    }
+    let srcs = kube_model::merge_ranges(srcs);
+    let allow: SetName = FIREWALL_ALLOW.into();
     for lb in &lb_ips {
         let key = vec![fam_value(lb), Value::Proto(proto), Value::Port(port)];
         let Some(claim) = claims.iter_mut().find(|c| c.key == key) else {
@@ -384,16 +392,11 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
             FIREWALL_IPS.into(),
             Packed::values(&key.iter().collect::<Vec<_>>(), None),
         ));
-        let mut srcs: Vec<(IpAddr, IpAddr)> = ranges.iter().map(|r| (r.addr, r.last())).collect();
-        if allow_from_node {
-            srcs.extend(lb_ips.iter().map(|ip| (*ip, *ip)));
-        }
-        let allow: SetName = FIREWALL_ALLOW.into();
-        for (a, z) in srcs {
+        for (a, z) in &srcs {
             let mut k = key.clone();
-            k.push(fam_value(&a));
+            k.push(fam_value(a));
             let mut e = key.clone();
-            e.push(fam_value(&z));
+            e.push(fam_value(z));
             claim
                 .elements
                 .push((allow.clone(), Packed::new(&Element::key(k).with_key_end(e))));

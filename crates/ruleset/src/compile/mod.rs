@@ -103,16 +103,6 @@ impl<'a> Ctx<'a> {
         self.cfg.node_port_addrs(self.fam, &primary)
     }
 
-    /// The node's addresses (primary IPs and the host's interface addresses).
-    pub fn node_ips(&self) -> Vec<IpAddr> {
-        self.node
-            .map(|n| n.primary_ips.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .chain(self.cfg.local_addresses.iter().copied())
-            .collect()
-    }
-
     /// The CIDRs local pods' addresses are in, when detection is by address: every
     /// clusterCIDR of the family, or the node's pod CIDR. `None` when one covers the whole
     /// family (every source is local: no detection).

@@ -228,6 +228,69 @@ fn service_cidrs_are_watched() {
     r.wait_rules("no service CIDR", |t| !t.contains("198.18.129.0/24"));
 }
 
+/// A malformed ServiceCIDR (issue 21: `198.19.0.0/40` stopped every sync on every node,
+/// and the log never named it) is refused once, named by kind and name; its last good
+/// value is kept; every other change keeps syncing and `/healthz` stays 200.
+#[test]
+fn a_malformed_service_cidr_is_refused_and_blocks_nothing() {
+    let server = seeded();
+    let cidr = |name: &str, c: &str| {
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+               "metadata": {"name": name}, "spec": {"cidrs": [c]}})
+    };
+    server.apply(cidr("kubernetes", "198.18.128.0/24"));
+    server.apply(cidr("extra", "198.18.130.0/24"));
+    let r = start(&server, "api-scidr-bad");
+    let drop_of = |t: &str, c: &str| {
+        t.lines()
+            .any(|l| l.contains(&format!("ip daddr {c}")) && l.contains("drop"))
+    };
+    r.wait_rules("both service CIDRs", |t| {
+        drop_of(t, "198.18.128.0/24") && drop_of(t, "198.18.130.0/24")
+    });
+    // "extra" turns malformed, and a new object is malformed from the start
+    server.apply(cidr("extra", "198.19.0.0/40"));
+    server.apply(cidr("broken", "not-a-cidr"));
+    // every other change is still programmed
+    server.apply(service("demo", "api", "198.18.100.2", 80));
+    server.apply(slice("demo", "api", "api-1", &["198.18.64.12"], 8443, NODE));
+    let t = r.wait_rules("the new service", |t| has_service(t, "198.18.100.2"));
+    assert!(
+        drop_of(&t, "198.18.130.0/24"),
+        "the last good value of extra is kept:\n{t}"
+    );
+    assert!(!t.contains("198.19.0.0"), "{t}");
+    let log = r.d.log_text();
+    for name in ["servicecidr extra", "servicecidr broken"] {
+        let lines = log.lines().filter(|l| l.contains(name)).count();
+        assert_eq!(lines, 1, "{name} named once:\n{log}");
+    }
+    // a Node with a bad field, sent again (status updates): reported once
+    for zone in ["zone-b", "zone-c"] {
+        let mut n = node(NODE, "198.18.0.10");
+        n["spec"]["podCIDRs"] = json!(["198.18.64.0/33"]);
+        n["metadata"]["labels"]["topology.kubernetes.io/zone"] = json!(zone);
+        server.apply(n);
+    }
+    assert!(
+        wait_for(WAIT, || r.d.log_text().contains("zone-c")
+            || r.d.log_text().contains("198.18.64.0/33")),
+        "{}",
+        r.d.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let log = r.d.log_text();
+    let bad_node = log.lines().filter(|l| l.contains("198.18.64.0/33")).count();
+    assert_eq!(bad_node, 1, "the node's bad podCIDR reported once:\n{log}");
+    // healthy well past 2 x syncPeriod (4 s) with the bad objects in place
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(r.health(), Some(200), "{}", r.d.log_text());
+    server.apply(cidr("extra", "198.18.131.0/24"));
+    r.wait_rules("extra fixed", |t| {
+        drop_of(t, "198.18.131.0/24") && !drop_of(t, "198.18.130.0/24")
+    });
+}
+
 /// The node's start event, as kube-proxy posts it, once.
 #[test]
 fn the_node_start_event_is_posted_once() {

@@ -91,6 +91,19 @@ impl Cidr {
     }
 }
 
+/// A text that is not a CIDR (for [`Cidr`]'s `FromStr`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a cidr: {0:?}")]
+pub struct NotACidr(pub String);
+
+impl std::str::FromStr for Cidr {
+    type Err = NotACidr;
+    /// As [`parse_cidr_sloppy`].
+    fn from_str(s: &str) -> Result<Cidr, NotACidr> {
+        parse_cidr_sloppy(s).ok_or_else(|| NotACidr(s.to_string()))
+    }
+}
+
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix)

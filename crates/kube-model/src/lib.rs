@@ -1,4 +1,4 @@
-//! Kubernetes objects (Service, EndpointSlice, Node) converted into kube-nlproxy's
+//! Kubernetes objects (Service, EndpointSlice, Node, ServiceCIDR) converted into kube-nlproxy's
 //! internal, validated model.
 //!
 //! This is the only crate (besides the daemon) that knows the `k8s-openapi` types. Every
@@ -18,12 +18,14 @@ mod ip;
 pub mod lean;
 pub mod manifest;
 mod model;
+mod service_cidrs;
 mod trigger;
 
 pub use cluster::*;
 pub use convert::{LABEL_HEADLESS, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE};
-pub use ip::{merge_ranges, outermost, parse_cidr_sloppy, parse_ip_sloppy, Cidr};
+pub use ip::{merge_ranges, outermost, parse_cidr_sloppy, parse_ip_sloppy, Cidr, NotACidr};
 pub use model::*;
+pub use service_cidrs::{service_cidrs_from_k8s, CidrsUpdate, ServiceCidrs};
 pub use trigger::{last_change_trigger_time, ANNOTATION_LAST_CHANGE_TRIGGER_TIME};
 
 use std::fmt;
@@ -53,6 +55,7 @@ pub enum Kind {
     Service,
     EndpointSlice,
     Node,
+    ServiceCidr,
 }
 
 impl Kind {
@@ -61,6 +64,7 @@ impl Kind {
             Kind::Service => "service",
             Kind::EndpointSlice => "endpointslice",
             Kind::Node => "node",
+            Kind::ServiceCidr => "servicecidr",
         }
     }
 }

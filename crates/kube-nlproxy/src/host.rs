@@ -23,7 +23,7 @@ pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
 /// addresses are read again with a dump and, when they differ from the last list sent,
 /// sent as [`Event::HostAddresses`]. Stops when the receiver is gone. Without a monitor
 /// socket the addresses read at start stay (logged).
-pub fn follow_addresses(tx: SyncSender<Event>, mut last: Vec<String>, every: Duration) {
+pub fn follow_addresses(tx: SyncSender<Event>, mut last: Vec<IpAddr>, every: Duration) {
     let mut monitor = match rt_netlink::AddrMonitor::open() {
         Ok(m) => m,
         Err(e) => {
@@ -43,8 +43,8 @@ pub fn follow_addresses(tx: SyncSender<Event>, mut last: Vec<String>, every: Dur
         if !changed {
             continue;
         }
-        let now: Vec<String> = match local_addresses() {
-            Ok(a) => a.iter().map(ToString::to_string).collect(),
+        let now: Vec<IpAddr> = match local_addresses() {
+            Ok(a) => a,
             Err(e) => {
                 warn!(err = %e, "Cannot list the host's addresses");
                 continue;

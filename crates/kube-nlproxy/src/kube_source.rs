@@ -413,25 +413,24 @@ pub async fn run(
         listed: None,
         optional: false,
     };
-    let cidrs: Arc<std::sync::Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
+    // ServiceCIDRs parsed here, once: a malformed object is refused (named, once) and
+    // its last good value kept; the engine gets the union as typed CIDRs.
+    let cidrs: Arc<std::sync::Mutex<kube_model::ServiceCidrs>> = Arc::default();
     let (c1, c2) = (cidrs.clone(), cidrs);
-    let aggregate = |m: &BTreeMap<String, Vec<String>>| {
-        let mut v: Vec<String> = m.values().flatten().cloned().collect();
-        v.sort();
-        v.dedup();
-        Event::ServiceCidrs(v)
-    };
     let cidr_kind = Kind::<ServiceCIDR> {
         name: "servicecidr",
         applied: Box::new(move |c: ServiceCIDR| {
             let mut m = c1.lock().unwrap_or_else(|e| e.into_inner());
-            let name = c.metadata.name.clone().unwrap_or_default();
-            let v = c.spec.and_then(|s| s.cidrs).unwrap_or_default();
-            (m.insert(name, v.clone()) != Some(v)).then(|| aggregate(&m))
+            let u = m.apply(&c);
+            if let Some(e) = &u.refused {
+                tracing::warn!(object = %e.object(), error = %e,
+                    "Invalid ServiceCIDR ignored; its last good value is kept");
+            }
+            u.changed.map(Event::ServiceCidrs)
         }),
         deleted: Box::new(move |_, name| {
             let mut m = c2.lock().unwrap_or_else(|e| e.into_inner());
-            m.remove(name).map(|_| aggregate(&m))
+            m.delete(name).map(Event::ServiceCidrs)
         }),
         listed: None,
         optional: true,

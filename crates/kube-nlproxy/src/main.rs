@@ -131,7 +131,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         Err(e) => warn!(err = %e, "Cannot raise the soft limit of open files"),
     }
     match host::local_addresses() {
-        Ok(a) => settings.ruleset.local_addresses = a.iter().map(ToString::to_string).collect(),
+        Ok(a) => settings.ruleset.local_addresses = a,
         Err(e) => warn!(err = %e, "Cannot list the host's addresses"),
     }
     info!(version = env!("CARGO_PKG_VERSION"), "Version info");
@@ -160,11 +160,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .ruleset
         .families
         .iter()
-        .filter_map(|f| match f.as_str() {
-            "IPv4" => Some("IPv4"),
-            "IPv6" => Some("IPv6"),
-            _ => None,
-        })
+        .map(|f| f.k8s_name())
         .collect();
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
     rest_metrics::install(metrics.rest_client());
@@ -192,10 +188,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         metrics_addr: settings.metrics_bind_address.clone(),
         hard_fail: settings.bind_address_hard_fail,
         info: proxy_info(settings),
-        node_ports: settings
-            .ruleset
-            .parse()
-            .map_err(|e| anyhow!("configuration: {e}"))?,
+        node_ports: settings.ruleset.clone(),
         migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
     };
     let cfg = EngineConfig {
@@ -501,7 +494,7 @@ fn explain(
 ) -> anyhow::Result<String> {
     let pkt = operate::explain_packet(eargs)?;
     let mut local: Vec<std::net::IpAddr> = host::local_addresses().unwrap_or_default();
-    settings.ruleset.local_addresses = local.iter().map(ToString::to_string).collect();
+    settings.ruleset.local_addresses = local.clone();
     let tables = if flags.manifests.is_some() {
         if !flags.dry_run {
             return Err(anyhow!(
@@ -595,8 +588,7 @@ fn collect_and_compile(
             Ok(Event::Shutdown) | Err(_) => return Ok(None),
         }
     }
-    let compiled =
-        ruleset::compile(&cluster, &config).map_err(|e| anyhow!("configuration: {e}"))?;
+    let compiled = ruleset::compile_parsed(&cluster, &config);
     let mut problems: Vec<String> = errors.into_values().flatten().collect();
     problems.extend(
         cluster

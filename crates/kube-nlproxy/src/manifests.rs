@@ -164,9 +164,10 @@ pub struct Reader {
     sent: HashMap<Key, (Arc<Path>, u64)>,
     /// This node's Node object as last sent (for its deletion event).
     node: Option<core::Node>,
-    /// `spec.cidrs` of each ServiceCIDR object sent, and the list the engine has.
-    cidr_objects: BTreeMap<String, Vec<String>>,
-    cidrs_sent: Option<Vec<String>>,
+    /// The ServiceCIDR objects (parsed; a malformed one refused and its last good value
+    /// kept), and the list the engine has.
+    cidr_objects: kube_model::ServiceCidrs,
+    cidrs_sent: Option<Vec<kube_model::Cidr>>,
     /// Problems logged, per file (forgotten when the file is read again or goes), and
     /// the skipped paths: each is logged once while it lasts.
     logged: BTreeMap<PathBuf, BTreeSet<String>>,
@@ -190,7 +191,7 @@ impl Reader {
             files: BTreeMap::new(),
             sent: HashMap::new(),
             node: None,
-            cidr_objects: BTreeMap::new(),
+            cidr_objects: kube_model::ServiceCidrs::default(),
             cidrs_sent: None,
             logged: BTreeMap::new(),
             skipped: BTreeSet::new(),
@@ -440,7 +441,7 @@ impl Reader {
             for (k, e) in todo {
                 match e.object() {
                     Ok(Some(o)) => {
-                        let ev = self.applied(&k, o);
+                        let ev = self.applied(o);
                         self.sent.insert(k.clone(), want[&k].clone());
                         emit(ev, &mut n);
                     }
@@ -470,13 +471,11 @@ impl Reader {
             let ev = self.deleted(&k);
             emit(ev, &mut n);
         }
-        let mut cidrs: Vec<String> = self.cidr_objects.values().flatten().cloned().collect();
-        cidrs.sort();
-        cidrs.dedup();
+        let cidrs = self.cidr_objects.all();
         if self.cidrs_sent.as_ref() != Some(&cidrs)
             && (self.cidrs_sent.is_some() || !cidrs.is_empty())
         {
-            info!(cidrs = ?cidrs, "service CIDRs");
+            info!(cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "service CIDRs");
             if ok {
                 send(Event::ServiceCidrs(cidrs.clone()));
             }
@@ -493,7 +492,7 @@ impl Reader {
         n
     }
 
-    fn applied(&mut self, k: &Key, o: Object) -> Option<Event> {
+    fn applied(&mut self, o: Object) -> Option<Event> {
         Some(match o {
             Object::Service(s) => Event::ServiceApplied(*s),
             Object::EndpointSlice(s) => Event::SliceApplied(*s),
@@ -502,11 +501,10 @@ impl Reader {
                 Event::NodeApplied(*n)
             }
             Object::ServiceCidr(c) => {
-                let Key::ServiceCidr(name) = k else {
-                    return None;
-                };
-                let cidrs = c.spec.and_then(|s| s.cidrs).unwrap_or_default();
-                self.cidr_objects.insert(name.clone(), cidrs);
+                if let Some(e) = self.cidr_objects.apply(&c).refused {
+                    warn!(object = %e.object(), error = %e,
+                        "Invalid ServiceCIDR ignored; its last good value is kept");
+                }
                 return None;
             }
         })
@@ -536,7 +534,7 @@ impl Reader {
                 Some(Event::NodeApplied(n))
             }
             Key::ServiceCidr(name) => {
-                self.cidr_objects.remove(name);
+                self.cidr_objects.delete(name);
                 None
             }
         }

@@ -27,7 +27,9 @@ pub struct Settings {
     /// The effective configuration, as `--write-config-to` writes it.
     pub config: KubeProxyConfig,
     pub node_name: String,
-    pub ruleset: ruleset::Config,
+    /// The compiler's configuration, parsed here once (the host's addresses are filled in
+    /// at start).
+    pub ruleset: ruleset::ParsedConfig,
     pub sync_period: Duration,
     pub min_sync_period: Duration,
     pub conntrack: Conntrack,
@@ -608,8 +610,8 @@ pub fn derive(
         node_port_addresses,
         local_addresses: Vec::new(),
         service_cidrs: Vec::new(),
-    };
-    ruleset.parse()?;
+    }
+    .parse()?;
     let kube = KubeSettings {
         kubeconfig: Some(c.client_connection.kubeconfig.clone()).filter(|s| !s.is_empty()),
         master: flags.master.clone().filter(|s| !s.is_empty()),

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use kube_model::{outermost, parse_cidr_sloppy, parse_ip_sloppy, Cidr, IpFamily};
+use kube_model::{parse_cidr_sloppy, parse_ip_sloppy, Cidr, IpFamily};
 use serde::Deserialize;
 
 use crate::RulesetError;
@@ -83,7 +83,8 @@ pub enum NodePortAddrs {
     Addrs(Vec<IpAddr>),
 }
 
-/// [`Config`] checked and parsed.
+/// [`Config`] checked and parsed: what the compiler and the engine take (typed, parsed
+/// once at the edge; nothing downstream parses a string).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParsedConfig {
     pub node_name: String,
@@ -127,13 +128,10 @@ impl Config {
                 "not in 0..=31",
             ));
         }
-        // nested and duplicate prefixes once (a rule or set element per prefix)
         let cidrs = |field: &str, v: &[String]| -> Result<Vec<Cidr>, RulesetError> {
-            let all = v
-                .iter()
+            v.iter()
                 .map(|s| parse_cidr_sloppy(s).ok_or_else(|| bad(field, s, "not a cidr")))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(outermost(&all))
+                .collect()
         };
         let cluster_cidrs = cidrs("clusterCIDRs", &self.cluster_cidrs)?;
         let service_cidrs = cidrs("serviceCIDRs", &self.service_cidrs)?;
@@ -149,7 +147,6 @@ impl Config {
                 );
             }
         }
-        let node_port_cidrs = outermost(&node_port_cidrs);
         let local_addresses = self
             .local_addresses
             .iter()
@@ -185,6 +182,26 @@ impl Config {
     }
 }
 
+impl Default for ParsedConfig {
+    /// What [`Config::default`] parses to.
+    fn default() -> ParsedConfig {
+        ParsedConfig {
+            node_name: String::new(),
+            families: vec![IpFamily::V4, IpFamily::V6],
+            masquerade_all: false,
+            masquerade_mark: 1 << 14,
+            detect_local_mode: DetectLocalMode::ClusterCIDR,
+            cluster_cidrs: Vec::new(),
+            pod_bridge_interface: String::new(),
+            pod_interface_name_prefix: String::new(),
+            node_port_primary: true,
+            node_port_cidrs: Vec::new(),
+            local_addresses: Vec::new(),
+            service_cidrs: Vec::new(),
+        }
+    }
+}
+
 impl ParsedConfig {
     /// Where NodePorts are served in `family`, given the node's primary IPs.
     pub fn node_port_addrs(&self, family: IpFamily, primary_ips: &[IpAddr]) -> NodePortAddrs {
@@ -207,5 +224,15 @@ impl ParsedConfig {
         out.sort();
         out.dedup();
         NodePortAddrs::Addrs(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_config_parses_to_the_default_parsed_config() {
+        assert_eq!(Config::default().parse(), Ok(ParsedConfig::default()));
     }
 }

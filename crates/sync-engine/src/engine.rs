@@ -306,11 +306,14 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
     }
 
+    /// Keep an object's problems for the reports; log them when they are new (an object
+    /// sent again with the same problems, e.g. a Node's status updates, is not logged
+    /// again).
     fn note_errors(&mut self, object: String, mut warnings: Vec<String>, err: Option<String>) {
         warnings.extend(err);
         if warnings.is_empty() {
             self.model_errors.remove(&object);
-        } else {
+        } else if self.model_errors.get(&object) != Some(&warnings) {
             for w in &warnings {
                 tracing::warn!(%object, error = %w, "invalid object");
             }

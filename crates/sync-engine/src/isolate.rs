@@ -144,7 +144,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// a retry: without them again), the replacement of our tables; if refused too, the
     /// refused service ports found and skipped, and the rest committed.
     pub(crate) fn try_sync(&mut self, full: bool) -> Result<Synced, EngineError> {
-        let parsed = self.cfg.ruleset.parse()?;
+        let parsed = self.cfg.ruleset.clone();
         let now = self.clock.now();
         let (mut retrying, mut held) = (BTreeSet::new(), BTreeSet::new());
         for (p, s) in &self.skipped {

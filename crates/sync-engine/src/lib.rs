@@ -66,12 +66,13 @@ pub enum Event {
     SlicesListed,
     /// Ask for a full resync now (bypasses minSyncPeriod).
     Resync,
-    /// The cluster's service CIDRs (`spec.cidrs` of every ServiceCIDR object) changed:
-    /// the whole list as it is now.
-    ServiceCidrs(Vec<String>),
+    /// The cluster's service CIDRs (`spec.cidrs` of every ServiceCIDR object, parsed by
+    /// the source: a malformed object is refused there) changed: the whole list as it
+    /// is now.
+    ServiceCidrs(Vec<kube_model::Cidr>),
     /// The host's interface addresses changed (rtnetlink): the whole list as it is now
     /// (they select the NodePort addresses among `nodePortAddresses`).
-    HostAddresses(Vec<String>),
+    HostAddresses(Vec<std::net::IpAddr>),
     /// A source (e.g. `"service"`) has made no progress since `since`: what it last
     /// delivered may be stale. Counts as a change queued at `since` for the health check.
     SourceStalled {
@@ -88,7 +89,8 @@ pub enum Event {
 /// Settings of the engine.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    pub ruleset: ruleset::Config,
+    /// The compiler's configuration, parsed at the edge (the engine parses nothing).
+    pub ruleset: ruleset::ParsedConfig,
     /// At most one sync per this period (upstream minSyncPeriod, default 1 s).
     pub min_sync_period: Duration,
     /// A full resync at least this often (upstream syncPeriod, default 30 s).
@@ -117,7 +119,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
-            ruleset: ruleset::Config::default(),
+            ruleset: ruleset::ParsedConfig::default(),
             min_sync_period: Duration::from_secs(1),
             sync_period: Duration::from_secs(30),
             conntrack_cleanup: true,
@@ -140,8 +142,6 @@ pub enum EngineError {
     Nft(#[from] nft_netlink::NftError),
     #[error("conntrack: {0}")]
     Conntrack(#[from] ct_netlink::Error),
-    #[error("configuration: {0}")]
-    Config(#[from] ruleset::RulesetError),
     #[error("nftables event watch: {0}")]
     Watch(std::io::Error),
     #[error("the sources have not listed yet; no sync before the initial lists")]

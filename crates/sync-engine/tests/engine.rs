@@ -609,7 +609,7 @@ fn service_cidr_changes_reach_the_compile_config() {
     let mut e = w.engine(true);
     listed(&mut e);
     e.sync().unwrap();
-    let cidrs = vec!["198.18.128.0/17".to_string()];
+    let cidrs = vec![kube_model::parse_cidr_sloppy("198.18.128.0/17").unwrap()];
     e.handle(Event::ServiceCidrs(cidrs.clone()));
     assert_eq!(e.config().ruleset.service_cidrs, cidrs);
     assert!(e.is_dirty(), "a new service CIDR list is a change to sync");

@@ -197,8 +197,11 @@ fn node(zone: bool, ip: u8) -> Node {
 
 fn config() -> EngineConfig {
     let mut cfg = World::new().config(true);
-    cfg.ruleset.families = vec!["IPv4".into(), "IPv6".into()];
-    cfg.ruleset.cluster_cidrs = vec!["198.18.0.0/20".into(), "2001:db8:2::/64".into()];
+    cfg.ruleset.families = vec![IpFamily::V4, IpFamily::V6];
+    cfg.ruleset.cluster_cidrs = vec![
+        "198.18.0.0/20".parse().expect("cidr"),
+        "2001:db8:2::/64".parse().expect("cidr"),
+    ];
     cfg
 }
 
@@ -208,7 +211,7 @@ struct State {
     services: BTreeMap<u32, Service>,
     slices: BTreeMap<(u32, bool), EndpointSlice>,
     node: Option<Node>,
-    cidrs: Option<Vec<String>>,
+    cidrs: Option<Vec<kube_model::Cidr>>,
 }
 
 impl State {
@@ -351,7 +354,11 @@ proptest! {
                     e.handle(Event::NodeApplied(node(*zone, *ip)));
                 }
                 Step::Cidrs(on) => {
-                    let c = if *on { vec!["198.18.100.0/24".to_string()] } else { vec![] };
+                    let c = if *on {
+                        vec![kube_model::parse_cidr_sloppy("198.18.100.0/24").expect("cidr")]
+                    } else {
+                        vec![]
+                    };
                     state.cidrs = Some(c.clone());
                     e.handle(Event::ServiceCidrs(c));
                 }

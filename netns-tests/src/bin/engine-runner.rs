@@ -318,11 +318,11 @@ fn main() {
         std::process::exit(1)
     });
     cfg.ruleset = ruleset::fixture::parse(&text)
+        .and_then(|f| f.config.parse())
         .unwrap_or_else(|e| {
             eprintln!("engine-runner: {path}: {e}");
             std::process::exit(1)
-        })
-        .config;
+        });
     // Retry backoff stretched by NLP_TIME_SCALE like the tests' waits (see
     // netns_tests::time_scale), so that a slow machine still sees the failed state.
     cfg.retry_initial = netns_tests::scaled(Duration::from_millis(200));

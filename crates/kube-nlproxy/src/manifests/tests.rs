@@ -72,7 +72,10 @@ fn poll(r: &mut Reader, initial: bool) -> Vec<String> {
                     ""
                 }
             ),
-            Event::ServiceCidrs(c) => format!("cidrs {c:?}"),
+            Event::ServiceCidrs(c) => format!(
+                "cidrs {:?}",
+                c.iter().map(ToString::to_string).collect::<Vec<_>>()
+            ),
             other => format!("{other:?}"),
         });
         true
@@ -177,6 +180,37 @@ fn initial_read_then_only_changes() {
     assert_eq!(
         poll(&mut r, false),
         ["-svc ns/a", "-slice ns/a-1", "cidrs []"]
+    );
+}
+
+/// A malformed ServiceCIDR (issue 21) is refused and keeps its last good value; the
+/// others and every other object go on.
+#[test]
+fn a_malformed_service_cidr_keeps_its_last_good_value() {
+    let d = Dir::new("badcidr");
+    let f = d.join("m.yaml");
+    std::fs::write(&f, TEXT).unwrap();
+    let mut r = Reader::new(&f, "node-a", Duration::ZERO);
+    let first = poll(&mut r, true);
+    assert!(
+        first.contains(&"cidrs [\"198.18.100.0/24\"]".to_string()),
+        "{first:?}"
+    );
+    let bad = TEXT
+        .replace("198.18.100.0/24", "198.18.100.0/40")
+        .replace("198.18.1.1", "198.18.1.2");
+    std::fs::write(&f, bad).unwrap();
+    poll(&mut r, false);
+    assert_eq!(
+        poll(&mut r, false),
+        ["+slice ns/a-1"],
+        "the CIDR list is unchanged"
+    );
+    std::fs::write(&f, TEXT.replace("198.18.1.1", "198.18.1.2")).unwrap();
+    poll(&mut r, false);
+    assert!(
+        poll(&mut r, false).is_empty(),
+        "fixed back to the value kept"
     );
 }
 

@@ -24,7 +24,7 @@ fn defaults_match_upstream() {
     assert_eq!(s.node_name, "node-a");
     assert_eq!(s.sync_period, Duration::from_secs(30));
     assert_eq!(s.min_sync_period, Duration::from_secs(1));
-    assert_eq!(s.ruleset.masquerade_bit, 14);
+    assert_eq!(s.ruleset.masquerade_mark, 1 << 14);
     assert_eq!(s.healthz_bind_address, "0.0.0.0:10256");
     assert_eq!(s.metrics_bind_address, "127.0.0.1:10249");
     assert_eq!(s.kube.qps, 5.0);
@@ -33,9 +33,12 @@ fn defaults_match_upstream() {
     assert_eq!(s.oom_score_adj, Some(-999));
     assert_eq!(s.config.mode, "iptables");
     // iptables (the default mode): NodePorts on all addresses.
-    assert_eq!(s.ruleset.node_port_addresses, vec!["0.0.0.0/0", "::/0"]);
+    let all: Vec<kube_model::Cidr> = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
+    assert_eq!(s.ruleset.node_port_cidrs, all);
+    assert!(!s.ruleset.node_port_primary);
     let s = load(&flags(&["--hostname-override=a", "--proxy-mode=nftables"])).unwrap();
-    assert_eq!(s.ruleset.node_port_addresses, vec!["primary"]);
+    assert!(s.ruleset.node_port_primary);
+    assert!(s.ruleset.node_port_cidrs.is_empty());
 }
 
 /// With --config the file decides: configuration flags are ignored (and named),
@@ -51,7 +54,7 @@ fn config_file_wins_over_flags() {
     let s = load(&flags(&[&cfg])).unwrap();
     assert_eq!(s.node_name, "from-file");
     assert_eq!(s.sync_period, Duration::from_secs(45));
-    assert_eq!(s.ruleset.masquerade_bit, 10);
+    assert_eq!(s.ruleset.masquerade_mark, 1 << 10);
     let s = load(&flags(&[
         &cfg,
         "--hostname-override=From-Flag",

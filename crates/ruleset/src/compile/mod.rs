@@ -118,6 +118,8 @@ impl<'a> Ctx<'a> {
             DetectLocalMode::NodeCIDR => self.node?.pod_cidr(self.fam).into_iter().collect(),
             _ => return None,
         };
+        // nested and duplicate prefixes once: a rule (or match) per outermost prefix
+        let cidrs = kube_model::outermost(&cidrs);
         (!cidrs.is_empty() && !cidrs.iter().any(|c| c.is_all())).then_some(cidrs)
     }
 

@@ -275,9 +275,8 @@ fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
         build::addr_in_set(family, false, CLUSTER_IPS, false),
         vec![build::reject(family)],
     ])];
-    for c in ctx
-        .cfg
-        .service_cidrs
+    // nested and duplicate prefixes once: a rule per outermost prefix
+    for c in kube_model::outermost(&ctx.cfg.service_cidrs)
         .iter()
         .filter(|c| c.family() == ctx.fam)
     {

@@ -279,7 +279,9 @@ impl World {
                 families: vec!["IPv4".into()],
                 cluster_cidrs: vec!["198.18.0.0/20".into()],
                 ..Default::default()
-            },
+            }
+            .parse()
+            .expect("the test configuration parses"),
             conntrack_cleanup: cleanup,
             watch_tamper: false,
             ..Default::default()

@@ -71,9 +71,12 @@ fn health_and_metrics_follow_syncs_stalls_and_node_state() {
 
     // 200 after the first sync, with upstream's fields
     assert!(
-        wait_for(WAIT, || json_of(hp, "/healthz").is_some_and(|(c, v)| c
-            == 200
-            && v["lastUpdated"] != "0001-01-01T00:00:00Z")),
+        // (before the first sync /healthz is 200 already, without per-family status,
+        // as upstream's: wait for the sync itself)
+        wait_for(WAIT, || json_of(hp, "/healthz")
+            .is_some_and(|(c, v)| c == 200
+                && v["lastUpdated"] != "0001-01-01T00:00:00Z"
+                && v["status"]["IPv4"].is_object())),
         "healthz never became 200 after a sync:\n{}",
         log()
     );

@@ -118,6 +118,68 @@ pub fn rejected_batch_changes_nothing_and_names_the_object() {
     );
 }
 
+/// A refused element among thousands in one op (split over several messages) is named
+/// by its index: the kernel's extended acknowledgement points at the element's
+/// attribute (an interval set refuses an element overlapping another one, EEXIST).
+/// Returns the element index the error named (None when the kernel names none).
+pub fn a_refused_element_is_named_among_thousands() -> Option<usize> {
+    let ns = Netns::new("refelem");
+    let tr = TableRef::new(Family::Ip, "kube-nlproxy");
+    // `firewall-allow`'s kind of set: a concatenation with a range in the last field
+    let mut set = Set::set("allow", vec![DataType::InetService, DataType::Ipv4Addr]);
+    set.flags.interval = true;
+    let range = |a: &str, z: &str| {
+        let (a, z): (Ipv4Addr, Ipv4Addr) = (a.parse().unwrap(), z.parse().unwrap());
+        Element::key(vec![Value::Port(80), Value::Ipv4(a)])
+            .with_key_end(vec![Value::Port(80), Value::Ipv4(z)])
+    };
+    let host = |i: u32| {
+        let a = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + 2 * i).to_string();
+        range(&a, &a)
+    };
+    let mut elements: Vec<Element> = (0..3000).map(host).collect();
+    const BAD: usize = 2345;
+    // 198.18.0.0 - 198.18.0.7 overlaps the first four hosts
+    elements[BAD] = range("198.18.0.0", "198.18.0.7");
+    let ops = vec![
+        Op::AddTable {
+            table: tr.clone(),
+            comment: None,
+        },
+        Op::AddSet {
+            table: tr.clone(),
+            set,
+        },
+        Op::AddElements {
+            table: tr.clone(),
+            set: "allow".into(),
+            elements,
+        },
+    ];
+    let err = ns
+        .run(|| Nft::open().unwrap().commit(&ops, None))
+        .expect_err("the overlapping element must be refused");
+    let NftError::Rejected(list) = &err else {
+        panic!("expected a rejection, got {err}");
+    };
+    assert_eq!(list.len(), 1, "{err}");
+    assert_eq!(
+        (list[0].op_index, list[0].errno),
+        (2, libc::EEXIST),
+        "{err}"
+    );
+    if list[0].element.is_some() {
+        assert_eq!(list[0].element, Some(BAD), "{err}");
+        assert!(
+            list[0].op_text.contains("198.18.0.0/29") && !list[0].op_text.contains("198.18.0.2 "),
+            "the refused element only: {}",
+            list[0].op_text
+        );
+    }
+    assert_eq!(listing(&ns), "", "nothing was changed");
+    list[0].element
+}
+
 /// `Nft::check` answers what a commit would (the same per-op errors, including the
 /// kernel's validation of what base chains reach: a jump loop) and changes nothing,
 /// also when the batch is good.

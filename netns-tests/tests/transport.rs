@@ -32,3 +32,13 @@ fn every_object_kind_programs_reads_back_and_round_trips() {
     require_root!();
     transport::every_object_kind_programs_reads_back_and_round_trips();
 }
+
+#[test]
+fn a_refused_element_is_named_among_thousands() {
+    require_root!();
+    // this machine's kernel (6.18) names it
+    assert_eq!(
+        transport::a_refused_element_is_named_among_thousands(),
+        Some(2345)
+    );
+}

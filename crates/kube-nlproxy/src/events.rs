@@ -8,9 +8,7 @@
 //! - Node events carry the `bindAddress` override (see [`crate::node_ip`]).
 
 use std::net::IpAddr;
-use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
-use std::time::Duration;
 
 use ops_server::Metrics;
 use sync_engine::Event;
@@ -18,14 +16,14 @@ use sync_engine::Event;
 /// Sends events to the engine; cheap to clone, one per source.
 #[derive(Clone)]
 pub struct EventSender {
-    tx: SyncSender<Event>,
+    tx: sync_engine::EventSender,
     metrics: Option<Arc<Metrics>>,
     node_ip: Option<IpAddr>,
 }
 
 impl EventSender {
     /// Into `tx`, applying the `node_ip` override to Node events; nothing counted.
-    pub fn new(tx: SyncSender<Event>, node_ip: Option<IpAddr>) -> EventSender {
+    pub fn new(tx: sync_engine::EventSender, node_ip: Option<IpAddr>) -> EventSender {
         EventSender {
             tx,
             metrics: None,
@@ -62,26 +60,16 @@ impl EventSender {
         self.tx.send(self.prepare(ev)).is_ok()
     }
 
-    /// Send without blocking the async runtime: wait (2 ms steps) while the queue is
-    /// full. False when the engine is gone.
+    /// Send without blocking the async runtime: waits (without polling) while the
+    /// queue is full. False when the engine is gone.
     pub async fn send_async(&self, ev: Event) -> bool {
-        let mut ev = self.prepare(ev);
-        loop {
-            match self.tx.try_send(ev) {
-                Ok(()) => return true,
-                Err(TrySendError::Disconnected(_)) => return false,
-                Err(TrySendError::Full(back)) => {
-                    ev = back;
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            }
-        }
+        self.tx.send_async(self.prepare(ev)).await.is_ok()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc::sync_channel;
+    use std::time::Duration;
 
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::discovery::v1 as discovery;
@@ -98,7 +86,7 @@ mod tests {
     #[test]
     fn changes_are_counted_once_before_they_are_queued_and_nodes_carry_the_override() {
         let metrics = Metrics::new(&["IPv4"], &ops_server::BuildInfo::ours());
-        let (tx, rx) = sync_channel(1);
+        let (tx, rx) = sync_engine::channel(1);
         let ip: IpAddr = "198.18.0.9".parse().unwrap();
         let s = EventSender::new(tx, Some(ip)).counting(metrics.clone());
         assert!(s.send(Event::ServiceApplied(core::Service::default())));

@@ -3,7 +3,6 @@
 
 use std::io;
 use std::net::IpAddr;
-use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use sync_engine::Event;
@@ -23,7 +22,7 @@ pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
 /// addresses are read again with a dump and, when they differ from the last list sent,
 /// sent as [`Event::HostAddresses`]. Stops when the receiver is gone. Without a monitor
 /// socket the addresses read at start stay (logged).
-pub fn follow_addresses(tx: SyncSender<Event>, mut last: Vec<IpAddr>, every: Duration) {
+pub fn follow_addresses(tx: sync_engine::EventSender, mut last: Vec<IpAddr>, every: Duration) {
     let mut monitor = match rt_netlink::AddrMonitor::open() {
         Ok(m) => m,
         Err(e) => {

@@ -25,8 +25,8 @@ mod sink;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
+use sync_engine::{EventReceiver as Receiver, EventSender as SyncSender};
 
 use anyhow::{anyhow, Context as _};
 use nft_model::{Family, Op, TableRef};
@@ -164,7 +164,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .collect();
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
     rest_metrics::install(metrics.rest_client());
-    let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
+    let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
     let mut sender = EventSender::new(tx.clone(), settings.node_ip_override);
     if !flags.dry_run {
         sender = sender.counting(metrics.clone());
@@ -299,8 +299,8 @@ fn drive<N, C, K>(
     mut engine: Engine<N, C, K>,
     flags: &Flags,
     rt: &tokio::runtime::Runtime,
-    tx: SyncSender<Event>,
-    rx: Receiver<Event>,
+    tx: SyncSender,
+    rx: Receiver,
     ops: Operate,
 ) -> anyhow::Result<ExitCode>
 where
@@ -505,7 +505,7 @@ fn explain(
             .enable_all()
             .build()
             .context("starting the async runtime")?;
-        let (tx, rx) = sync_channel::<Event>(EVENT_QUEUE);
+        let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
         start_source(
             flags,
             &settings,
@@ -534,7 +534,7 @@ fn explain(
 /// as they arrive (no Kubernetes object is kept).
 fn collect_and_compile(
     settings: &Settings,
-    rx: Receiver<Event>,
+    rx: Receiver,
 ) -> anyhow::Result<Option<(kube_model::Cluster, ruleset::Compiled, Vec<String>)>> {
     let mut cluster = kube_model::Cluster::new();
     let mut config = settings.ruleset.clone();
@@ -584,7 +584,12 @@ fn collect_and_compile(
             Ok(Event::HostAddresses(a)) => config.local_addresses = a,
             Ok(Event::ServicesListed) => services = true,
             Ok(Event::SlicesListed) => slices = true,
-            Ok(Event::Resync | Event::SourceStalled { .. } | Event::SourceRecovered { .. }) => {}
+            Ok(
+                Event::Resync
+                | Event::Nftables(_)
+                | Event::SourceStalled { .. }
+                | Event::SourceRecovered { .. },
+            ) => {}
             Ok(Event::Shutdown) | Err(_) => return Ok(None),
         }
     }
@@ -604,7 +609,7 @@ fn collect_and_compile(
 
 /// `--dry-run`: the initial lists, compiled exactly as the engine compiles them, printed
 /// as nft text to stdout. Touches nothing.
-fn dry_run(settings: &Settings, rx: Receiver<Event>) -> anyhow::Result<ExitCode> {
+fn dry_run(settings: &Settings, rx: Receiver) -> anyhow::Result<ExitCode> {
     let Some((cluster, compiled, problems)) = collect_and_compile(settings, rx)? else {
         error!("stopped before the initial lists were complete");
         return Ok(ExitCode::FAILURE);

@@ -68,17 +68,6 @@ impl NftKernel for FileSink {
         })
     }
 
-    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
-        if genid.is_some_and(|g| g != self.generation) {
-            return Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged {
-                expected: genid.unwrap_or_default(),
-            }));
-        }
-        let mut tables = self.tables.clone();
-        ruleset::apply(&mut tables, ops)
-            .map_err(|e| EngineError::Other(format!("render-to: the batch would be rejected: {e}")))
-    }
-
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
         Ok(self
             .tables

@@ -1,6 +1,6 @@
 //! Data types and values of set keys, map data and comparisons.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// nft data types used in set keys and map data.
 ///
@@ -128,7 +128,27 @@ pub enum Value {
     Ifname(Box<str>),
 }
 
+/// An address as the value of its family (the one conversion between addresses and
+/// values; back with [`Value::ip`]).
+impl From<IpAddr> for Value {
+    fn from(a: IpAddr) -> Value {
+        match a {
+            IpAddr::V4(a) => Value::Ipv4(a),
+            IpAddr::V6(a) => Value::Ipv6(a),
+        }
+    }
+}
+
 impl Value {
+    /// The address this value is, if it is one.
+    pub fn ip(&self) -> Option<IpAddr> {
+        match self {
+            Value::Ipv4(a) => Some(IpAddr::V4(*a)),
+            Value::Ipv6(a) => Some(IpAddr::V6(*a)),
+            _ => None,
+        }
+    }
+
     pub fn data_type(&self) -> DataType {
         match self {
             Value::Ipv4(_) => DataType::Ipv4Addr,

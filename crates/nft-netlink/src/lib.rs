@@ -28,7 +28,10 @@ pub struct OpError {
     pub errno: i32,
     /// Index of the op in the batch.
     pub op_index: usize,
-    /// The op rendered as an nft command.
+    /// For a set element op: the element the kernel refused (its index in the op's
+    /// elements), when the kernel says (extended acknowledgements).
+    pub element: Option<usize>,
+    /// The op rendered as an nft command (with the refused element only, when known).
     pub op_text: String,
 }
 
@@ -72,6 +75,39 @@ pub enum NftError {
     Encode(#[from] WireError),
     #[error("no answer from the kernel within {0:?}")]
     Timeout(Duration),
+}
+
+/// Op `i` as an nft command; for a set element op whose refused element is known,
+/// with that element only (an op may hold a hundred thousand).
+fn op_text(ops: &[Op], i: usize, element: Option<usize>) -> String {
+    let one = match (&ops[i], element) {
+        (
+            Op::AddElements {
+                table,
+                set,
+                elements,
+            },
+            Some(k),
+        ) => elements.get(k).map(|e| Op::AddElements {
+            table: table.clone(),
+            set: set.clone(),
+            elements: vec![e.clone()],
+        }),
+        (
+            Op::DeleteElements {
+                table,
+                set,
+                elements,
+            },
+            Some(k),
+        ) => elements.get(k).map(|e| Op::DeleteElements {
+            table: table.clone(),
+            set: set.clone(),
+            elements: vec![e.clone()],
+        }),
+        _ => None,
+    };
+    nft_model::render::op_with(one.as_ref().unwrap_or(&ops[i]), |name| is_map(ops, name))
 }
 
 fn list(e: &[OpError]) -> String {
@@ -166,6 +202,7 @@ impl Nft {
                 recv_timeout: Some(cfg.timeout),
                 first_seq: std::process::id().wrapping_mul(7919) & 0x00ff_ffff,
                 recv_buf_len: RECV_BUF,
+                ext_ack: true,
                 ..SockConfig::default()
             },
         )
@@ -244,7 +281,9 @@ impl Nft {
         let end_seq = first.wrapping_add(messages as u32 + 1);
         self.send(&batch.bytes)?;
         let ack_seq = batch.ack_seq.unwrap_or(end_seq);
-        let mut errors: BTreeMap<u32, i32> = BTreeMap::new();
+        // per refused message: its errno and, when the kernel names it, the offset of
+        // the attribute it refused
+        let mut errors: BTreeMap<u32, (i32, Option<u32>)> = BTreeMap::new();
         let mut done = false;
         while !done {
             match self.sock.recv() {
@@ -265,7 +304,7 @@ impl Nft {
                     continue;
                 };
                 if code != 0 {
-                    errors.insert(seq, -code);
+                    errors.insert(seq, (-code, m.error_offset()));
                 }
                 // The answer to the acknowledged message, or an error about the batch
                 // itself (its BEGIN or END), is the last thing the kernel sends.
@@ -281,7 +320,7 @@ impl Nft {
                 bytes: batch.bytes.len(),
             });
         }
-        if let Some(&errno) = errors.get(&first) {
+        if let Some(&(errno, _)) = errors.get(&first) {
             if errno == libc::ERESTART {
                 if let Some(expected) = genid {
                     return Err(NftError::GenerationChanged { expected });
@@ -290,14 +329,21 @@ impl Nft {
         }
         let mut per_op: Vec<OpError> = Vec::new();
         let mut unattributed = None;
-        for (seq, errno) in errors {
+        for (seq, (errno, offset)) in errors {
+            let element = offset.and_then(|o| batch.element_at(seq, o));
             match batch.op_of_seq(seq) {
-                Some(i) if !per_op.iter().any(|e| e.op_index == i && e.errno == errno) => per_op
-                    .push(OpError {
+                Some(i)
+                    if !per_op
+                        .iter()
+                        .any(|e| e.op_index == i && e.errno == errno && e.element == element) =>
+                {
+                    per_op.push(OpError {
                         errno,
                         op_index: i,
-                        op_text: nft_model::render::op_with(&ops[i], |name| is_map(ops, name)),
-                    }),
+                        element,
+                        op_text: op_text(ops, i, element),
+                    })
+                }
                 Some(_) => {}
                 None => unattributed = Some(errno),
             }

@@ -1,9 +1,9 @@
 //! Watching nftables for changes made by other programs: a socket subscribed to
-//! `NFNLGRP_NFTABLES` (the shared core's socket), parsed by [`nft_wire::events`]. A
-//! transaction that touched one of our tables and whose generation is not one our own
-//! commits produced is foreign: the engine repairs its tables.
+//! `NFNLGRP_NFTABLES` (the shared core's socket), parsed by [`nft_wire::events`]: the
+//! transactions that touched our tables. One whose generation is not one our own
+//! commits produced is foreign (the engine tells, and repairs its tables).
 
-use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use nft_model::TableRef;
 pub use nft_wire::events::{
@@ -15,8 +15,6 @@ use nl_core::{NlSocket, SockConfig, NETLINK_NETFILTER};
 pub struct Watcher {
     sock: NlSocket,
     parser: EventParser,
-    /// Generations our own commits produced (most recent last).
-    ours: VecDeque<u32>,
 }
 
 impl Watcher {
@@ -38,21 +36,47 @@ impl Watcher {
         Ok(Watcher {
             sock,
             parser: EventParser::new(tables),
-            ours: VecDeque::new(),
         })
     }
 
-    /// Remember a generation produced by our own commit.
-    pub fn ours(&mut self, genid: u32) {
-        if self.ours.len() >= 64 {
-            self.ours.pop_front();
+    /// Block until a notification arrives (then read every pending one, as
+    /// [`Watcher::poll`]) or `stop` becomes readable (None). An interrupted wait is
+    /// resumed; another error of the wait is returned.
+    pub fn wait(&mut self, stop: BorrowedFd) -> std::io::Result<Option<Poll>> {
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: stop.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfd entries, the length given is theirs.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if fds[1].revents != 0 {
+                return Ok(None);
+            }
+            if fds[0].revents != 0 {
+                return Ok(Some(self.poll()));
+            }
         }
-        self.ours.push_back(genid);
     }
 
     /// Read every pending notification (never blocks, bounded per call). Returns the
-    /// transactions of other programs that touched our tables, and whether
-    /// notifications were lost (then anything may have happened).
+    /// transactions that touched our tables, and whether notifications were lost (then
+    /// anything may have happened).
     pub fn poll(&mut self) -> Poll {
         let mut out = Poll::default();
         for _ in 0..1024 {
@@ -67,7 +91,6 @@ impl Watcher {
                 }
             }
         }
-        out.touches.retain(|t| !self.ours.contains(&t.genid));
         out
     }
 }

@@ -26,6 +26,46 @@ impl EncodedBatch {
             .ok()
             .map(|i| self.seqs[i].1)
     }
+
+    /// The element a refusal blames, as its index in its op's element list: `offset`
+    /// is the kernel's extended-ack offset of the refused attribute in message `seq`
+    /// (from that message's `nlmsghdr`; nf_tables names the one element it refused in
+    /// a set element list). None when it points into no element. (An op's elements may
+    /// be split over several messages: those of the op before `seq` are counted.)
+    pub fn element_at(&self, seq: u32, offset: u32) -> Option<usize> {
+        let op = self.op_of_seq(seq)?;
+        let offset = offset as usize;
+        let mut before = 0usize;
+        for m in nl_core::NlMsgIter::new(&self.bytes) {
+            if self.op_of_seq(m.seq) != Some(op) {
+                continue;
+            }
+            let Some(list) = element_list(&m) else {
+                continue;
+            };
+            if m.seq != seq {
+                before += nl_core::NlaIter::new(list).count();
+                continue;
+            }
+            let base = m.bytes.as_ptr() as usize;
+            return nl_core::NlaIter::new(list)
+                .position(|e| {
+                    let end = e.data.as_ptr() as usize - base + e.data.len();
+                    let start = e.data.as_ptr() as usize - base - nl_core::NLA_HDRLEN;
+                    (start..end).contains(&offset)
+                })
+                .map(|i| before + i);
+        }
+        None
+    }
+}
+
+/// The element list attribute of a set element message.
+fn element_list<'a>(m: &nl_core::NlMsg<'a>) -> Option<&'a [u8]> {
+    let (_, _, attrs) = m.nfgen()?;
+    nl_core::NlaIter::new(attrs)
+        .find(|a| a.kind == NFTA_SET_ELEM_LIST_ELEMENTS)
+        .map(|a| a.data)
 }
 
 /// Keep element lists comfortably below the 64 KiB attribute limit.
@@ -583,6 +623,55 @@ mod tests {
         (0..s.len() / 2)
             .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
             .collect()
+    }
+
+    /// The extended-ack offset of an element (where the kernel points when it refuses
+    /// it: its list attribute's header) maps back to its index in the op, across the
+    /// messages an element list is split into; offsets elsewhere map to nothing.
+    #[test]
+    fn a_refused_element_maps_back_to_its_index() {
+        let t = TableRef::new(Family::Ip, "t");
+        let elements: Vec<Element> = (0..6000u32)
+            .map(|i| Element::key(vec![Value::Port(i as u16)]))
+            .collect();
+        let ops = vec![
+            Op::AddTable {
+                table: t.clone(),
+                comment: None,
+            },
+            Op::AddElements {
+                table: t.clone(),
+                set: "s".into(),
+                elements,
+            },
+        ];
+        let b = encode_batch(&ops, 100, None).unwrap();
+        let element_msgs: Vec<u32> = b.seqs.iter().filter(|s| s.1 == 1).map(|s| s.0).collect();
+        assert!(element_msgs.len() >= 2, "the list is split");
+        // every element attribute, from its message's start, in order
+        let mut want = 0usize;
+        for m in nl_core::NlMsgIter::new(&b.bytes) {
+            let Some(list) = element_list(&m) else {
+                continue;
+            };
+            let base = m.bytes.as_ptr() as usize;
+            for e in nl_core::NlaIter::new(list) {
+                let header = (e.data.as_ptr() as usize - base - nl_core::NLA_HDRLEN) as u32;
+                assert_eq!(b.element_at(m.seq, header), Some(want));
+                let last = header + (nl_core::NLA_HDRLEN + e.data.len()) as u32 - 1;
+                assert_eq!(b.element_at(m.seq, last), Some(want));
+                want += 1;
+            }
+            // the table and set names, before the list, are no element
+            assert_eq!(b.element_at(m.seq, 20), None);
+        }
+        assert_eq!(want, 6000);
+        assert_eq!(
+            b.element_at(101, 20),
+            None,
+            "the table's message has no elements"
+        );
+        assert_eq!(b.element_at(9999, 20), None, "no such message");
     }
 
     /// Set userdata as `nft --debug=mnl` shows nft 1.0.6 sending it for the same

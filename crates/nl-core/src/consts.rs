@@ -12,6 +12,19 @@ pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
 pub const NLMSG_OVERRUN: u16 = 4;
 
+/// In an `NLMSG_ERROR`: the original message is echoed without its payload
+/// (`NETLINK_CAP_ACK`), and TLVs follow (`NETLINK_EXT_ACK`).
+pub const NLM_F_CAPPED: u16 = 0x100;
+pub const NLM_F_ACK_TLVS: u16 = 0x200;
+/// Socket options (`SOL_NETLINK`): shorter error messages, extended acknowledgements.
+pub const SOL_NETLINK: i32 = 270;
+pub const NETLINK_CAP_ACK: i32 = 10;
+pub const NETLINK_EXT_ACK: i32 = 11;
+/// Extended acknowledgement TLVs: the error text, the offset of the bad attribute in
+/// the original message (from its `nlmsghdr`).
+pub const NLMSGERR_ATTR_MSG: u16 = 1;
+pub const NLMSGERR_ATTR_OFFS: u16 = 2;
+
 pub const NLM_F_REQUEST: u16 = 0x1;
 pub const NLM_F_MULTI: u16 = 0x2;
 pub const NLM_F_ACK: u16 = 0x4;

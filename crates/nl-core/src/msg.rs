@@ -82,6 +82,36 @@ impl<'a> NlMsg<'a> {
         Some((code, seq))
     }
 
+    /// For `NLMSG_ERROR` with extended acknowledgement TLVs: the offset of the attribute
+    /// the kernel blames, from the start of the original message's `nlmsghdr` (e.g. the
+    /// one element of a set element list nf_tables refused). `None` without TLVs or
+    /// without that TLV; malformed TLVs end the search.
+    pub fn error_offset(&self) -> Option<u32> {
+        if self.kind != NLMSG_ERROR || self.flags & NLM_F_ACK_TLVS == 0 {
+            return None;
+        }
+        // error code, then the original header, then (unless capped) its payload
+        let orig_len = u32::from_ne_bytes(self.payload.get(4..8)?.try_into().ok()?) as usize;
+        let echoed = if self.flags & NLM_F_CAPPED != 0 {
+            NLMSG_HDRLEN
+        } else {
+            orig_len.max(NLMSG_HDRLEN)
+        };
+        let mut tlvs = self.payload.get(align4(4 + echoed)..)?;
+        while tlvs.len() >= NLA_HDRLEN {
+            let len = usize::from(u16::from_ne_bytes([tlvs[0], tlvs[1]]));
+            let kind = u16::from_ne_bytes([tlvs[2], tlvs[3]]) & NLA_TYPE_MASK;
+            if len < NLA_HDRLEN || len > tlvs.len() {
+                return None;
+            }
+            if kind == NLMSGERR_ATTR_OFFS && len >= NLA_HDRLEN + 4 {
+                return Some(u32::from_ne_bytes(tlvs[4..8].try_into().ok()?));
+            }
+            tlvs = tlvs.get(align4(len)..).unwrap_or_default();
+        }
+        None
+    }
+
     /// For `NLMSG_ERROR`: the positive errno, 0 for an ACK; `None` when the message is
     /// not an error or is too short to say.
     pub fn errno(&self) -> Option<i32> {
@@ -208,6 +238,55 @@ mod tests {
             ..m
         };
         assert_eq!((short.error(), short.errno()), (None, None));
+    }
+
+    /// An error with extended-ack TLVs, as the kernel lays it out: error code, the
+    /// original header (capped: no payload), then the TLVs; and uncapped, with the
+    /// original payload echoed before them.
+    fn ext_error(capped: bool, tlvs: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        let flags = NLM_F_ACK_TLVS | if capped { NLM_F_CAPPED } else { 0 };
+        let s = begin(&mut b, NLMSG_ERROR, flags, 3);
+        b.extend_from_slice(&(-17i32).to_ne_bytes());
+        // the original message: 16 bytes of header, 10 of payload (len 26)
+        b.extend_from_slice(&26u32.to_ne_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&9u32.to_ne_bytes());
+        b.extend_from_slice(&[0; 4]);
+        if !capped {
+            b.extend_from_slice(&[7; 10]);
+            b.extend_from_slice(&[0; 2]); // padding to 4
+        }
+        for (kind, v) in tlvs {
+            b.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+            b.extend_from_slice(&kind.to_ne_bytes());
+            b.extend_from_slice(v);
+            b.resize(align4(b.len()), 0);
+        }
+        end(&mut b, s);
+        b
+    }
+
+    #[test]
+    fn extended_ack_names_the_refused_attribute() {
+        let msg = (NLMSGERR_ATTR_MSG, b"Could not process\0".to_vec());
+        let offs = (NLMSGERR_ATTR_OFFS, 1234u32.to_ne_bytes().to_vec());
+        for capped in [true, false] {
+            let b = ext_error(capped, &[msg.clone(), offs.clone()]);
+            let m = NlMsgIter::new(&b).next().unwrap();
+            assert_eq!(m.error(), Some((-17, 9)));
+            assert_eq!(m.error_offset(), Some(1234), "capped: {capped}");
+        }
+        // no offset TLV, no TLVs at all, a TLV longer than the message
+        let b = ext_error(true, std::slice::from_ref(&msg));
+        assert_eq!(NlMsgIter::new(&b).next().unwrap().error_offset(), None);
+        let mut b = ext_error(true, &[]);
+        b[6..8].copy_from_slice(&0u16.to_ne_bytes());
+        assert_eq!(NlMsgIter::new(&b).next().unwrap().error_offset(), None);
+        let mut b = ext_error(true, &[offs]);
+        let at = b.len() - 8;
+        b[at..at + 2].copy_from_slice(&200u16.to_ne_bytes());
+        assert_eq!(NlMsgIter::new(&b).next().unwrap().error_offset(), None);
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub struct SockConfig {
     /// Whether a failure to size the buffers is an error (else it is ignored: best
     /// effort, as for event sockets).
     pub strict_buffers: bool,
+    /// Ask for extended acknowledgements (`NETLINK_EXT_ACK`: the kernel names the
+    /// attribute it refused, [`NlMsg::error_offset`]) and capped error messages
+    /// (`NETLINK_CAP_ACK`: an error does not echo the whole request). Best effort: a
+    /// kernel without them answers as before.
+    pub ext_ack: bool,
 }
 
 impl Default for SockConfig {
@@ -46,6 +51,7 @@ impl Default for SockConfig {
             first_seq: 1,
             recv_buf_len: 256 << 10,
             strict_buffers: true,
+            ext_ack: false,
         }
     }
 }
@@ -73,6 +79,12 @@ pub struct NlSocket {
     recv_buf_len: usize,
     fault: Option<RecvFault>,
     reads: u64,
+}
+
+impl AsRawFd for NlSocket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.sock.as_raw_fd()
+    }
 }
 
 fn setsockopt_int(fd: i32, name: libc::c_int, value: usize) -> io::Result<()> {
@@ -155,6 +167,21 @@ impl NlSocket {
             };
             if rc != 0 {
                 return Err(err("set SO_RCVTIMEO")(io::Error::last_os_error()));
+            }
+        }
+        if cfg.ext_ack {
+            for opt in [NETLINK_EXT_ACK, NETLINK_CAP_ACK] {
+                let one: libc::c_int = 1;
+                // SAFETY: valid fd, pointer to a live c_int of the stated size.
+                unsafe {
+                    libc::setsockopt(
+                        fd,
+                        SOL_NETLINK,
+                        opt,
+                        &one as *const libc::c_int as *const libc::c_void,
+                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
             }
         }
         if cfg.nonblocking {

@@ -12,7 +12,16 @@ use kube_model::{IpFamily, ServiceKey};
 /// What one successful sync did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SyncReport {
+    /// A full sync: the periodic (or a forced) resync, or a batch made from our tables
+    /// as read back (a diff, a repair or a replacement). How the batch was made is
+    /// `kind`: a periodic resync whose generation shows the kernel holds our last
+    /// commit commits the compiler's (empty) batch.
     pub full: bool,
+    /// How the batch was made: `incremental`, `full`, `repair` or `replacement`
+    /// (empty in a default report).
+    pub kind: &'static str,
+    /// The batch repaired a change another program made to our tables.
+    pub repaired: bool,
     pub services: usize,
     pub endpoints: usize,
     pub ops: usize,

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kube_model::{Cluster, EndpointSlice, IpFamily, Node, ServiceKey};
-use nft_model::{Family, Op, Table, Value};
+use nft_model::{Family, Op, Set, Table, Value};
 
 use crate::compile::fragment::{fragment, ClaimKey, Fragment};
 use crate::compile::mirror::{Conflict, Mirror};
@@ -51,11 +51,7 @@ impl Served {
     pub fn of_key(key: &[Value], family: Family) -> Option<Served> {
         match key {
             [a, Value::Proto(17), Value::Port(port)] => Some(Served::Dst {
-                addr: match a {
-                    Value::Ipv4(a) => IpAddr::V4(*a),
-                    Value::Ipv6(a) => IpAddr::V6(*a),
-                    _ => return None,
-                },
+                addr: a.ip()?,
                 port: *port,
             }),
             [Value::Proto(17), Value::Port(port)] => Some(Served::NodePort {
@@ -83,7 +79,11 @@ pub struct PortTargets {
 /// The result of one incremental compilation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Update {
-    /// The batch turning the previous desired tables into the new ones.
+    /// The batch turning the desired tables as of the last [`Compiler::confirm`] (what
+    /// the kernel holds once every batch is committed) into the new ones: after a
+    /// batch that was not committed (refused, failed), the next update's batch still
+    /// starts from what the kernel holds. (A full update, [`Update::full`], is the diff
+    /// from the previous desired tables: valid only when they were confirmed.)
     pub ops: Vec<Op>,
     /// Conflicts on the destinations this change touched, each with both service ports.
     pub conflicts: Vec<Conflict>,
@@ -211,6 +211,109 @@ impl Compiler {
             families,
             excluded,
         }
+    }
+
+    /// The batch of the last update was committed: the desired tables are what the
+    /// kernel holds, and the next update's batch starts from them.
+    pub fn confirm(&mut self) {
+        for f in &mut self.families {
+            f.mirror.confirm();
+        }
+    }
+
+    /// Whether the desired tables are what was last confirmed (nothing uncommitted).
+    pub fn confirmed(&self) -> bool {
+        self.families.iter().all(|f| f.mirror.confirmed())
+    }
+
+    /// The service ports whose rules `op` (of a batch this compiler produced) is about:
+    /// for elements, the ports owning their destinations (or, for the elements several
+    /// ports share, every port adding them); for a per-port chain or set (session
+    /// affinity), its port. Empty for the skeleton's objects. Used to tell which service
+    /// ports a refused batch is to blame on.
+    pub fn owners(&self, op: &Op) -> BTreeSet<PortId> {
+        let mut out = BTreeSet::new();
+        let Some(st) = self
+            .families
+            .iter()
+            .find(|f| f.mirror.family() == op.table().family)
+        else {
+            return out;
+        };
+        let frags = || st.fragments.values().flatten();
+        match op {
+            Op::AddElements { set, elements, .. } | Op::DeleteElements { set, elements, .. } => {
+                for e in elements {
+                    match st.mirror.owner_of_element(&e.key) {
+                        Some(p) => {
+                            out.insert(p);
+                        }
+                        None => out.extend(
+                            frags()
+                                .filter(|f| {
+                                    f.shared.iter().any(|(s, x)| {
+                                        &**s == set.as_str() && x.element().key == e.key
+                                    })
+                                })
+                                .map(|f| f.id.clone()),
+                        ),
+                    }
+                }
+            }
+            Op::AddChain { name: chain, .. }
+            | Op::FlushChain { chain, .. }
+            | Op::DeleteChain { chain, .. }
+            | Op::DeleteRule { chain, .. }
+            | Op::AddRule { chain, .. } => out.extend(
+                frags()
+                    .filter(|f| f.chains.iter().any(|c| &c.name == chain))
+                    .map(|f| f.id.clone()),
+            ),
+            Op::AddSet {
+                set: Set { name, .. },
+                ..
+            }
+            | Op::DeleteSet { set: name, .. }
+            | Op::FlushSet { set: name, .. } => out.extend(
+                frags()
+                    .filter(|f| f.sets.iter().any(|s| &s.name == name))
+                    .map(|f| f.id.clone()),
+            ),
+            _ => {}
+        }
+        out
+    }
+
+    /// The port owning a destination (`addr . proto . port`, or `proto . port` for a
+    /// NodePort) in `family`'s table, if any.
+    pub fn owner_of(&self, family: Family, key: &[Value]) -> Option<PortId> {
+        self.families
+            .iter()
+            .find(|f| f.mirror.family() == family)?
+            .mirror
+            .owner(&key.to_vec())
+    }
+
+    /// Whether the desired tables send this UDP destination to endpoints.
+    pub fn serves(&self, s: &Served) -> bool {
+        let (family, key) = match *s {
+            Served::Dst { addr, port } => (
+                if addr.is_ipv4() {
+                    Family::Ip
+                } else {
+                    Family::Ip6
+                },
+                vec![Value::from(addr), Value::Proto(17), Value::Port(port)],
+            ),
+            Served::NodePort { v6, port } => (
+                if v6 { Family::Ip6 } else { Family::Ip },
+                vec![Value::Proto(17), Value::Port(port)],
+            ),
+        };
+        self.families
+            .iter()
+            .find(|f| f.mirror.family() == family)
+            .is_some_and(|f| !f.mirror.served(&BTreeSet::from([key])).is_empty())
     }
 
     /// The service ports left out.
@@ -479,7 +582,7 @@ impl FamilyState {
             self.mirror
                 .set_skeleton(skeleton(ctx, &self.mirror.classes()));
         }
-        let (ops, touched) = self.mirror.take_ops();
+        let (ops, touched) = self.mirror.ops();
         out.ops.extend(ops);
         out.conflicts.extend(self.mirror.conflicts(Some(&touched)));
         for key in self.mirror.served(&keys).difference(&served_before) {
@@ -517,25 +620,69 @@ pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> B
     out
 }
 
-/// Every `address . port` DNAT target in the endpoint maps of `tables` (all protocols:
-/// the maps do not say).
+/// Every UDP `address . port` DNAT target of `tables`: the endpoints of UDP
+/// destinations in the endpoint maps (a key is `destination . slot`, and a destination
+/// names its protocol) and the `dnat` of the session-affinity endpoint chains whose rule
+/// matches UDP. Read from tables dumped from the kernel (after a restart, when no
+/// compiler state exists), so that the conntrack cleanup targets of endpoints that
+/// vanished meanwhile are UDP endpoints only (TCP and SCTP flows need none).
 pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
     let mut out = BTreeSet::new();
     for t in tables {
         for s in t.sets.iter().filter(|s| s.name.starts_with("endpoints-")) {
-            for e in &s.elements {
+            for e in s
+                .elements
+                .iter()
+                .filter(|e| e.key.contains(&Value::Proto(17)))
+            {
                 if let Some(nft_model::ElemData::Values(v)) = &e.data {
                     if let [a, Value::Port(port)] = v.as_slice() {
-                        let addr = match a {
-                            Value::Ipv4(a) => IpAddr::V4(*a),
-                            Value::Ipv6(a) => IpAddr::V6(*a),
-                            _ => continue,
-                        };
-                        out.insert((addr, *port));
+                        out.extend(a.ip().map(|addr| (addr, *port)));
                     }
                 }
             }
         }
+        for c in t.chains.iter().filter(|c| c.name.starts_with("ep-")) {
+            out.extend(c.rules.iter().filter_map(|r| udp_dnat(&r.exprs)));
+        }
     }
     out
+}
+
+/// The target of a rule `meta l4proto udp dnat to <addr>:<port>` (a session-affinity
+/// endpoint chain's rule, `nft_model::build::dnat_to_proto`).
+fn udp_dnat(exprs: &[nft_model::Expr]) -> Option<(IpAddr, u16)> {
+    use nft_model::{CmpOp, Expr, MetaKey, NatKind};
+    let udp = exprs.windows(2).any(|w| {
+        matches!(
+            w,
+            [Expr::Meta { key: MetaKey::L4proto, dreg }, Expr::Cmp { sreg, op: CmpOp::Eq, data }]
+                if dreg == sreg && data.as_slice() == [17]
+        )
+    });
+    let (
+        Some(Expr::Nat {
+            kind: NatKind::Dnat,
+            addr: Some(ar),
+            port: Some(pr),
+            ..
+        }),
+        true,
+    ) = (exprs.iter().find(|e| matches!(e, Expr::Nat { .. })), udp)
+    else {
+        return None;
+    };
+    let imm = |reg| {
+        exprs.iter().find_map(|e| match e {
+            Expr::Immediate { dreg, data } if dreg == reg => Some(data.as_slice()),
+            _ => None,
+        })
+    };
+    let addr = match imm(ar)? {
+        b if b.len() == 4 => IpAddr::from(<[u8; 4]>::try_from(b).ok()?),
+        b if b.len() == 16 => IpAddr::from(<[u8; 16]>::try_from(b).ok()?),
+        _ => return None,
+    };
+    let port = u16::from_be_bytes(imm(pr)?.try_into().ok()?);
+    Some((addr, port))
 }

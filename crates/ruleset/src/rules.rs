@@ -1,18 +1,9 @@
 //! Values and keys the compiler uses with the expression builders of
 //! [`nft_model::build`] (the one home of expression builders).
 
-use std::net::IpAddr;
-
 use kube_model::Cidr;
 use nft_model::build::{self, KeyField};
 use nft_model::*;
-
-pub fn fam_value(ip: &IpAddr) -> Value {
-    match ip {
-        IpAddr::V4(a) => Value::Ipv4(*a),
-        IpAddr::V6(a) => Value::Ipv6(*a),
-    }
-}
 
 pub fn addr_type(family: Family) -> DataType {
     if family == Family::Ip6 {
@@ -27,7 +18,7 @@ pub fn cidr_match(family: Family, src: bool, cidr: &Cidr, neq: bool) -> Vec<Expr
     build::prefix_match(
         family,
         src,
-        &fam_value(&cidr.addr),
+        &Value::from(cidr.addr),
         u32::from(cidr.prefix),
         neq,
     )

@@ -62,14 +62,22 @@ fn stale(old: &Snapshot, new: &Snapshot) -> BTreeSet<(IpAddr, u16)> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 250, ..ProptestConfig::default() })]
 
+    /// Every change's batch turns the tables as last committed into a fresh compile of
+    /// the new state, also when earlier batches were not committed (refused, failed:
+    /// then no [`Compiler::confirm`]): the batch covers everything since the last
+    /// confirmed one.
     #[test]
-    fn incremental_updates_equal_a_fresh_compile(changes in prop::collection::vec(change(), 1..30)) {
+    fn incremental_updates_equal_a_fresh_compile(
+        changes in prop::collection::vec((change(), prop::bool::weighted(0.8)), 1..30)
+    ) {
         let cfg = parsed();
         let mut c = cluster(0);
         let mut comp = Compiler::new(cfg.clone(), &c);
-        let mut cur = comp.tables();
-        prop_assert_eq!(&cur, &compile_parsed(&c, &cfg).tables);
-        for ch in &changes {
+        // what the kernel holds (the last committed tables), and the previous desired ones
+        let mut committed = comp.tables();
+        let mut prev = committed.clone();
+        prop_assert_eq!(&committed, &compile_parsed(&c, &cfg).tables);
+        for (ch, commit) in &changes {
             let before = c.clone();
             play(&mut c, ch);
             let upd = comp.update(&c, &Changes {
@@ -78,11 +86,15 @@ proptest! {
             });
             let fresh = compile_parsed(&c, &cfg);
             prop_assert_eq!(&comp.tables(), &fresh.tables, "after {:?}", ch);
-            let old = cur.clone();
+            let mut cur = committed.clone();
             apply(&mut cur, &upd.ops).map_err(|e| {
                 TestCaseError::fail(format!("{e}\n{}", nft_model::render::script(&upd.ops)))
             })?;
             prop_assert_eq!(canon(&cur), canon(&fresh.tables), "ops of {:?}", ch);
+            if *commit {
+                comp.confirm();
+                committed = cur;
+            }
             let mut got = comp.conflicts();
             let mut want = Compiler::new(cfg.clone(), &c).conflicts();
             got.sort();
@@ -90,7 +102,7 @@ proptest! {
             prop_assert_eq!(got, want);
             prop_assert_eq!(comp.errors(), Compiler::new(cfg.clone(), &c).errors());
             let newly: BTreeSet<_> = served_destinations(&fresh.tables)
-                .difference(&served_destinations(&old))
+                .difference(&served_destinations(&prev))
                 .copied()
                 .collect();
             prop_assert_eq!(upd.became_served(), newly, "served after {:?}", ch);
@@ -108,6 +120,7 @@ proptest! {
                 // the changed service's ports only (at most two)
                 prop_assert!(upd.recompiled <= 2, "{} ports recompiled", upd.recompiled);
             }
+            prev = fresh.tables;
         }
     }
 }
@@ -156,6 +169,7 @@ proptest! {
             let fresh = compile_parsed(&without(&c, &ex), &cfg);
             prop_assert_eq!(&comp.tables(), &fresh.tables, "after {:?} without {:?}", ch, ex);
             apply(&mut cur, &upd.ops).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            comp.confirm();
             prop_assert_eq!(canon(&cur), canon(&fresh.tables));
         }
         let fresh = Compiler::with_excluded(cfg.clone(), &c, comp.excluded().clone());
@@ -198,6 +212,7 @@ fn frequent_changes_are_element_operations_only() {
     // created with endpoints
     add(&mut c, 5, eps(1));
     let upd = comp.update(&c, &changed);
+    comp.confirm();
     assert!(
         only_elements(&upd.ops),
         "{}",
@@ -207,6 +222,7 @@ fn frequent_changes_are_element_operations_only() {
     for n in 2..=12 {
         c.insert_slice(slice(5, eps(n)));
         let upd = comp.update(&c, &changed);
+        comp.confirm();
         assert!(
             only_elements(&upd.ops),
             "to {n}: {}",
@@ -219,6 +235,7 @@ fn frequent_changes_are_element_operations_only() {
         e[3] = endpoint(pod(3), "node-b", ready, term);
         c.insert_slice(slice(5, e));
         let upd = comp.update(&c, &changed);
+        comp.confirm();
         assert!(
             only_elements(&upd.ops),
             "{}",
@@ -229,6 +246,7 @@ fn frequent_changes_are_element_operations_only() {
     for n in (0..12).rev() {
         c.insert_slice(slice(5, eps(n)));
         let upd = comp.update(&c, &changed);
+        comp.confirm();
         assert!(
             only_elements(&upd.ops),
             "to {n}: {}",
@@ -238,6 +256,7 @@ fn frequent_changes_are_element_operations_only() {
     c.services.remove(&svc);
     c.remove_slice(&slice(5, vec![]).key);
     let upd = comp.update(&c, &changed);
+    comp.confirm();
     assert!(
         only_elements(&upd.ops),
         "{}",
@@ -283,6 +302,7 @@ fn conflicts_name_both_services() {
             node: false,
         },
     );
+    comp.confirm();
     assert_eq!(upd.conflicts.len(), 1, "{:?}", upd.conflicts);
     let k = &upd.conflicts[0];
     assert_eq!(k.winner.service, ServiceKey::new("ns", "svc0"));
@@ -325,6 +345,7 @@ fn configuration_changes_reach_a_fresh_compile() {
     let mut step = |cfg: &ruleset::Config, full: bool| {
         let p = cfg.parse().unwrap();
         let upd = comp.set_config(p.clone(), &c);
+        comp.confirm();
         assert_eq!(upd.full, full);
         apply(&mut cur, &upd.ops).unwrap();
         let fresh = compile_parsed(&c, &p).tables;

@@ -2,39 +2,41 @@
 //! committed ruleset, the pending conntrack targets and the schedule. Single-threaded:
 //! one sync at a time by construction.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use kube_model::{ns_key, Cluster, ServiceKey};
-use nft_model::Table;
+use nft_model::{Op, Table};
 
-use crate::cleanup::{ConntrackOpener, CtSlot, Pending};
-use crate::commit::{Followup, Synced};
-use crate::isolate::Skip;
-use crate::kernel::{Clock, ConntrackKernel, NftKernel};
-use crate::plan::Serving;
+use crate::compile::Serving;
+use crate::isolate::Skips;
+use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, CtSlot, NftKernel};
+use crate::pending::{self, Pending};
 use crate::schedule::{Periods, Schedule};
 use crate::targets::Target;
-use crate::SyncReport;
-use crate::{
-    status, EngineConfig, EngineError, Event, ForeignWriter, NodeHealth, Observer, StatusHandle,
-};
-use ruleset::names::PortId;
+use crate::{status, EngineConfig, Event, ForeignWriter, NodeHealth, Observer, StatusHandle};
 
 struct NoObserver;
 impl Observer for NoObserver {}
 
-/// A kind of work of the loop (see [`Engine::next_work`]).
+/// A kind of work of the loop (see [`Engine::next_work`]), in the order they go when
+/// several are due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Work {
     /// A rule sync.
     Sync,
     /// A conntrack cleanup slice between syncs.
     Cleanup,
+    /// Checking a service port skipped because the kernel refused its rules.
+    Check,
     /// Opening ctnetlink again (it was unavailable).
     Reprobe,
 }
+
+/// How many of our latest commits' generations are remembered (to tell our own
+/// commits from another program's in the nftables notifications).
+const OUR_GENERATIONS: usize = 64;
 
 /// The sync engine (see the crate docs and docs/sync.md).
 pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
@@ -58,8 +60,16 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) compiler: Option<ruleset::Compiler>,
     /// What changed since the compiler was last brought up to date.
     pub(crate) changes: ruleset::Changes,
+    /// The compiler's batch from our last commit to its desired tables (None: only a
+    /// diff from our tables as read back can tell), and whether the compiler's
+    /// confirmed tables are what we last committed.
+    pub(crate) step_ops: Option<Vec<Op>>,
+    pub(crate) batch_valid: bool,
+    /// UDP destinations that became served since our last commit.
+    pub(crate) became_served: BTreeSet<Target>,
     /// The generation at which the kernel holds exactly what we committed last: the
-    /// compiler's tables as of that commit plus `recorded` (None: unknown, read it back).
+    /// compiler's confirmed tables plus `recorded` (None: unknown, read it back). A
+    /// refused batch changes nothing and keeps it.
     pub(crate) trust: Option<u32>,
     /// The cleanup targets recorded in our tables by what we committed last.
     pub(crate) recorded: BTreeSet<Target>,
@@ -75,10 +85,10 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// Conntrack targets not yet cleared (kept across failed commits and failed
     /// cleanups; recorded in our tables).
     pub(crate) pending: Pending,
-    /// Generations produced by our commits, not yet handed to the watcher.
-    pub(crate) our_gens: Vec<u32>,
+    /// Generations produced by our latest commits.
+    pub(crate) our_gens: VecDeque<u32>,
     /// Service ports left out because the kernel refused their rules.
-    pub(crate) skipped: BTreeMap<PortId, Skip>,
+    pub(crate) skips: Skips,
     /// Trigger times of the EndpointSlice changes not yet synced (for the network
     /// programming latency), and when the engine started (older ones are not counted,
     /// as in kube-proxy).
@@ -139,6 +149,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             schedule,
             compiler: None,
             changes: ruleset::Changes::default(),
+            step_ops: None,
+            batch_valid: false,
+            became_served: BTreeSet::new(),
             trust: None,
             recorded: BTreeSet::new(),
             serving: Serving::default(),
@@ -146,8 +159,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             status_dirty: BTreeSet::new(),
             per_service: status::PerService::default(),
             pending: Pending::default(),
-            our_gens: Vec::new(),
-            skipped: BTreeMap::new(),
+            our_gens: VecDeque::new(),
+            skips: Skips::default(),
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
             conflicts: Default::default(),
@@ -176,7 +189,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     pub fn committed(&self) -> Option<Vec<Table>> {
         self.trust?;
         let c = self.compiler.as_ref()?;
-        Some(crate::plan::desired(c, self.recorded.iter()))
+        let mut tables = c.tables();
+        pending::record_in_tables(&mut tables, self.recorded.iter());
+        Some(tables)
     }
 
     /// The incremental compiler (None before the first sync).
@@ -223,7 +238,17 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// notifications were lost (`overflow`): repair with a full sync, at once after a
     /// quiet time, with a growing delay while the tables are fought over. Each writer is
     /// counted (status, observer) and logged (WARN when a repair is scheduled).
+    ///
+    /// Transactions of our own commits (by generation) are not foreign; lost
+    /// notifications are not either when the kernel's generation is still the one our
+    /// last commit produced (nobody committed after it: e.g. our own large batch
+    /// overflowed the watcher's socket).
     pub fn foreign_change(&mut self, touches: &[crate::watch::Touch], overflow: bool) {
+        let touches: Vec<&crate::watch::Touch> = touches
+            .iter()
+            .filter(|t| !self.our_gens.contains(&t.genid))
+            .collect();
+        let overflow = overflow && !self.kernel_holds_our_commit();
         if touches.is_empty() && !overflow {
             return;
         }
@@ -290,12 +315,29 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
     }
 
-    /// Generations produced by our own commits since the last call (for the watcher).
-    pub fn take_our_generations(&mut self) -> Vec<u32> {
-        std::mem::take(&mut self.our_gens)
+    /// Whether the kernel's generation is the one our last commit produced.
+    fn kernel_holds_our_commit(&mut self) -> bool {
+        let Some(ours) = self.trust else {
+            return false;
+        };
+        match self.nft.generation() {
+            Ok(g) => g == ours,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the nftables generation");
+                false
+            }
+        }
     }
 
-    fn queue(&mut self) {
+    /// Remember the generation one of our commits produced.
+    pub(crate) fn our_generation(&mut self, g: u32) {
+        if self.our_gens.len() >= OUR_GENERATIONS {
+            self.our_gens.pop_front();
+        }
+        self.our_gens.push_back(g);
+    }
+
+    pub(crate) fn queue(&mut self) {
         let now = self.clock.now();
         if self.schedule.changed(now) {
             let wall = SystemTime::now();
@@ -367,7 +409,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     r.err().map(|e| e.to_string()),
                 );
                 if self.cluster.services.get(&key) != before.as_ref() {
-                    self.service_changed(&key, false);
+                    self.skipped_service_changed(&key, false);
                     self.touched(&key);
                     self.queue();
                 }
@@ -376,7 +418,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 let key = ns_key(&svc.metadata);
                 self.model_errors.remove(&format!("service {key}"));
                 if self.cluster.remove_service(&key).is_some() {
-                    self.service_changed(&key, true);
+                    self.skipped_service_changed(&key, true);
                     self.touched(&key);
                     self.queue();
                 }
@@ -428,6 +470,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Event::ServicesListed => self.schedule.services_listed(),
             Event::SlicesListed => self.schedule.slices_listed(),
             Event::Resync => self.request_repair(),
+            Event::Nftables(p) => self.foreign_change(&p.touches, p.overflow),
             Event::ServiceCidrs(cidrs) => {
                 if self.cfg.ruleset.service_cidrs != cidrs {
                     self.cfg.ruleset.service_cidrs = cidrs;
@@ -501,13 +544,14 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     }
 
     /// The next work of the loop and when it is due. Of the work due now, a rule sync
-    /// goes first, then a cleanup slice, then re-opening ctnetlink; otherwise the
-    /// earliest. None: nothing is due until an event arrives.
+    /// goes first, then a cleanup slice, then checking a skipped port, then re-opening
+    /// ctnetlink; otherwise the earliest. None: nothing is due until an event arrives.
     pub fn next_work(&self) -> Option<(Instant, Work)> {
         let now = self.clock.now();
         [
             self.next_sync_at().map(|t| (t, Work::Sync)),
             self.cleanup_due().map(|t| (t, Work::Cleanup)),
+            self.check_due().map(|t| (t, Work::Check)),
             self.reprobe_due().map(|t| (t, Work::Reprobe)),
         ]
         .into_iter()
@@ -529,6 +573,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             Work::Cleanup => {
                 self.cleanup_turn();
             }
+            Work::Check => self.check_skipped(),
             Work::Reprobe => self.reprobe_conntrack(),
         }
         Some(work)
@@ -547,119 +592,5 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             n += 1;
         }
         n
-    }
-
-    /// Sync now: compile, diff, commit one atomic batch, then (only on success) clear the
-    /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
-    /// makes the next sync a full one.
-    pub fn sync(&mut self) -> Result<SyncReport, EngineError> {
-        if !self.listed() {
-            return Err(EngineError::NotListed);
-        }
-        let now = self.clock.now();
-        self.schedule.attempt(now);
-        let full = self.trust.is_none() || self.schedule.full_due(now);
-        match self.try_sync(full) {
-            Ok(Synced {
-                report,
-                repaired,
-                followup,
-            }) => {
-                log_sync(&report);
-                self.schedule.succeeded(now, report.full);
-                match followup {
-                    Followup::None => {}
-                    Followup::Repair => {
-                        self.schedule.foreign_change(now);
-                    }
-                    Followup::Verify => self.schedule.verify_requested(),
-                }
-                // Only the services that changed are looked at again.
-                let node = self.cfg.ruleset.node_name.clone();
-                let checks: Vec<(ServiceKey, Option<crate::HealthCheck>)> =
-                    std::mem::take(&mut self.status_dirty)
-                        .into_iter()
-                        .map(|k| {
-                            let hc = self.per_service.refresh(&self.cluster, &k, &node);
-                            (k, hc)
-                        })
-                        .collect();
-                let no_local_internal = self.per_service.no_local_internal;
-                let no_local_external = self.per_service.no_local_external;
-                let no_local = self.per_service.no_local_by_family();
-                let wall = SystemTime::now();
-                let r = report.clone();
-                self.status.update(|s| {
-                    s.last_sync = Some(now);
-                    s.last_sync_wall = Some(wall);
-                    s.queued_since = None;
-                    s.queued_since_wall = None;
-                    s.consecutive_failures = 0;
-                    s.last_report = Some(r);
-                    for (k, hc) in checks {
-                        match hc {
-                            Some(hc) => s.health_checks.insert(k, hc),
-                            None => s.health_checks.remove(&k),
-                        };
-                    }
-                    s.no_local_internal = no_local_internal;
-                    s.no_local_external = no_local_external;
-                    s.no_local = no_local;
-                    if repaired {
-                        s.repairs += 1;
-                    }
-                });
-                if repaired {
-                    self.observer.repaired();
-                }
-                self.observer.synced(&report);
-                Ok(report)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "sync failed; will retry with a full sync");
-                self.schedule.failed();
-                let n = self.schedule.consecutive_failures();
-                self.status.update(|s| {
-                    s.failures += 1;
-                    s.consecutive_failures = n;
-                });
-                self.observer.failed(&e);
-                Err(e)
-            }
-        }
-    }
-}
-
-/// One DEBUG line per sync (kube-proxy logs its syncs at -v=2), key=value fields.
-fn log_sync(r: &SyncReport) {
-    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-    tracing::debug!(
-        kind = if r.full { "full" } else { "partial" },
-        services = r.services,
-        endpoints = r.endpoints,
-        ops = r.ops,
-        bytes = r.bytes,
-        compile_ms = ms(r.compile),
-        commit_ms = ms(r.commit),
-        conntrack_ms = ms(r.conntrack),
-        conntrack_targets = r.conntrack_targets,
-        conntrack_deleted = r.conntrack_deleted,
-        conntrack_pending = r.conntrack_pending,
-        invalid = r.errors.len(),
-        event_to_ack_ms = %EventToAck(r.since_event),
-        "synced"
-    );
-}
-
-/// `event_to_ack_ms` of the sync line: milliseconds from the oldest change the sync
-/// consumed to the kernel's ACK, `none` for a sync no change asked for.
-struct EventToAck(Option<std::time::Duration>);
-
-impl std::fmt::Display for EventToAck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(d) => write!(f, "{:.3}", d.as_secs_f64() * 1e3),
-            None => f.write_str("none"),
-        }
     }
 }

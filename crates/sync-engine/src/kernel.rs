@@ -19,14 +19,6 @@ pub trait NftKernel {
     fn generation(&mut self) -> Result<u32, EngineError>;
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError>;
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError>;
-    /// Have the kernel check `ops` as a commit would, and change nothing (used to find
-    /// the service ports whose rules the kernel refuses). Without it a refused batch
-    /// cannot be narrowed down and the sync is retried as a whole.
-    fn check(&mut self, _ops: &[Op], _genid: Option<u32>) -> Result<(), EngineError> {
-        Err(EngineError::Unsupported(
-            "checking a batch without committing it",
-        ))
-    }
 }
 
 impl NftKernel for nft_netlink::Nft {
@@ -42,10 +34,6 @@ impl NftKernel for nft_netlink::Nft {
     }
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
         Ok(nft_netlink::Nft::dump_table(self, t)?)
-    }
-    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
-        nft_netlink::Nft::check(self, ops, genid)?;
-        Ok(())
     }
 }
 
@@ -199,6 +187,27 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
+    }
+}
+
+/// Opens the conntrack socket (probing the kernel); called again while it fails.
+pub type ConntrackOpener<C> = Box<dyn FnMut() -> Result<C, EngineError>>;
+
+/// The conntrack kernel, or why it is unavailable and how to try again.
+pub(crate) struct CtSlot<C> {
+    pub kernel: Option<C>,
+    pub opener: Option<ConntrackOpener<C>>,
+    /// Why it is unavailable, and when to try opening it again.
+    pub unavailable: Option<(String, Instant)>,
+}
+
+impl<C> CtSlot<C> {
+    pub fn ready(c: C) -> CtSlot<C> {
+        CtSlot {
+            kernel: Some(c),
+            opener: None,
+            unavailable: None,
+        }
     }
 }
 

@@ -1,31 +1,41 @@
 //! kube-nlproxy's sync engine.
 //!
-//! Collects Service / EndpointSlice / Node changes (no-op changes dropped), compiles them
-//! into the nftables ruleset, diffs against the last committed ruleset kept in memory,
-//! commits ONE atomic batch, and only after a successful commit deletes the UDP conntrack
-//! entries that contradict the new rules. Full resyncs use the ruleset generation id to
-//! learn whether anyone else changed nftables, and only then dump our tables; a watcher
-//! on nftables notifications repairs our tables when another program changes them.
-//! See docs/sync.md.
+//! Collects Service / EndpointSlice / Node changes (no-op changes dropped), brings the
+//! incremental compiler up to date, plans ONE atomic batch from what the kernel holds
+//! (our last commit, known by its generation, or our tables read back) to the desired
+//! state, commits it, and only after a successful commit deletes the UDP conntrack
+//! entries that contradict the new rules. A batch the kernel refuses is planned again
+//! without the service ports it is to blame on and committed at once; those ports are
+//! checked one by one between syncs. Notifications from nftables (its own watcher
+//! thread) repair our tables when another program changes them. See docs/sync.md.
 //!
-//! Modules, by job:
-//! - [`schedule`]: when the next sync is due (the loop's state machine);
-//! - [`plan`]: compile and diff: the batch from what the kernel holds to the desired state;
-//! - [`commit`]: reading our tables back, committing guarded by the generation;
-//! - [`cleanup`]: the conntrack cleanup after a commit;
-//! - [`status`]: what the health and metrics servers read;
-//! - [`engine`]: the engine itself (events in, syncs out); [`run`]: the loop around it.
+//! Modules, by job (each file imports only those above it in the list):
+//! - [`kernel`], [`targets`], [`backoff`], [`schedule`], [`status`]: the kernel traits,
+//!   cleanup targets, the backoff rule, when the next sync is due, the status;
+//! - [`pending`]: pending cleanup targets and their record in our tables (pure);
+//! - [`compile`]: bringing the compiler up to date with what changed (pure);
+//! - [`plan`]: the planner: the batch, the targets it records and makes, and why (pure);
+//! - [`isolate`]: the service ports a refusal is to blame on, the skipped ports (pure);
+//! - [`engine`]: the engine's state and events in;
+//! - `sync` (the executor: [`Engine::sync`]), `cleanup` (conntrack slices), `trials`
+//!   (checking skipped ports), `publish` (status and metrics after a sync);
+//! - [`run`]: the loop around it.
 
+mod backoff;
 pub mod cleanup;
-pub mod commit;
+pub mod compile;
 pub mod engine;
 pub mod isolate;
 pub mod kernel;
+pub mod pending;
 pub mod plan;
+mod publish;
 pub mod run;
 pub mod schedule;
 pub mod status;
+mod sync;
 pub mod targets;
+mod trials;
 pub mod watch;
 
 /// The k8s-openapi version the events carry.
@@ -33,8 +43,8 @@ pub use k8s_openapi;
 
 use std::time::Instant;
 
-pub use cleanup::ConntrackOpener;
 pub use engine::{Engine, Work};
+pub use kernel::ConntrackOpener;
 pub use kernel::{
     CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, NftKernel, SystemClock,
 };
@@ -42,7 +52,7 @@ pub use proxy_status::{
     CleanupReport, FilterWork, ForeignWriter, HealthCheck, NodeHealth, Observer, SkippedPort,
     Status, StatusHandle, SyncReport,
 };
-pub use run::{real_engine, run};
+pub use run::{channel, real_engine, run, EventReceiver, EventSender};
 
 use std::time::Duration;
 
@@ -73,6 +83,9 @@ pub enum Event {
     /// The host's interface addresses changed (rtnetlink): the whole list as it is now
     /// (they select the NodePort addresses among `nodePortAddresses`).
     HostAddresses(Vec<std::net::IpAddr>),
+    /// Notifications from nftables (the engine loop's own watcher thread, `run`): the
+    /// transactions that touched our tables, and whether notifications were lost.
+    Nftables(watch::Poll),
     /// A source (e.g. `"service"`) has made no progress since `since`: what it last
     /// delivered may be stale. Counts as a change queued at `since` for the health check.
     SourceStalled {
@@ -146,8 +159,6 @@ pub enum EngineError {
     Watch(std::io::Error),
     #[error("the sources have not listed yet; no sync before the initial lists")]
     NotListed,
-    #[error("not supported by this kernel interface: {0}")]
-    Unsupported(&'static str),
     #[error("{0}")]
     Other(String),
 }

@@ -1,23 +1,24 @@
-//! Plan a sync (pure): bring the incremental compiler up to date with what changed, and
-//! build the one batch from what the kernel holds to the desired state, with the
-//! conntrack targets that batch creates.
+//! The planner (pure): from the desired state, what we know of the kernel and the
+//! pending cleanup targets, the plan of one commit: its batch, the cleanup targets our
+//! tables record once it is committed, the targets it makes (cleared only after it is
+//! committed), and why it looks as it does.
 //!
 //! Two ways to the batch:
 //! - the kernel holds exactly what we committed last (the generation says nobody else
 //!   committed since): the compiler's own batch for the change, plus the changes of the
 //!   recorded cleanup targets. Work proportional to the change.
 //! - otherwise (first sync, after a failure, another program changed our tables): our
-//!   tables are dumped and the batch is the diff from the dump to the desired tables.
+//!   tables as read back, and the batch is the diff to the desired tables (or, after a
+//!   refusal that no service port explains, their replacement in one batch).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeSet;
 
-use kube_model::{Cluster, IpFamily};
 use nft_model::{Family, Op, Table, TableRef};
-use ruleset::names::PortId;
-use ruleset::{Changes, Compiler, ParsedConfig};
+use ruleset::Compiler;
 
+use crate::compile::families;
 use crate::our_tables;
+use crate::pending;
 use crate::targets::{self, Target};
 
 /// What we know of one of our tables in the kernel.
@@ -34,127 +35,176 @@ pub enum Base {
 /// Our tables as the kernel holds them (or as we trust it holds them).
 pub type Bases = Vec<(TableRef, Base)>;
 
-/// Per UDP service port and family: some of its endpoints.
-pub type Stopped = BTreeMap<(PortId, IpFamily), BTreeSet<(IpAddr, u16)>>;
-
-/// Endpoints that stopped or started serving UDP ports since the last commit: the net
-/// change over the compiler updates whose batches are not committed yet (a failed
-/// commit keeps them; an endpoint that stops and serves again in between is no target).
-#[derive(Debug, Default)]
-pub struct Serving {
-    pub stopped: Stopped,
-    pub started: Stopped,
+/// What we know of the kernel, one type.
+#[derive(Debug, Clone)]
+pub enum Kernel {
+    /// It holds exactly what we committed last, at this generation.
+    Trusted { genid: u32 },
+    /// Our tables as read back at this generation. `was_trusted`: we knew what the
+    /// kernel held until the generation moved (another program may have changed our
+    /// tables: a repair).
+    Read {
+        genid: u32,
+        tables: Bases,
+        was_trusted: bool,
+    },
 }
 
-impl Serving {
-    /// Add one update's changes.
-    pub fn add(&mut self, stopped: Stopped, started: Stopped) {
-        for (k, eps) in started {
-            for e in eps {
-                let back = self.stopped.get_mut(&k).is_some_and(|s| s.remove(&e));
-                if !back {
-                    self.started.entry(k.clone()).or_default().insert(e);
-                }
-            }
+/// Why a plan's batch is what it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// The compiler's batch for the change (the kernel holds our last commit).
+    Incremental,
+    /// The diff from our tables as read back.
+    Full,
+    /// The diff from our tables as read back, which another program had changed.
+    Repair,
+    /// Our tables deleted and created again from the desired state, in one batch.
+    Replacement,
+}
+
+impl Why {
+    pub fn name(self) -> &'static str {
+        match self {
+            Why::Incremental => "incremental",
+            Why::Full => "full",
+            Why::Repair => "repair",
+            Why::Replacement => "replacement",
         }
-        for (k, eps) in stopped {
-            for e in eps {
-                let new = self.started.get_mut(&k).is_some_and(|s| s.remove(&e));
-                if !new {
-                    self.stopped.entry(k.clone()).or_default().insert(e);
-                }
-            }
-        }
-    }
-
-    /// The endpoints that stopped serving since the last commit.
-    pub fn stopped(&self) -> impl Iterator<Item = &(IpAddr, u16)> {
-        self.stopped.values().flatten()
-    }
-
-    pub fn clear(&mut self) {
-        self.stopped.clear();
-        self.started.clear();
     }
 }
 
-/// What bringing the compiler up to date did.
-#[derive(Debug, Default)]
-pub struct Step {
-    /// The batch from the previous desired tables to the new ones; None when the
-    /// compiler was built from scratch (the batch must then come from a diff).
-    pub ops: Option<Vec<Op>>,
-    /// UDP destinations the change made served.
-    pub became_served: BTreeSet<Target>,
-    /// UDP endpoints the change made stop serving, per port.
-    pub stopped: Stopped,
-    /// UDP endpoints the change made start serving, per port.
-    pub started: Stopped,
+/// The desired state.
+pub struct Desired<'a> {
+    pub compiler: &'a Compiler,
+    /// The compiler's batch since our last commit (None: only a diff can tell).
+    pub ops: Option<&'a [Op]>,
+    /// UDP destinations served since our last commit, and UDP endpoints that stopped
+    /// serving since then (the compiler's net change).
+    pub became_served: &'a BTreeSet<Target>,
+    pub stopped: &'a BTreeSet<Target>,
+    /// Replace our tables rather than diff them.
+    pub replace: bool,
 }
 
-/// Bring `compiler` (built here when there is none) up to date with `changes` to
-/// `cluster`, the configuration `parsed` and the excluded service ports.
-pub fn advance(
-    compiler: &mut Option<Compiler>,
-    cluster: &Cluster,
-    parsed: &ParsedConfig,
-    exclude: &BTreeSet<PortId>,
-    mut changes: Changes,
-) -> Step {
-    let Some(c) = compiler.as_mut() else {
-        *compiler = Some(Compiler::with_excluded(
-            parsed.clone(),
-            cluster,
-            exclude.clone(),
-        ));
-        return Step::default();
+/// The cleanup side of the plan.
+pub struct Cleanup<'a> {
+    /// False: targets are found and dropped (a test-only switch).
+    pub enabled: bool,
+    pub pending: &'a BTreeSet<Target>,
+    /// What our tables record as of our last commit.
+    pub recorded: &'a BTreeSet<Target>,
+    /// This process has not committed yet: the endpoint targets come from the tables a
+    /// previous run left, and the targets it recorded there are resumed.
+    pub first: bool,
+}
+
+/// One commit, planned.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub ops: Vec<Op>,
+    /// The generation the batch is computed against (it guards the commit).
+    pub genid: u32,
+    /// The targets our tables record once the batch is committed.
+    pub records: BTreeSet<Target>,
+    /// The targets the batch makes (and those resumed): pending once it is committed,
+    /// cleared only then.
+    pub clears: BTreeSet<Target>,
+    /// Of `clears`, those a previous run recorded and did not finish.
+    pub resumed: usize,
+    /// Targets found while the cleanup is disabled (dropped).
+    pub dropped: usize,
+    pub why: Why,
+}
+
+/// Plan one commit.
+pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
+    let families = families(want.compiler);
+    let (genid, read, was_trusted) = match kernel {
+        Kernel::Trusted { genid } => (genid, None, false),
+        Kernel::Read {
+            genid,
+            tables,
+            was_trusted,
+        } => (genid, Some(tables), was_trusted),
     };
-    changes.services.extend(c.set_excluded(exclude.clone()));
-    let mut updates = vec![c.update(cluster, &changes)];
-    if parsed != c.config() {
-        updates.push(c.set_config(parsed.clone(), cluster));
-    }
-    let mut step = Step {
-        ops: Some(Vec::new()),
-        ..Step::default()
+    let incremental = !want.replace && want.ops.is_some() && read.is_none();
+    let desired = (!incremental).then(|| want.compiler.tables());
+    // Targets implied by going from the kernel's rules to the desired ones.
+    let mut found = match (&read, &desired) {
+        (Some(base), Some(d)) => became_served(base, d),
+        _ => want.became_served.clone(),
     };
-    for u in updates {
-        step.ops.get_or_insert_with(Vec::new).extend(u.ops);
-        for (key, t) in u.targets {
-            step.became_served
-                .extend(t.became_served.into_iter().map(targets::of_served));
-            if !t.stopped_serving.is_empty() {
-                step.stopped
-                    .entry(key.clone())
-                    .or_default()
-                    .extend(t.stopped_serving);
-            }
-            if !t.started_serving.is_empty() {
-                step.started
-                    .entry(key)
-                    .or_default()
-                    .extend(t.started_serving);
-            }
-        }
+    // Endpoints that stopped serving: on this process's first commit, those in the
+    // endpoint maps of the tables the kernel holds and in none of the desired ones;
+    // afterwards, the compiler's net change since the last commit.
+    match (&read, &desired, cleanup.first) {
+        (Some(base), Some(d), true) => found.extend(gone_from_tables(base, d)),
+        _ => found.extend(want.stopped.iter().copied()),
     }
-    step
-}
-
-/// The desired tables from the compiler, with the pending cleanup targets recorded.
-pub fn desired<'a>(compiler: &Compiler, recorded: impl Iterator<Item = &'a Target>) -> Vec<Table> {
-    let mut tables = compiler.tables();
-    crate::cleanup::record_in_tables(&mut tables, recorded);
-    tables
-}
-
-/// The table families the compiler programs.
-pub fn families(compiler: &Compiler) -> Vec<Family> {
-    compiler
-        .config()
-        .families
+    let mut clears = BTreeSet::new();
+    let mut resumed = 0;
+    let mut dropped = 0;
+    if cleanup.enabled {
+        if let (Some(base), true) = (&read, cleanup.first) {
+            let r = pending::recorded_in(known_tables(base));
+            resumed = r.len();
+            clears.extend(r);
+        }
+        clears.extend(found);
+    } else {
+        dropped = found.len();
+    }
+    let records: BTreeSet<Target> = cleanup
+        .pending
         .iter()
-        .map(|f| ruleset::nft_family(*f))
-        .collect()
+        .chain(clears.iter())
+        .filter(|t| families.contains(&pending::family_of(t)))
+        .copied()
+        .collect();
+    let (ops, why) = match (desired, read) {
+        (None, _) => {
+            let mut ops = want.ops.map(<[Op]>::to_vec).unwrap_or_default();
+            ops.extend(pending::recorded_ops(&families, cleanup.recorded, &records));
+            (ops, Why::Incremental)
+        }
+        (Some(mut d), read) => {
+            let base = read.unwrap_or_else(|| ours(&families));
+            // We knew what the kernel held, but the generation moved: did another
+            // program change our tables? (Our last batch played forward on the tables
+            // read back must reach the desired ones.)
+            let repaired = match (was_trusted, want.ops) {
+                (true, Some(ops)) => {
+                    let mut ours = ops.to_vec();
+                    ours.extend(pending::recorded_ops(
+                        &families,
+                        cleanup.recorded,
+                        &BTreeSet::new(),
+                    ));
+                    drifted(&base, &ours, &d)
+                }
+                _ => false,
+            };
+            pending::record_in_tables(&mut d, records.iter());
+            if want.replace {
+                (replace(&base, d), Why::Replacement)
+            } else {
+                (
+                    batch(&base, d),
+                    if repaired { Why::Repair } else { Why::Full },
+                )
+            }
+        }
+    };
+    Plan {
+        ops,
+        genid,
+        records,
+        clears,
+        resumed,
+        dropped,
+        why,
+    }
 }
 
 /// Our tables as the kernel holds them when it holds what we committed: present for
@@ -265,9 +315,9 @@ pub fn became_served(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
         .collect()
 }
 
-/// Endpoint targets on this process's first commit: every endpoint in the endpoint
-/// maps of the dumped tables that is in none of the desired ones (the endpoints that
-/// disappeared while no engine ran).
+/// Endpoint targets on this process's first commit: every UDP endpoint of the dumped
+/// tables that is in none of the desired ones (the UDP endpoints that disappeared while
+/// no engine ran).
 pub fn gone_from_tables(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
     let before = targets::table_endpoints(known_tables(base));
     if before.is_empty() {
@@ -280,9 +330,4 @@ pub fn gone_from_tables(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
         .filter(|e| !now.contains(e))
         .map(|(addr, port)| Target::Endpoint { addr, port })
         .collect()
-}
-
-/// The full compile of a cluster (isolating refused service ports bisects with these).
-pub fn compile(cluster: &Cluster, parsed: &ParsedConfig) -> Vec<Table> {
-    ruleset::compile_parsed(cluster, parsed).tables
 }

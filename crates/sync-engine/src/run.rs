@@ -1,56 +1,79 @@
-//! The loop around the engine: events in, syncs when due, the nftables watcher polled.
+//! The loop around the engine: events in, the work that is due, nothing else. It sleeps
+//! until the next piece of work is due or an event arrives (no polling): the sources'
+//! events and the nftables notifications, read by a watcher thread of its own.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Duration;
+
+use flume::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::Engine;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel, SystemClock};
 use crate::{our_tables, watch, EngineConfig, EngineError, Event};
 
-/// How often the loop polls the nftables event socket.
-const WATCH_POLL: Duration = Duration::from_millis(50);
-/// How long the loop sleeps when nothing is due.
+/// How long the loop sleeps when nothing is due (it wakes for events anyway).
 const IDLE: Duration = Duration::from_secs(3600);
 
+/// The channel the sources send events on (bounded: a source waits when the engine is
+/// behind), and the engine's end.
+pub type EventSender = Sender<Event>;
+pub type EventReceiver = Receiver<Event>;
+
+/// A bounded event channel of `cap` events (sources on async runtimes use
+/// `send_async`: it waits for room without polling).
+pub fn channel(cap: usize) -> (EventSender, EventReceiver) {
+    flume::bounded(cap)
+}
+
+/// What the loop woke up for. (The event is not boxed: it is moved once, as on the
+/// channel.)
+#[allow(clippy::large_enum_variant)]
+enum Woke {
+    Event(Event),
+    Notified(watch::Poll),
+    Closed,
+    Nothing,
+}
+
 /// The loop, on the calling thread: handles events, does the work that is due
-/// ([`Engine::next_work`]: a sync, a conntrack cleanup slice, re-opening ctnetlink),
-/// watches nftables for changes by other programs (when `watch_tamper` is on) and
-/// repairs them. Events are taken between any two pieces of work, so a cleanup backlog
-/// never delays a sync by more than one slice. Returns on [`Event::Shutdown`] or when
-/// the sender is dropped. Sync failures are retried, never returned.
+/// ([`Engine::next_work`]: a sync, a conntrack cleanup slice, a check of a skipped
+/// port, re-opening ctnetlink), and (when `watch_tamper` is on) follows nftables
+/// notifications to repair our tables when another program changes them. Events are
+/// taken between any two pieces of work, so a cleanup backlog never delays a sync by
+/// more than one slice. Returns on [`Event::Shutdown`] or when every sender is dropped.
+/// Sync failures are retried, never returned.
 pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
     mut engine: Engine<N, C, K>,
-    events: Receiver<Event>,
+    events: EventReceiver,
 ) -> Result<(), EngineError> {
     // The watcher listens from our first commit on: that commit creates every element
     // of the ruleset, and a listener would make the kernel build one notification per
-    // element (its time is the commit's, and they overflow the socket at scale, which
-    // forces a needless repair). Whatever happened before it listens shows in the
-    // generation (`Engine::watcher_opened`).
-    let mut watcher: Option<watch::Watcher> = None;
+    // element (its time is the commit's, and they overflow the socket at scale).
+    // Whatever happened before it listens shows in the generation
+    // (`Engine::watcher_opened`).
+    // (held until the loop returns: dropping it stops and joins the thread)
+    let mut _watcher: Option<WatcherThread> = None;
     let mut want_watcher = engine.config().watch_tamper;
+    // the watcher thread's notifications (the sender is the thread's once it runs)
+    let (note_tx, notes) = flume::bounded::<watch::Poll>(64);
+    let mut note_tx = Some(note_tx);
     loop {
         let worked = engine.step().is_some();
         if want_watcher && engine.has_committed() {
             want_watcher = false;
-            match watch::Watcher::open(our_tables()) {
-                Ok(w) => {
-                    watcher = Some(w);
-                    engine.take_our_generations();
+            match note_tx.take().map(WatcherThread::start) {
+                Some(Ok(w)) => {
+                    _watcher = Some(w);
                     engine.watcher_opened();
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
                 }
-            }
-        }
-        if let Some(w) = watcher.as_mut() {
-            for g in engine.take_our_generations() {
-                w.ours(g);
+                None => {}
             }
         }
         let now = engine.clock().now();
-        let mut wait = if worked {
+        let wait = if worked {
             // More may be due at once: only take what already arrived.
             Duration::ZERO
         } else {
@@ -58,21 +81,19 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
                 .next_work()
                 .map_or(IDLE, |(at, _)| at.saturating_duration_since(now))
         };
-        if watcher.is_some() {
-            wait = wait.min(WATCH_POLL);
-        }
-        let first = if wait.is_zero() {
-            match events.try_recv() {
-                Ok(ev) => Some(ev),
-                Err(TryRecvError::Empty) => None,
-                Err(TryRecvError::Disconnected) => return Ok(()),
+        let woke = flume::Selector::new()
+            .recv(&events, |r| r.map_or(Woke::Closed, Woke::Event))
+            .recv(&notes, |r| r.map_or(Woke::Nothing, Woke::Notified))
+            .wait_timeout(wait)
+            .unwrap_or(Woke::Nothing);
+        let first = match woke {
+            Woke::Event(ev) => Some(ev),
+            Woke::Notified(p) => {
+                engine.handle(Event::Nftables(p));
+                None
             }
-        } else {
-            match events.recv_timeout(wait) {
-                Ok(ev) => Some(ev),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            }
+            Woke::Closed => return Ok(()),
+            Woke::Nothing => None,
         };
         if let Some(ev) = first {
             if matches!(ev, Event::Shutdown) {
@@ -81,20 +102,73 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
             engine.handle(ev);
             // Take everything already queued before deciding what to do next.
             for _ in 0..100_000 {
-                match events.try_recv() {
+                match events.recv_timeout(Duration::ZERO) {
                     Ok(Event::Shutdown) => return Ok(()),
                     Ok(ev) => engine.handle(ev),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return Ok(()),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
                 }
             }
         }
-        if let Some(w) = watcher.as_mut() {
-            for g in engine.take_our_generations() {
-                w.ours(g);
-            }
-            let seen = w.poll();
-            engine.foreign_change(&seen.touches, seen.overflow);
+    }
+}
+
+/// The nftables watcher on a thread of its own (its socket opened in the loop's
+/// namespace): it blocks on the socket and sends what touched our tables. Stopped
+/// (and joined) when dropped.
+struct WatcherThread {
+    stop: OwnedFd,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WatcherThread {
+    fn start(tx: Sender<watch::Poll>) -> std::io::Result<WatcherThread> {
+        let mut w = watch::Watcher::open(our_tables())?;
+        // SAFETY: eventfd has no memory preconditions; the descriptor is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor this process owns.
+        let stop = unsafe { OwnedFd::from_raw_fd(fd) };
+        let stop_rd = stop.try_clone()?;
+        let thread = std::thread::Builder::new()
+            .name("nft-watch".into())
+            .spawn(move || loop {
+                match w.wait(stop_rd.as_fd()) {
+                    Ok(None) => return,
+                    Ok(Some(p)) if p.touches.is_empty() && !p.overflow => {}
+                    Ok(Some(p)) => {
+                        if tx.send(p).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "waiting for nftables events; relying on periodic resyncs");
+                        return;
+                    }
+                }
+            })?;
+        Ok(WatcherThread {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for WatcherThread {
+    fn drop(&mut self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(&self.stop),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }

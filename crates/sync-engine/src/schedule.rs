@@ -22,9 +22,8 @@
 //! - `Backoff`: last attempt + retry delay (retry_initial doubled per consecutive failure,
 //!   capped at retry_max, never below minSyncPeriod); the retry is a full sync.
 //!
-//! In `Idle` and `Queued`, service ports skipped because the kernel refused their rules
-//! are retried at their retry time ([`Schedule::retry_skipped_at`]), never before the last
-//! attempt + minSyncPeriod.
+//! (Service ports skipped because the kernel refused their rules are checked between
+//! syncs, not by one: a port found acceptable is a queued change.)
 //!
 //! A change or a repair request during `Backoff` or `Starting` is remembered (the flags
 //! `dirty` and `force_full`) and served by the sync that ends that state.
@@ -73,8 +72,6 @@ pub struct Schedule {
     last_success: Option<Instant>,
     last_full: Option<Instant>,
     consecutive_failures: u32,
-    /// When the earliest skipped service port is to be retried.
-    retry_skipped: Option<Instant>,
     /// When the repair is due (state `Repair`).
     repair_at: Option<Instant>,
     /// Repairs scheduled since our tables were last left alone for `repair_quiet`.
@@ -97,7 +94,6 @@ impl Schedule {
             last_success: None,
             last_full: None,
             consecutive_failures: 0,
-            retry_skipped: None,
             repair_at: None,
             repair_streak: 0,
             last_foreign: None,
@@ -205,11 +201,11 @@ impl Schedule {
     fn repair_delay(&self) -> Duration {
         match self.repair_streak {
             0 | 1 => Duration::ZERO,
-            n => self
-                .periods
-                .repair_initial
-                .saturating_mul(1u32 << (n - 2).min(16))
-                .min(self.periods.repair_max),
+            n => crate::backoff::doubling(
+                self.periods.repair_initial,
+                n - 2,
+                self.periods.repair_max,
+            ),
         }
     }
 
@@ -226,18 +222,13 @@ impl Schedule {
         }
     }
 
-    /// When the earliest skipped service port is to be retried (None: none skipped).
-    pub fn retry_skipped_at(&mut self, at: Option<Instant>) {
-        self.retry_skipped = at;
-    }
-
     fn retry_delay(&self) -> Duration {
         let p = &self.periods;
-        let shift = self.consecutive_failures.saturating_sub(1).min(16);
-        let d = p
-            .retry_initial
-            .saturating_mul(1u32 << shift)
-            .min(p.retry_max);
+        let d = crate::backoff::doubling(
+            p.retry_initial,
+            self.consecutive_failures.saturating_sub(1),
+            p.retry_max,
+        );
         d.max(p.min_sync)
     }
 
@@ -246,8 +237,7 @@ impl Schedule {
         let p = &self.periods;
         let periodic = self.last_full.map(|t| t + p.sync);
         let soon = self.last_attempt.map_or(now, |t| t + p.min_sync);
-        let retry = self.retry_skipped.map(|r| r.max(soon));
-        let due = match self.state {
+        match self.state {
             State::AwaitingLists => None,
             State::Starting => Some(now),
             // (a change queued meanwhile is not held back by the repair's backoff)
@@ -258,10 +248,6 @@ impl Schedule {
             State::Backoff => Some(self.last_attempt.map_or(now, |t| t + self.retry_delay())),
             State::Idle => Some(periodic.unwrap_or(now)),
             State::Queued => Some(periodic.map_or(soon, |at| at.min(soon))),
-        }?;
-        match (self.state, retry) {
-            (State::Idle | State::Queued, Some(r)) => Some(due.min(r)),
-            _ => Some(due),
         }
     }
 
@@ -381,33 +367,6 @@ mod tests {
         s.repair_requested();
         assert_eq!((s.state(), s.due(t1)), (State::Repair, Some(t1)));
         assert!(s.full_due(t1));
-    }
-
-    #[test]
-    fn skipped_service_ports_are_retried_at_their_time_not_before_min_sync() {
-        let t0 = Instant::now();
-        let mut s = listed(t0);
-        s.attempt(t0);
-        s.succeeded(t0, true);
-        s.retry_skipped_at(Some(t0 + Duration::from_millis(300)));
-        assert_eq!(
-            s.due(t0),
-            Some(t0 + Duration::from_secs(1)),
-            "not before minSyncPeriod"
-        );
-        s.retry_skipped_at(Some(t0 + Duration::from_secs(5)));
-        assert_eq!(s.due(t0), Some(t0 + Duration::from_secs(5)));
-        s.retry_skipped_at(None);
-        assert_eq!(s.due(t0), Some(t0 + Duration::from_secs(30)));
-        // A failed sync's backoff is not shortened by it.
-        s.retry_skipped_at(Some(t0 + Duration::from_secs(1)));
-        s.attempt(t0);
-        s.failed();
-        s.attempt(t0);
-        s.failed();
-        s.attempt(t0);
-        s.failed();
-        assert_eq!(s.due(t0), Some(t0 + Duration::from_secs(2)));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - *Endpoints*: a UDP endpoint (address, target port) that served a service port before
 //!   and no longer does (removed, no longer serving, service deleted or scaled to 0).
 //!   Reported by the incremental compiler per service port; on the first sync after a
-//!   restart, from the endpoint maps of the dumped tables.
+//!   restart, from the dumped tables (UDP endpoints only: the endpoint maps' keys name
+//!   the destination's protocol).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -62,6 +63,15 @@ pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> B
         .collect()
 }
 
+/// The served destination a destination target stands for (None: an endpoint target).
+pub fn served_of(t: &Target) -> Option<Served> {
+    match *t {
+        Target::Dst { addr, port } => Some(Served::Dst { addr, port }),
+        Target::NodePort { v6, port } => Some(Served::NodePort { v6, port }),
+        Target::Endpoint { .. } => None,
+    }
+}
+
 /// The destination target of a served destination.
 pub fn of_served(s: Served) -> Target {
     match s {
@@ -70,8 +80,8 @@ pub fn of_served(s: Served) -> Target {
     }
 }
 
-/// Every `address . port` DNAT target in the endpoint maps of the tables (all protocols:
-/// the maps do not say; used only on the first sync after a restart).
+/// Every UDP `address . port` DNAT target of the tables (the protocol is the destination's,
+/// in the endpoint maps' keys; used only on the first sync after a restart).
 pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
     ruleset::incremental::table_endpoints(tables)
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use nft_model::{DataType, Element, Set, Value};
-use sync_engine::cleanup::{SET_DST, SET_ENDPOINT};
+use sync_engine::pending::{SET_DST, SET_ENDPOINT};
 use sync_engine::targets::Target;
 use sync_engine::*;
 
@@ -314,4 +314,112 @@ fn drain_cleanup_runs_every_slice_due_now() {
     assert_eq!(deletes(&w.take()), four_deletes());
     assert_eq!(w.recorded(), vec![]);
     assert_eq!(e.drain_cleanup(), 0);
+}
+
+/// A service of `proto` with `affinity` or not, and its slice with these endpoints.
+fn proto_service(
+    name: &str,
+    ip: &str,
+    proto: &str,
+    affinity: bool,
+) -> k8s_openapi::api::core::v1::Service {
+    let mut spec = serde_json::json!({
+        "clusterIP": ip,
+        "ports": [{"name": "p", "port": 7000, "protocol": proto}]
+    });
+    if affinity {
+        spec["sessionAffinity"] = serde_json::json!("ClientIP");
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "ns1"}, "spec": spec
+    }))
+    .unwrap()
+}
+
+fn proto_slice(
+    name: &str,
+    proto: &str,
+    eps: &[String],
+) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    let endpoints: Vec<_> = eps
+        .iter()
+        .map(|ip| serde_json::json!({"addresses": [ip], "conditions": {"ready": true}}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{name}-1"), "namespace": "ns1",
+                     "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"name": "p", "port": 8000, "protocol": proto}]
+    }))
+    .unwrap()
+}
+
+/// A restart after a rollout while no engine ran (issue 21 item 5): the endpoints that
+/// vanished become cleanup targets only for UDP services (the endpoint maps' keys name
+/// the destination's protocol; a session-affinity service's endpoints are in its
+/// endpoint chains); TCP and SCTP endpoints are not (before, all 12 vanished endpoints
+/// were UDP targets).
+#[test]
+fn a_restart_makes_udp_targets_of_vanished_udp_endpoints_only() {
+    let w = World::new();
+    let kinds = [
+        ("tcp", "198.18.100.31", "TCP", false, 10u8),
+        ("udp", "198.18.100.32", "UDP", false, 20),
+        ("sctp", "198.18.100.33", "SCTP", false, 30),
+        ("udp-aff", "198.18.100.34", "UDP", true, 40),
+    ];
+    let eps = |base: u8, gen: u8| -> Vec<String> {
+        (0..3)
+            .map(|i| format!("198.18.{gen}.{}", base + i))
+            .collect()
+    };
+    let events = |gen: u8| {
+        let mut v = Vec::new();
+        for (name, ip, proto, aff, base) in kinds {
+            v.push(Event::ServiceApplied(proto_service(name, ip, proto, aff)));
+            v.push(Event::SliceApplied(proto_slice(
+                name,
+                proto,
+                &eps(base, gen),
+            )));
+        }
+        v
+    };
+    // the previous run: generation 2 of the endpoints
+    {
+        let mut e = w.engine(true);
+        for ev in events(2) {
+            e.handle(ev);
+        }
+        listed(&mut e);
+        e.sync().unwrap();
+    }
+    w.take();
+    // a rollout while down: every endpoint replaced (generation 3)
+    let mut e = w.engine(true);
+    for ev in events(3) {
+        e.handle(ev);
+    }
+    listed(&mut e);
+    e.sync().unwrap();
+    let mut got: Vec<String> = deletes(&w.take())
+        .into_iter()
+        .map(|f| format!("{f}"))
+        .filter(|f| f.contains("198.18.2."))
+        .collect();
+    got.sort();
+    let mut want: Vec<String> = [20u8, 40]
+        .iter()
+        .flat_map(|b| {
+            (0..3).map(move |i| {
+                ct_netlink::Filter::udp_reply_src(ip(&format!("198.18.2.{}", b + i)), 8000)
+            })
+        })
+        .map(|f| format!("{f}"))
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
 }

@@ -34,8 +34,8 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::mpsc::{channel, Sender};
 use std::time::{Duration, SystemTime};
+use sync_engine::EventSender as Sender;
 
 use nft_model::{Family, Op, Table, TableRef, Value};
 use sync_engine::k8s_openapi::api::core::v1::{Node, Service};
@@ -50,8 +50,9 @@ impl Observer for Print {
         let mut o = std::io::stdout().lock();
         let _ = writeln!(
             o,
-            "synced full={} ops={} targets={} deleted={} pending={} errors={} compile_ms={} commit_ms={} conntrack_ms={}",
+            "synced full={} kind={} ops={} targets={} deleted={} pending={} errors={} compile_ms={} commit_ms={} conntrack_ms={}",
             r.full,
+            r.kind,
             r.ops,
             r.conntrack_targets,
             r.conntrack_deleted,
@@ -170,12 +171,6 @@ impl NftKernel for Rejecting {
     fn generation(&mut self) -> Result<u32, EngineError> {
         NftKernel::generation(&mut self.inner)
     }
-    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
-        match self.corrupted(ops) {
-            Some(bad) => NftKernel::check(&mut self.inner, &bad, genid),
-            None => NftKernel::check(&mut self.inner, ops, genid),
-        }
-    }
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
         if let Some(bad) = self.corrupted(ops) {
             return NftKernel::commit(&mut self.inner, &bad, genid);
@@ -230,7 +225,7 @@ fn stamp(path: &str) -> Option<(SystemTime, u64)> {
 }
 
 /// Poll the manifest and send what changed; ends when the engine is gone.
-fn feed(path: String, tx: Sender<Event>) {
+fn feed(path: String, tx: Sender) {
     let mut last_stamp = None;
     let mut last: BTreeMap<String, Obj> = BTreeMap::new();
     let mut listed = false;
@@ -345,7 +340,7 @@ fn main() {
         SystemClock,
     );
     engine.set_observer(Box::new(Print));
-    let (tx, rx) = channel();
+    let (tx, rx) = sync_engine::channel(1024);
     std::thread::spawn(move || feed(path, tx));
     if let Err(e) = run(engine, rx) {
         eprintln!("engine-runner: {e}");

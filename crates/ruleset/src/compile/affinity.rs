@@ -11,7 +11,7 @@ use nft_model::*;
 
 use super::Ctx;
 use crate::names::PortId;
-use crate::rules::{addr_type, fam_value};
+use crate::rules::addr_type;
 
 /// The list chain (`svc-…` or `local-…`), its verdict map and the per-endpoint chains
 /// and sets of one endpoint list.
@@ -62,7 +62,7 @@ pub fn list_objects(
             Rule::new(build::dnat_to_proto(
                 family,
                 proto,
-                &fam_value(&e.addr),
+                &Value::from(e.addr),
                 e.port,
             )),
         ]));

@@ -20,7 +20,7 @@ use nft_model::*;
 
 use super::fragment::SetName;
 use super::packed::Packed;
-use crate::rules::{addr_type, fam_value, DST_KEY, PORT_KEY};
+use crate::rules::{addr_type, DST_KEY, PORT_KEY};
 
 /// Lists up to this size get their own modulus (exact uniform choice in one draw).
 pub const EXACT_MAX: u32 = 8;
@@ -179,7 +179,7 @@ impl Class {
             let slot = Value::Int(i as u32);
             let mut k = key.clone();
             k.push(&slot);
-            let (addr, port) = (fam_value(&e.addr), Value::Port(e.port));
+            let (addr, port) = (Value::from(e.addr), Value::Port(e.port));
             out.push((map.clone(), Packed::values(&k, Some(&[&addr, &port]))));
         }
         out
@@ -225,7 +225,7 @@ pub fn hairpin_elements(addrs: impl IntoIterator<Item = IpAddr>) -> Vec<Packed> 
     addrs
         .into_iter()
         .map(|a| {
-            let v = fam_value(&a);
+            let v = Value::from(a);
             Packed::values(&[&v, &v], None)
         })
         .collect()

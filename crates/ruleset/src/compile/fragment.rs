@@ -19,7 +19,6 @@ use super::classes::{class_of, hairpin_elements, Class, Space};
 use super::packed::Packed;
 use super::Ctx;
 use crate::names::*;
-use crate::rules::fam_value;
 use crate::RulesetError;
 
 /// Conflict priority of a service port: the first service (by namespace and name), then
@@ -134,7 +133,13 @@ pub fn fragment(
         errors: Vec::new(),
     };
     let affinity = svc.affinity_timeout;
-    let addr_key = |ip: &IpAddr| vec![fam_value(ip), Value::Proto(proto), Value::Port(port.port)];
+    let addr_key = |ip: &IpAddr| {
+        vec![
+            Value::from(*ip),
+            Value::Proto(proto),
+            Value::Port(port.port),
+        ]
+    };
     let np_key = |np: u16| vec![Value::Proto(proto), Value::Port(np)];
     // a destination without usable endpoints: rejected, or dropped when endpoints exist
     // but not for this kind of traffic (a Local policy and none on this node)
@@ -162,7 +167,7 @@ pub fn fragment(
     if let Some(cip) = svc.cluster_ip(ctx.fam) {
         f.shared.push((
             CLUSTER_IPS.into(),
-            Packed::values(&[&fam_value(&cip)], None),
+            Packed::values(&[&Value::from(cip)], None),
         ));
         let local = svc.internal_traffic_policy == TrafficPolicy::Local;
         let (list, route) = if local {
@@ -384,7 +389,7 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
     let srcs = kube_model::merge_ranges(srcs);
     let allow: SetName = FIREWALL_ALLOW.into();
     for lb in &lb_ips {
-        let key = vec![fam_value(lb), Value::Proto(proto), Value::Port(port)];
+        let key = vec![Value::from(*lb), Value::Proto(proto), Value::Port(port)];
         let Some(claim) = claims.iter_mut().find(|c| c.key == key) else {
             continue;
         };
@@ -394,9 +399,9 @@ fn add_source_ranges(ctx: &Ctx, svc: &Service, proto: u8, port: u16, claims: &mu
         ));
         for (a, z) in &srcs {
             let mut k = key.clone();
-            k.push(fam_value(a));
+            k.push(Value::from(*a));
             let mut e = key.clone();
-            e.push(fam_value(z));
+            e.push(Value::from(*z));
             claim
                 .elements
                 .push((allow.clone(), Packed::new(&Element::key(k).with_key_end(e))));

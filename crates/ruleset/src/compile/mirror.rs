@@ -25,7 +25,7 @@ struct Claimant {
     claim: Arc<Claim>,
 }
 
-/// The state of objects before their first change since the journal was last taken.
+/// The state of objects before their first change since the last confirmed commit.
 #[derive(Debug, Default)]
 struct Journal {
     /// set -> element (by key) -> the element before (None: absent)
@@ -84,7 +84,7 @@ impl Mirror {
     }
 
     /// End the build from scratch and record changes from now on (see
-    /// [`Mirror::take_ops`]).
+    /// [`Mirror::ops`]).
     pub fn start_journal(&mut self) {
         if let Some(staged) = self.staged.take() {
             for (set, ops) in staged {
@@ -432,11 +432,37 @@ impl Mirror {
             .collect()
     }
 
-    /// The batch turning the table as it was when the journal was last taken into the
-    /// table as it is, and the destinations whose claims changed meanwhile. Empty
-    /// without a journal.
-    pub fn take_ops(&mut self) -> (Vec<Op>, BTreeSet<ClaimKey>) {
-        let Some(j) = self.journal.replace(Journal::default()) else {
+    /// The table as committed last is now the table as it is: changes are journaled
+    /// from here (call it once the batch of [`Mirror::ops`] is committed).
+    pub fn confirm(&mut self) {
+        if self.journal.is_some() {
+            self.journal = Some(Journal::default());
+        }
+    }
+
+    /// Whether nothing changed since the last [`Mirror::confirm`].
+    pub fn confirmed(&self) -> bool {
+        self.journal.as_ref().is_none_or(|j| {
+            j.elements.is_empty() && j.sets.is_empty() && j.chains.is_empty() && j.claims.is_empty()
+        })
+    }
+
+    /// The port owning the destination of an element of one of the skeleton's sets
+    /// (a claim's key is the element's key, or its first fields: endpoint maps add
+    /// the slot, `firewall-allow` the source).
+    pub fn owner_of_element(&self, key: &[Value]) -> Option<PortId> {
+        [3, 2]
+            .iter()
+            .filter(|n| key.len() >= **n)
+            .find_map(|n| self.owner(&key[..*n].to_vec()))
+    }
+
+    /// The batch turning the table as last confirmed ([`Mirror::confirm`]: as the
+    /// kernel holds it, when every batch is committed) into the table as it is, and the
+    /// destinations whose claims changed meanwhile. Work proportional to what changed
+    /// since then. Empty without a journal.
+    pub fn ops(&self) -> (Vec<Op>, BTreeSet<ClaimKey>) {
+        let Some(j) = self.journal.as_ref() else {
             return (Vec::new(), BTreeSet::new());
         };
         let mut old = Table::new(self.family, TABLE);
@@ -497,7 +523,7 @@ impl Mirror {
             }
         }
         let ops = crate::diff::diff_tables(Some(&old), &new);
-        (ops, j.claims)
+        (ops, j.claims.clone())
     }
 }
 

@@ -12,7 +12,7 @@ use super::classes::{Class, Space};
 use super::Ctx;
 use crate::config::NodePortAddrs;
 use crate::names::*;
-use crate::rules::{addr_type, cidr_match, fam_value, DST_KEY, PORT_KEY};
+use crate::rules::{addr_type, cidr_match, DST_KEY, PORT_KEY};
 
 /// What a base chain does: enter a fixed chain, for new connections only or always.
 #[derive(Debug, Clone, Copy)]
@@ -130,7 +130,7 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
         let mut s = Set::set(NODEPORT_IPS, vec![at]);
         s.elements = a
             .iter()
-            .map(|ip| Element::key(vec![fam_value(ip)]))
+            .map(|ip| Element::key(vec![Value::from(*ip)]))
             .collect();
         sets.push(s);
     }

@@ -38,8 +38,6 @@ pub struct FakeNft {
     /// contains this (e.g. `services`), or, when this is an address (a service's
     /// ClusterIP), any batch adding an element whose key starts with it.
     pub refuse_rules_in: Arc<Mutex<Option<String>>>,
-    /// Batches checked without committing.
-    pub checks: Arc<Mutex<u32>>,
     /// The kernel refuses the next batches (commits only), whatever they hold.
     pub refuse_next: Arc<Mutex<u32>>,
 }
@@ -81,6 +79,12 @@ impl FakeNft {
                 .map(|(i, op)| nft_netlink::OpError {
                     errno: libc::EINVAL,
                     op_index: i,
+                    element: match op {
+                        Op::AddElements { elements, .. } => elements
+                            .iter()
+                            .position(|e| key_starts_with_addr(&e.key, bad)),
+                        _ => None,
+                    },
                     op_text: nft_model::render::op_with(op, |_| false),
                 })
                 .collect();
@@ -139,10 +143,6 @@ impl NftKernel for FakeNft {
             ops: ops.len(),
             bytes: ops.len() * 100,
         })
-    }
-    fn check(&mut self, ops: &[Op], genid: Option<u32>) -> Result<(), EngineError> {
-        *self.checks.lock().unwrap() += 1;
-        self.process(ops, genid).map(|_| ())
     }
     fn dump_table(&mut self, r: &TableRef) -> Result<Option<Table>, EngineError> {
         *self.dumps.lock().unwrap() += 1;
@@ -247,7 +247,6 @@ pub struct World {
     pub foreign_after_commit: Arc<Mutex<bool>>,
     pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
     pub refuse_rules_in: Arc<Mutex<Option<String>>>,
-    pub checks: Arc<Mutex<u32>>,
     pub refuse_next: Arc<Mutex<u32>>,
     pub clock: FakeClock,
 }
@@ -267,7 +266,6 @@ impl World {
             foreign_after_commit: Arc::default(),
             batches: Arc::default(),
             refuse_rules_in: Arc::default(),
-            checks: Arc::default(),
             refuse_next: Arc::default(),
             clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
         }
@@ -297,7 +295,6 @@ impl World {
             foreign_after_commit: self.foreign_after_commit.clone(),
             batches: self.batches.clone(),
             refuse_rules_in: self.refuse_rules_in.clone(),
-            checks: self.checks.clone(),
             refuse_next: self.refuse_next.clone(),
         }
     }
@@ -319,7 +316,7 @@ impl World {
     }
     /// The cleanup targets recorded in the (fake) kernel's tables.
     pub fn recorded(&self) -> Vec<sync_engine::targets::Target> {
-        let mut v = sync_engine::cleanup::recorded_in(self.tables.lock().unwrap().iter());
+        let mut v = sync_engine::pending::recorded_in(self.tables.lock().unwrap().iter());
         v.sort();
         v
     }

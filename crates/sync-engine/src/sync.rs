@@ -1,0 +1,386 @@
+//! One sync, carried out: bring the compiler up to date, commit the planned batch (if
+//! the kernel refuses it: planned again without the service ports it is to blame on),
+//! then clear the conntrack state the commit contradicts. The order is
+//! [`Engine::sync_once`]'s: commit, then clear.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime};
+
+use nft_model::Op;
+
+use crate::cleanup::Cleaned;
+use crate::engine::Engine;
+use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
+use crate::plan::{self, Base, Kernel, Plan, Why};
+use crate::targets::{self, Target};
+use crate::{compile, isolate, next_generation, our_tables, EngineError, SyncReport};
+
+/// How often one sync plans its batch again without the service ports a refusal is to
+/// blame on, before it replaces our tables.
+const MAX_EXCLUSIONS: usize = 4;
+
+/// Why a commit did not happen.
+pub(crate) enum Failure {
+    /// The kernel refused the batch (it changed nothing): the batch and the answer.
+    Refused {
+        error: EngineError,
+        ops: Vec<Op>,
+    },
+    Other(EngineError),
+}
+
+/// What the schedule must do after a successful sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Followup {
+    #[default]
+    None,
+    /// Someone committed right after us: verify with a full sync at once.
+    Repair,
+    /// The generation could not be read after our commit: the next sync is a full one.
+    Verify,
+}
+
+/// A committed plan.
+pub(crate) struct Committed {
+    why: Why,
+    ops: usize,
+    stats: CommitStats,
+    commit: Duration,
+    committed_at: SystemTime,
+    pub(crate) clears: BTreeSet<Target>,
+    pub(crate) dropped: usize,
+    followup: Followup,
+}
+
+impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+    /// Sync now: compile, commit one atomic batch, then (only on success) clear the
+    /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
+    /// is retried with a backoff.
+    pub fn sync(&mut self) -> Result<SyncReport, EngineError> {
+        if !self.listed() {
+            return Err(EngineError::NotListed);
+        }
+        let now = self.clock.now();
+        self.schedule.attempt(now);
+        // a periodic or forced full sync (its batch is still the compiler's when the
+        // generation shows the kernel holds our last commit)
+        let full = self.trust.is_none() || self.schedule.full_due(now);
+        match self.sync_once(full) {
+            Ok((report, followup)) => {
+                self.synced(now, &report, followup);
+                Ok(report)
+            }
+            Err(e) => {
+                self.sync_failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// One sync: the compiler brought up to date, the batch committed, then the
+    /// conntrack entries the new rules contradict deleted (never before the commit:
+    /// kubernetes PR #98305).
+    fn sync_once(&mut self, full: bool) -> Result<(SyncReport, Followup), EngineError> {
+        let t0 = Instant::now();
+        self.advance();
+        let compile = t0.elapsed();
+        let committed = self.commit_or_exclude()?;
+        let cleaned = self.clear(&committed.clears, committed.dropped);
+        Ok(self.report(committed, cleaned, compile, full))
+    }
+
+    /// Bring the compiler up to date with what changed (leaving the skipped service
+    /// ports out), keeping the net change since the last commit.
+    pub(crate) fn advance(&mut self) {
+        let changes = std::mem::take(&mut self.changes);
+        self.advance_with(changes);
+    }
+
+    /// [`Engine::advance`] with these changes (a skipped port's retry names only its
+    /// service, leaving the others' changes to the next sync).
+    pub(crate) fn advance_with(&mut self, changes: ruleset::Changes) {
+        let built = self.compiler.is_none();
+        let step = compile::advance(
+            &mut self.compiler,
+            &self.cluster,
+            &self.cfg.ruleset,
+            &self.skips.excluded(),
+            changes,
+        );
+        self.serving.add(step.stopped, step.started);
+        self.became_served.extend(step.became_served);
+        // only what the desired tables still serve (a port left out since is no target)
+        if let Some(c) = self.compiler.as_ref() {
+            self.became_served
+                .retain(|t| targets::served_of(t).is_none_or(|s| c.serves(&s)));
+        }
+        // the compiler's batch starts from our last commit only once one was made with
+        // this compiler
+        self.step_ops = step.ops.filter(|_| !built && self.batch_valid);
+        if built || self.step_ops.is_none() {
+            self.batch_valid = false;
+        }
+    }
+
+    /// Commit; a refused batch is planned again without the service ports it is to
+    /// blame on (skipped, checked later), and committed at once; a refusal no port
+    /// explains replaces our tables in one batch (our idea of them may be wrong).
+    fn commit_or_exclude(&mut self) -> Result<Committed, EngineError> {
+        let mut unexplained = None;
+        for _ in 0..MAX_EXCLUSIONS {
+            let (error, ops) = match self.commit(false) {
+                Ok(c) => return Ok(c),
+                Err(Failure::Other(e)) => return Err(e),
+                Err(Failure::Refused { error, ops }) => (error, ops),
+            };
+            let suspects = self
+                .compiler
+                .as_ref()
+                .map(|c| isolate::suspects(c, &error, &ops))
+                .unwrap_or_default();
+            if suspects.is_empty() {
+                unexplained = Some(error);
+                break;
+            }
+            self.suspect(suspects);
+            self.advance();
+        }
+        if let Some(e) = &unexplained {
+            tracing::warn!(error = %e,
+                "the kernel refused our batch and no service port explains it; replacing our tables from the desired state in one batch");
+        }
+        match self.commit(true) {
+            Ok(c) => Ok(c),
+            Err(Failure::Refused { error, .. } | Failure::Other(error)) => {
+                if unexplained.is_some() {
+                    tracing::error!(error = %error, "the kernel refuses our tables even replaced; retrying later");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Service ports a refusal is to blame on: left out from now on, each checked soon.
+    fn suspect(&mut self, suspects: std::collections::BTreeMap<ruleset::names::PortId, String>) {
+        for (p, error) in &suspects {
+            tracing::warn!(service = %p.service, port = %p.port_name, error = %error,
+                "the kernel refused a batch with this service port's rules; leaving it out, every other change is committed now");
+        }
+        let now = self.clock.now();
+        let (initial, max) = self.skip_backoff();
+        self.skips.suspect(suspects, now, initial, max);
+        self.publish_skipped();
+    }
+
+    /// Plan and commit one batch, guarded by the generation it was planned against
+    /// (re-planned when the generation moved meanwhile, up to three times).
+    pub(crate) fn commit(&mut self, replace: bool) -> Result<Committed, Failure> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let kernel = self.read_kernel().map_err(Failure::Other)?;
+            let plan = self.plan(kernel, replace)?;
+            let t = Instant::now();
+            let result = if plan.ops.is_empty() {
+                Ok(CommitStats::default())
+            } else {
+                self.nft.commit(&plan.ops, Some(plan.genid))
+            };
+            match result {
+                Ok(stats) => return Ok(self.take_commit(plan, stats, t.elapsed())),
+                Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. }))
+                    if tries < 3 =>
+                {
+                    tracing::debug!("ruleset changed under us; re-reading and retrying");
+                    self.trust = None;
+                }
+                Err(e) if e.is_rejection() => {
+                    return Err(Failure::Refused {
+                        error: e,
+                        ops: plan.ops,
+                    })
+                }
+                Err(e) => {
+                    self.trust = None;
+                    return Err(Failure::Other(e));
+                }
+            }
+        }
+    }
+
+    /// What we know of the kernel: it holds our last commit (its generation is the one
+    /// that commit produced, and the compiler's batch starts from it), or our tables
+    /// as read back.
+    fn read_kernel(&mut self) -> Result<Kernel, EngineError> {
+        let genid = self.nft.generation()?;
+        if self.trust == Some(genid) && self.step_ops.is_some() {
+            return Ok(Kernel::Trusted { genid });
+        }
+        let mut tables = Vec::new();
+        for t in our_tables() {
+            let b = match self.nft.dump_table(&t) {
+                Ok(tab) => Base::Known(tab),
+                Err(EngineError::Nft(e @ nft_netlink::NftError::Decode { .. })) => {
+                    tracing::warn!(family = t.family.nft_name(), table = %t.name, error = %e,
+                        "our table cannot be read back; replacing it");
+                    Base::Unreadable
+                }
+                Err(e) => return Err(e),
+            };
+            tables.push((t, b));
+        }
+        Ok(Kernel::Read {
+            genid,
+            tables,
+            was_trusted: self.trust.is_some(),
+        })
+    }
+
+    fn plan(&self, kernel: Kernel, replace: bool) -> Result<Plan, Failure> {
+        let Some(compiler) = self.compiler.as_ref() else {
+            return Err(Failure::Other(EngineError::Other(
+                "no compiler after compiling".into(),
+            )));
+        };
+        let pending: BTreeSet<Target> = self.pending.targets().copied().collect();
+        let stopped = self.serving.targets();
+        let want = plan::Desired {
+            compiler,
+            ops: self.step_ops.as_deref(),
+            became_served: &self.became_served,
+            stopped: &stopped,
+            replace,
+        };
+        let cleanup = plan::Cleanup {
+            enabled: self.cfg.conntrack_cleanup,
+            pending: &pending,
+            recorded: &self.recorded,
+            first: !self.applied,
+        };
+        Ok(plan::plan(kernel, &want, &cleanup))
+    }
+
+    /// The kernel holds the plan's batch now: trust it, take its cleanup targets.
+    fn take_commit(&mut self, plan: Plan, stats: CommitStats, commit: Duration) -> Committed {
+        let mut followup = Followup::None;
+        if plan.ops.is_empty() {
+            self.trust = Some(plan.genid);
+        } else {
+            let expected = next_generation(plan.genid);
+            self.our_generation(expected);
+            self.trust = Some(expected);
+            match self.nft.generation() {
+                Ok(g) if g == expected => {}
+                // Someone committed right after us: verify on the next sync.
+                Ok(_) => followup = Followup::Repair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the generation after a commit");
+                    followup = Followup::Verify;
+                }
+            }
+        }
+        if let Some(c) = self.compiler.as_mut() {
+            c.confirm();
+        }
+        self.batch_valid = true;
+        self.step_ops = Some(Vec::new());
+        self.recorded = plan.records;
+        self.applied = true;
+        self.serving.clear();
+        self.became_served.clear();
+        for p in self.skips.committed() {
+            tracing::info!(service = %p.service, port = %p.port_name,
+                "service port accepted by the kernel again; no longer skipped");
+        }
+        self.publish_skipped();
+        if plan.resumed > 0 {
+            tracing::info!(
+                targets = plan.resumed,
+                "resuming conntrack cleanup targets recorded by a previous run"
+            );
+        }
+        let now = self.clock.now();
+        for t in &plan.clears {
+            self.pending.add(*t, now);
+        }
+        Committed {
+            why: plan.why,
+            ops: plan.ops.len(),
+            stats,
+            commit,
+            committed_at: SystemTime::now(),
+            clears: plan.clears,
+            dropped: plan.dropped,
+            followup,
+        }
+    }
+
+    /// The conntrack cleanup of a commit: its own targets first (one bounded slice).
+    pub(crate) fn clear(&mut self, fresh: &BTreeSet<Target>, dropped: usize) -> Cleaned {
+        if self.cfg.conntrack_cleanup {
+            return self.cleanup_slice(fresh);
+        }
+        if dropped > 0 {
+            tracing::debug!(targets = dropped, "conntrack cleanup disabled; skipped");
+        }
+        Cleaned {
+            targets: dropped,
+            ..Cleaned::default()
+        }
+    }
+
+    fn report(
+        &mut self,
+        c: Committed,
+        cleaned: Cleaned,
+        compile: Duration,
+        full: bool,
+    ) -> (SyncReport, Followup) {
+        if let Some(comp) = self.compiler.as_ref() {
+            let conflicts = comp.errors();
+            self.note_conflicts(&conflicts);
+        }
+        self.publish_pending();
+        let since_event = self
+            .schedule
+            .queued_since()
+            .map(|q| self.clock.now().saturating_duration_since(q));
+        if c.why == Why::Repair && c.ops > 0 {
+            tracing::warn!("our nftables tables were changed by another program; repaired");
+        }
+        let report = SyncReport {
+            full: full || c.why != Why::Incremental,
+            kind: c.why.name(),
+            repaired: c.why == Why::Repair && c.ops > 0,
+            services: self.cluster.services.len(),
+            endpoints: self.endpoints,
+            ops: c.ops,
+            bytes: c.stats.bytes,
+            compile,
+            commit: c.commit,
+            conntrack: cleaned.took,
+            conntrack_deleted: cleaned.deleted,
+            conntrack_targets: cleaned.targets,
+            conntrack_pending: self.pending.len(),
+            errors: self.problems(),
+            committed_at: Some(c.committed_at),
+            since_event,
+            trigger_times: std::mem::take(&mut self.trigger_times),
+            conntrack_filters: cleaned.filters,
+        };
+        (report, c.followup)
+    }
+
+    /// The problems to report: invalid objects, slices of unknown services, the
+    /// compiler's (bad ports, conflicts) and the skipped ports. Work proportional to the
+    /// problems.
+    fn problems(&self) -> Vec<String> {
+        let mut errors: Vec<String> = self.model_errors.values().flatten().cloned().collect();
+        errors.extend(self.orphans.values().flatten().cloned());
+        if let Some(c) = &self.compiler {
+            errors.extend(c.errors().iter().map(ToString::to_string));
+        }
+        errors.extend(self.skips.messages());
+        errors
+    }
+}

@@ -1,7 +1,7 @@
-//! What can be checked here of docs/deploy (no container engine or cluster runs in this
-//! project's CI): the ConfigMap's config.conf is accepted by the configuration loader,
-//! its kubeconfig.conf by the API client's, and the image recipe puts the binary at
-//! kube-proxy's entrypoint path.
+//! What can be checked here of docs/deploy without a container engine or a cluster: the
+//! ConfigMap's config.conf is accepted by the configuration loader, its kubeconfig.conf
+//! by the API client's, and both image build paths put the binary at kube-proxy's
+//! entrypoint path. The image itself is built and run by tests/image_netns.rs.
 
 use std::path::Path;
 
@@ -60,10 +60,23 @@ fn configmap_kubeconfig_names_the_control_plane() {
 #[test]
 fn image_answers_to_kube_proxys_entrypoint() {
     let recipe = deploy("Containerfile");
+    // online: compiled in the build stage, laid out in /out
     assert!(recipe.contains("cp target/release/kube-nlproxy /out/usr/local/bin/kube-nlproxy"));
     assert!(recipe.contains("ln -s kube-nlproxy /out/usr/local/bin/kube-proxy"));
-    assert!(recipe.contains("COPY --from=build /out/ /"));
-    assert!(recipe.contains("ENTRYPOINT [\"/usr/local/bin/kube-nlproxy\"]"));
+    // offline: the same layout from the build context build-offline makes
+    assert!(recipe.contains("FROM scratch AS prebuilt\nCOPY out/ /out/\n"));
+    let offline = deploy("build-offline");
+    assert!(offline.contains(r#"cp "$binary" "$ctx/out/usr/local/bin/kube-nlproxy""#));
+    assert!(offline.contains(r#"ln -s kube-nlproxy "$ctx/out/usr/local/bin/kube-proxy""#));
+    assert!(offline.contains("--build-arg BINARY=prebuilt"));
+    // online by default; one final stage for both
+    assert!(recipe.contains("ARG BASE=gcr.io/distroless/cc-debian12\n"));
+    assert!(recipe.contains("ARG BINARY=build\n"));
+    assert!(recipe.contains("FROM ${BINARY} AS binary\n"));
+    let last = &recipe[recipe.rfind("\nFROM ").expect("a final stage")..];
+    assert!(last.starts_with("\nFROM ${BASE}\n"), "{last}");
+    assert!(last.contains("COPY --from=binary /out/ /"));
+    assert!(last.contains("ENTRYPOINT [\"/usr/local/bin/kube-nlproxy\"]"));
 }
 
 /// kubeadm's DaemonSet command line is accepted as it is.

@@ -58,19 +58,16 @@ pub fn follow_addresses(tx: sync_engine::EventSender, mut last: Vec<IpAddr>, eve
     });
 }
 
-/// Whether this process shares its network namespace with pid 1 (the host's, for a
-/// daemon on the host network). Global conntrack settings are written only then.
+/// Whether this process is in the host's (the initial) network namespace, where the
+/// global conntrack settings live. The kernel says so itself: it makes
+/// `nf_conntrack_max` read-only (0444) in every other network namespace and 0644 in the
+/// initial one. (Comparing with pid 1's namespace is wrong in a container with a PID
+/// namespace of its own, where pid 1 is the daemon itself.) Without nf_conntrack loaded
+/// the file is missing: true, and the write's warning says why it failed.
 fn in_init_netns() -> bool {
-    match (
-        std::fs::metadata("/proc/self/ns/net"),
-        std::fs::metadata("/proc/1/ns/net"),
-    ) {
-        (Ok(a), Ok(b)) => {
-            use std::os::unix::fs::MetadataExt;
-            a.ino() == b.ino() && a.dev() == b.dev()
-        }
-        _ => false,
-    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata("/proc/sys/net/netfilter/nf_conntrack_max")
+        .map_or(true, |m| m.permissions().mode() & 0o200 != 0)
 }
 
 /// Write `value` to `/proc/sys/<key>` when it differs. Errors are warnings: a read-only

@@ -23,11 +23,11 @@ fn configmap_config_conf_is_accepted() {
     let cm = configmap();
     assert_eq!(cm.metadata.name.as_deref(), Some("kube-proxy"));
     let data = cm.data.expect("data");
-    let loaded = crate::config::load_text(&data["config.conf"]).expect("config.conf loads");
+    let loaded = proxy_config::config::load_text(&data["config.conf"]).expect("config.conf loads");
     assert!(loaded.unknown.is_empty(), "{:?}", loaded.unknown);
     let mut c = loaded.config;
     c.apply_platform_defaults();
-    crate::config::validate::validate(&c).expect("valid");
+    proxy_config::config::validate::validate(&c).expect("valid");
     assert_eq!(
         c.client_connection.kubeconfig,
         "/var/lib/kube-proxy/kubeconfig.conf"
@@ -87,10 +87,10 @@ fn kubeadm_daemonset_command_line_parses() {
         "--config=/var/lib/kube-proxy/config.conf",
         "--hostname-override=node-a",
     ];
-    match crate::flags::Flags::parse_args(args.iter().map(|s| s.to_string()).collect()) {
-        crate::flags::Parsed::Run(f) => {
+    match proxy_config::flags::Flags::parse_args(args.iter().map(|s| s.to_string()).collect()) {
+        proxy_config::flags::Parsed::Run(f) => {
             assert_eq!(f.config.as_deref(), Some("/var/lib/kube-proxy/config.conf"))
         }
-        crate::flags::Parsed::Exit { text, .. } => panic!("{text}"),
+        proxy_config::flags::Parsed::Exit { text, .. } => panic!("{text}"),
     }
 }

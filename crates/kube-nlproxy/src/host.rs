@@ -9,7 +9,7 @@ use sync_engine::Event;
 
 use tracing::{info, warn};
 
-use crate::config::v1alpha1::Conntrack;
+use proxy_config::config::v1alpha1::Conntrack;
 
 /// Every address configured on the host's interfaces (both families), via one
 /// RTM_GETADDR dump (crate `rt-netlink`).

@@ -2,24 +2,11 @@
 //! and configuration file; desired state from the Kubernetes API (kube-rs watchers) or
 //! from manifest files; the sync engine on its own thread. Never spawns a process.
 
-mod api_client;
-mod config;
 #[cfg(test)]
 mod deploy_tests;
-mod duration;
-mod events;
-mod flags;
 mod heap;
 mod host;
-mod kube_source;
-mod leftovers;
-mod logging;
-mod manifests;
-mod node_event;
-mod node_ip;
 mod operate;
-mod rest_metrics;
-mod settings;
 mod sink;
 
 use std::collections::BTreeMap;
@@ -35,9 +22,11 @@ use sync_engine::{
 };
 use tracing::{error, info, warn};
 
-use crate::events::EventSender;
-use crate::flags::{Flags, Parsed};
-use crate::settings::Settings;
+use proxy_config::config;
+use proxy_config::flags::{self, Flags, Parsed};
+use proxy_config::settings::{self, Settings};
+use proxy_sources::events::EventSender;
+use proxy_sources::{api_client, config_watch, kube_source, manifests, node_event, rest_metrics};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -52,17 +41,17 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             // as kube-proxy (component-base's cli.Run): logged, exit 1
-            logging::init(logging::Format::Text, 0);
+            klog::init(klog::Format::Text, 0);
             error!(err = %e, "command failed");
             return ExitCode::FAILURE;
         }
     };
     let format = if settings.json_logs {
-        logging::Format::Json
+        klog::Format::Json
     } else {
-        logging::Format::Text
+        klog::Format::Text
     };
-    logging::init(format, settings.verbosity);
+    klog::init(format, settings.verbosity);
     for n in &settings.notices {
         n.log();
     }
@@ -143,8 +132,8 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     );
     if let Some(path) = flags.config.as_deref().filter(|p| !p.is_empty()) {
         if !flags.once && !flags.dry_run {
-            config::watch::spawn(std::path::Path::new(path), || {
-                error!(err = config::watch::CHANGED, "Error running ProxyServer");
+            config_watch::spawn(std::path::Path::new(path), || {
+                error!(err = config_watch::CHANGED, "Error running ProxyServer");
                 std::process::exit(1);
             })
             .with_context(|| format!("watching {path}"))?;
@@ -240,10 +229,14 @@ fn start_source(
             let node = settings.node_name.clone();
             let timing = api_client::Timing::from_watch(flags.api_watch_timeout.std());
             let progress = std::sync::Arc::new(api_client::Progress::default());
-            let cfg = rt.block_on(api_client::config(&settings.kube))?;
+            let kube = &settings.kube;
+            let cfg = rt.block_on(api_client::config(
+                kube.kubeconfig.as_deref(),
+                kube.master.as_deref(),
+            ))?;
             let client = {
                 let _guard = rt.enter();
-                api_client::client(cfg, &settings.kube, timing, progress.clone())?
+                api_client::client(cfg, kube.qps, kube.burst, timing, progress.clone())?
             };
             if !flags.dry_run {
                 rt.spawn(node_event::post(client.clone(), node.clone()));
@@ -470,11 +463,11 @@ fn explain_main(args: Vec<String>) -> ExitCode {
         }
     };
     let format = if settings.json_logs {
-        logging::Format::Json
+        klog::Format::Json
     } else {
-        logging::Format::Text
+        klog::Format::Text
     };
-    logging::init(format, settings.verbosity);
+    klog::init(format, settings.verbosity);
     match explain(&flags, &eargs, settings) {
         Ok(text) => {
             print!("{text}");

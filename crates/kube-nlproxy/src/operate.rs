@@ -16,8 +16,7 @@ use ruleset::config::{NodePortAddrs, ParsedConfig};
 use sync_engine::{CleanupReport, ForeignWriter, Observer, StatusHandle, SyncReport};
 use tracing::{error, warn};
 
-use crate::leftovers;
-use crate::settings::Settings;
+use proxy_config::settings::Settings;
 
 /// Several observers behind one.
 pub struct Observers(pub Vec<Box<dyn Observer>>);

@@ -734,7 +734,8 @@ fn the_image_runs_as_kubeadms_and_our_daemonsets_run_it() {
 
     // an image swap of kubeadm's DaemonSet, with the config.conf kubeadm writes
     let kubeadm = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/config/kubeadm-v1.31.in.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../proxy-config/testdata/config/kubeadm-v1.31.in.yaml"),
     )
     .expect("kubeadm's config.conf");
     run_case(&pm, &scratch, "kubeadm", &kubeadm, kubeadm_pod);

@@ -7,7 +7,8 @@ use std::fmt;
 
 use crate::config::internal::{KubeProxyConfig, MODE_IPTABLES, MODE_IPVS, MODE_NFTABLES};
 use crate::config::{parse_cidr_sloppy, parse_ip_sloppy, split_host_port};
-use crate::duration::{go_quote, GoDuration};
+use crate::duration::GoDuration;
+use klog::go_quote;
 
 /// One invalid field, printed as apimachinery's `field.Error`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,8 +18,9 @@ use crate::config::v1alpha1::{
 };
 use crate::config::validate::{validate, ErrorList};
 use crate::config::{self, ConfigError};
-use crate::duration::{go_quote, GoDuration};
+use crate::duration::GoDuration;
 use crate::flags::Flags;
+use klog::go_quote;
 
 /// Everything the daemon needs, derived from one effective configuration.
 #[derive(Debug, Clone)]

@@ -176,7 +176,7 @@ fn through_tracing_verbosity() {
         0
     });
     assert!(
-        out.starts_with("{\"ts\":1796052312918.571,\"caller\":\"kube-nlproxy/tests.rs:"),
+        out.starts_with("{\"ts\":1796052312918.571,\"caller\":\"klog/tests.rs:"),
         "{out}"
     );
     assert!(

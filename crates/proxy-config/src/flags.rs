@@ -9,7 +9,8 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::config::{parse_ip_sloppy, split_host_port};
-use crate::duration::{go_quote, GoDuration};
+use crate::duration::GoDuration;
+use klog::go_quote;
 
 const KP: &str = "kube-proxy flags";
 const LOG: &str = "Logging flags";

@@ -27,8 +27,6 @@ use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tracing::{debug, info};
 
-use crate::settings::KubeSettings;
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why no client could be made.
@@ -152,21 +150,24 @@ async fn from_kubeconfig(kc: Kubeconfig, path: &str) -> Result<kube::Config, Cli
 /// The client configuration: `--kubeconfig` (with `--master` overriding its server),
 /// `--master` alone, else in-cluster, else the default kubeconfig (`KUBECONFIG` or
 /// `~/.kube/config`). Every kubeconfig is vetted.
-pub async fn config(s: &KubeSettings) -> Result<kube::Config, ClientError> {
-    let master = |m: &str| m.parse().map_err(|_| ClientError::Master(m.to_string()));
-    match (&s.kubeconfig, &s.master) {
+pub async fn config(
+    kubeconfig: Option<&str>,
+    master: Option<&str>,
+) -> Result<kube::Config, ClientError> {
+    let master_url = |m: &str| m.parse().map_err(|_| ClientError::Master(m.to_string()));
+    match (kubeconfig, master) {
         (Some(path), m) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
-                path: path.clone(),
+                path: path.to_string(),
                 source,
             })?;
             let mut c = from_kubeconfig(kc, path).await?;
             if let Some(m) = m {
-                c.cluster_url = master(m)?;
+                c.cluster_url = master_url(m)?;
             }
             Ok(c)
         }
-        (None, Some(m)) => Ok(kube::Config::new(master(m)?)),
+        (None, Some(m)) => Ok(kube::Config::new(master_url(m)?)),
         (None, None) => match kube::Config::incluster() {
             Ok(c) => Ok(c),
             Err(e) => {
@@ -290,7 +291,8 @@ where
 /// `--kube-api-burst` (0: the defaults 5/10; negative QPS: unlimited).
 pub fn client(
     cfg: kube::Config,
-    s: &KubeSettings,
+    qps: f32,
+    burst: i32,
     t: Timing,
     progress: Arc<Progress>,
 ) -> Result<kube::Client, ClientError> {
@@ -314,8 +316,8 @@ pub fn client(
         progress,
         response: t.response,
     };
-    let qps = if s.qps == 0.0 { 5.0 } else { s.qps };
-    let burst = if s.burst <= 0 { 10 } else { s.burst };
+    let qps = if qps == 0.0 { 5.0 } else { qps };
+    let burst = if burst <= 0 { 10 } else { burst };
     let limit = (qps >= 0.0)
         .then(|| RateLimitLayer::new(f64::from(qps), u32::try_from(burst).unwrap_or(10)));
     let service = tower::ServiceBuilder::new()

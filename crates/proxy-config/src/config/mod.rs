@@ -4,13 +4,13 @@
 //!   path), upstream's defaulting of null, zero and empty values;
 //! - [`internal`]: the effective configuration and the conversions both ways;
 //! - [`validate`]: upstream's validation, field paths and error texts;
-//! - [`yaml`]: upstream's YAML output, for `--write-config-to`;
-//! - [`watch`]: exit when the file changes, as upstream does.
+//! - [`yaml`]: upstream's YAML output, for `--write-config-to`.
+//!
+//! Watching the file (exit when it changes, as upstream) is `proxy_sources::config_watch`.
 
 pub mod internal;
 pub mod v1alpha1;
 pub mod validate;
-pub mod watch;
 pub mod yaml;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -62,7 +62,7 @@ pub fn load_file(path: &str) -> Result<Loaded, ConfigError> {
 pub fn strict_decoding_error(unknown: &[String]) -> String {
     let fields: Vec<String> = unknown
         .iter()
-        .map(|f| format!("unknown field {}", crate::duration::go_quote(f)))
+        .map(|f| format!("unknown field {}", klog::go_quote(f)))
         .collect();
     format!("strict decoding error: {}", fields.join(", "))
 }

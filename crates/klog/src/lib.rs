@@ -22,6 +22,9 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+mod quote;
+pub use quote::go_quote;
+
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_log::NormalizeEvent;
@@ -37,6 +40,10 @@ pub enum Format {
 /// The crates of this workspace: their DEBUG/TRACE are verbosity 2/4.
 const OURS: &[&str] = &[
     "kube_nlproxy",
+    "klog",
+    "proxy_config",
+    "proxy_sources",
+    "leftovers",
     "sync_engine",
     "ruleset",
     "ops_server",
@@ -180,7 +187,7 @@ pub fn format_text(r: &Record, t: LocalTime, pid: u32) -> String {
         pid,
         base,
         r.line,
-        crate::duration::go_quote(&r.msg)
+        go_quote(&r.msg)
     );
     if let Some(e) = &r.err {
         write_kv(&mut out, "err", &Val::Str(e.clone()));
@@ -209,7 +216,7 @@ fn write_kv(out: &mut String, k: &str, v: &Val) {
 fn write_string_value(out: &mut String, s: &str) {
     if !s.contains('\n') {
         out.push('=');
-        out.push_str(&crate::duration::go_quote(s));
+        out.push_str(&go_quote(s));
         return;
     }
     out.push_str("=<\n");

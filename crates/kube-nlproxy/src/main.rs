@@ -152,7 +152,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .map(|f| f.k8s_name())
         .collect();
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
-    rest_metrics::install(metrics.rest_client());
+    rest_metrics::install(Arc::new(metrics.rest_client().clone()));
     let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
     let mut sender = EventSender::new(tx.clone(), settings.node_ip_override);
     if !flags.dry_run {

@@ -3,8 +3,8 @@
 //! component-base), `kubernetes_build_info`, client_golang's `process_*`, the API
 //! client's `rest_client_*` ([`crate::restclient`]), and ours beyond upstream in the
 //! same `kubeproxy_` style. Fed by the engine through [`crate::observer::MetricsObserver`],
-//! by the sources ([`Metrics::service_change`], [`Metrics::endpoint_change`]) and by
-//! the health handlers.
+//! by the sources (as their [`proxy_status::SourceObserver`]) and by the health
+//! handlers.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -382,20 +382,6 @@ impl Metrics {
         }
     }
 
-    /// A Service change arrived from a source.
-    pub fn service_change(&self) {
-        self.service_total.inc(&[]);
-        self.service_pending.inc(&[]);
-        self.queued();
-    }
-
-    /// An EndpointSlice change arrived from a source.
-    pub fn endpoint_change(&self) {
-        self.endpoint_total.inc(&[]);
-        self.endpoint_pending.inc(&[]);
-        self.queued();
-    }
-
     /// The changes were applied by a sync.
     pub(crate) fn changes_applied(&self) {
         self.endpoint_pending.set(&[], 0.0);
@@ -453,5 +439,19 @@ pub(crate) fn unix(t: SystemTime) -> f64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+impl proxy_status::SourceObserver for Metrics {
+    fn service_change(&self) {
+        self.service_total.inc(&[]);
+        self.service_pending.inc(&[]);
+        self.queued();
+    }
+
+    fn endpoint_change(&self) {
+        self.endpoint_total.inc(&[]);
+        self.endpoint_pending.inc(&[]);
+        self.queued();
     }
 }

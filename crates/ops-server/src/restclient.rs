@@ -1,7 +1,8 @@
 //! The API client's metrics as client-go records them and component-base registers
 //! them (`k8s.io/component-base/metrics/prometheus/restclient`): requests by status code,
 //! method and host; latency, request and response sizes by verb and host. The daemon's
-//! tower layer on its kube client calls these (see the binary's `rest_metrics`).
+//! tower layer on its kube client calls these through [`proxy_status::RestObserver`]
+//! (see `proxy_sources::rest_metrics`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,25 +56,23 @@ impl RestClient {
             )),
         }
     }
+}
 
-    /// A request got its answer: `code` is the HTTP status, or `None` when no answer
-    /// came (client-go's `<error>`).
-    pub fn result(&self, code: Option<u16>, method: &str, host: &str) {
+impl proxy_status::RestObserver for RestClient {
+    fn result(&self, code: Option<u16>, method: &str, host: &str) {
         let code = code.map_or_else(|| "<error>".to_string(), |c| c.to_string());
         self.requests.inc(&[&code, host, method]);
     }
 
-    /// A request's latency (until its response was read, for a watch until its
-    /// response headers).
-    pub fn latency(&self, verb: &str, host: &str, took: Duration) {
+    fn latency(&self, verb: &str, host: &str, took: Duration) {
         self.latency.observe(&[host, verb], took.as_secs_f64());
     }
 
-    pub fn request_size(&self, verb: &str, host: &str, bytes: u64) {
+    fn request_size(&self, verb: &str, host: &str, bytes: u64) {
         self.request_size.observe(&[host, verb], bytes as f64);
     }
 
-    pub fn response_size(&self, verb: &str, host: &str, bytes: u64) {
+    fn response_size(&self, verb: &str, host: &str, bytes: u64) {
         self.response_size.observe(&[host, verb], bytes as f64);
     }
 }

@@ -9,7 +9,9 @@ use kube_model::IpFamily;
 use ops_server::expo::Format;
 use ops_server::observer::MetricsObserver;
 use ops_server::{BuildInfo, Metrics};
-use proxy_status::{CleanupReport, FilterWork, Observer, Status, SyncReport};
+use proxy_status::{
+    CleanupReport, FilterWork, Observer, RestObserver, SourceObserver, Status, SyncReport,
+};
 
 /// (name, type, HELP text after the prefix, label names of a series; "" for none).
 const UPSTREAM: &[(&str, &str, &str, &str)] = &[

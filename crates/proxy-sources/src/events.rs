@@ -10,14 +10,14 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ops_server::Metrics;
+use proxy_status::SourceObserver;
 use sync_engine::Event;
 
 /// Sends events to the engine; cheap to clone, one per source.
 #[derive(Clone)]
 pub struct EventSender {
     tx: sync_engine::EventSender,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<dyn SourceObserver>>,
     node_ip: Option<IpAddr>,
 }
 
@@ -32,7 +32,7 @@ impl EventSender {
     }
 
     /// Also count Service and EndpointSlice changes in `metrics`.
-    pub fn counting(mut self, metrics: Arc<Metrics>) -> EventSender {
+    pub fn counting(mut self, metrics: Arc<dyn SourceObserver>) -> EventSender {
         self.metrics = Some(metrics);
         self
     }
@@ -73,6 +73,8 @@ mod tests {
 
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::discovery::v1 as discovery;
+
+    use ops_server::Metrics;
 
     use super::*;
 

@@ -5,28 +5,29 @@
 //! size are taken when its body has been read; a watch's latency at its response
 //! headers, and its (endless) body is not sized, as client-go does for streams.
 //!
-//! The metrics live in `ops_server::restclient`; [`install`] hands them to the layer.
+//! The metrics live in the operator servers (`ops_server::restclient`); [`install`] hands
+//! them to the layer as a [`RestObserver`].
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use ops_server::restclient::RestClient;
+use proxy_status::RestObserver;
 
-static REST: OnceLock<RestClient> = OnceLock::new();
+static REST: OnceLock<Arc<dyn RestObserver>> = OnceLock::new();
 
 /// Where the layer records (the daemon's metrics); before this, nothing is recorded.
-pub fn install(rest: &RestClient) {
-    let _ = REST.set(rest.clone());
+pub fn install(rest: Arc<dyn RestObserver>) {
+    let _ = REST.set(rest);
 }
 
-fn rest() -> Option<&'static RestClient> {
-    REST.get()
+fn rest() -> Option<&'static dyn RestObserver> {
+    REST.get().map(|r| &**r)
 }
 
 /// The layer, for one API server (`host` as client-go labels it: the URL's host:port).

@@ -1,7 +1,8 @@
 //! The proxy's status, as the sync engine writes it and the operator servers (`/healthz`,
-//! `/livez`, metrics, health-check node ports) read it, and the engine's metrics hooks
-//! ([`Observer`]). A small crate of plain data so that the servers depend neither on the
-//! engine nor on the netlink stack.
+//! `/livez`, metrics, health-check node ports) read it, the engine's metrics hooks
+//! ([`Observer`]) and the sources' ([`SourceObserver`], [`RestObserver`]). A small crate
+//! of plain data so that the servers depend neither on the engine nor on the netlink
+//! stack, and the sources not on the servers.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -90,6 +91,27 @@ pub trait Observer: Send {
     fn repaired(&self) {}
     /// Another program changed our tables (one transaction).
     fn foreign_write(&self, _w: &ForeignWriter) {}
+}
+
+/// Metrics hooks of the sources: a change on its way to the engine (counted before it
+/// is queued, so that it is counted before the engine can apply it).
+pub trait SourceObserver: Send + Sync {
+    /// A Service was applied or deleted.
+    fn service_change(&self) {}
+    /// An EndpointSlice was applied or deleted.
+    fn endpoint_change(&self) {}
+}
+
+/// Metrics hooks of the API client, as client-go records its requests (`rest_client_*`).
+pub trait RestObserver: Send + Sync {
+    /// A request got its answer: `code` is the HTTP status, or `None` when no answer
+    /// came (client-go's `<error>`).
+    fn result(&self, code: Option<u16>, method: &str, host: &str);
+    /// A request's latency (until its response was read, for a watch until its
+    /// response headers).
+    fn latency(&self, verb: &str, host: &str, took: Duration);
+    fn request_size(&self, verb: &str, host: &str, bytes: u64);
+    fn response_size(&self, verb: &str, host: &str, bytes: u64);
 }
 
 /// A program that changed our tables, as the kernel names it (`NFT_MSG_NEWGEN`).

@@ -391,7 +391,7 @@ async fn shutdown_signal() {
 fn cleanup(settings: &Settings) -> anyhow::Result<()> {
     let ours = our_tables_present()?;
     let opts = operate::leftover_options(settings, ours.clone());
-    let r = operate::migrate_from_kube_proxy(&opts);
+    let r = leftovers::migrate(&opts);
     if r.nft.is_some() {
         if ours.is_empty() {
             info!("cleanup: no kube-nlproxy table present");

@@ -14,7 +14,7 @@ use ops_server::server::{serve_forever, Limits, OnBindError, ServerKind};
 use ops_server::{Metrics, ProxyInfo};
 use ruleset::config::{NodePortAddrs, ParsedConfig};
 use sync_engine::{CleanupReport, ForeignWriter, Observer, StatusHandle, SyncReport};
-use tracing::{error, warn};
+use tracing::error;
 
 use proxy_config::settings::Settings;
 
@@ -59,7 +59,7 @@ impl MigrateOnce {
 impl Observer for MigrateOnce {
     fn synced(&self, _r: &SyncReport) {
         if !self.done.swap(true, Ordering::SeqCst) {
-            migrate_from_kube_proxy(&self.opts);
+            leftovers::migrate(&self.opts);
         }
     }
 }
@@ -74,19 +74,6 @@ pub fn leftover_options(settings: &Settings, extra_ops: Vec<nft_model::Op>) -> l
         .clone()
         .unwrap_or_default();
     leftovers::Options::new(&exclude, extra_ops)
-}
-
-/// Remove kube-proxy's leftovers of all its modes over netlink (see `leftovers`), log
-/// what was done, and report legacy iptables tables we cannot edit. Failures are logged:
-/// they never stop the proxy.
-pub fn migrate_from_kube_proxy(opts: &leftovers::Options) -> leftovers::Removed {
-    let r = leftovers::remove(opts);
-    leftovers::log(&r);
-    let legacy = nft_netlink::migrate::legacy_iptables_tables(std::path::Path::new("/proc"));
-    if !legacy.is_empty() {
-        warn!("{}", nft_netlink::migrate::legacy_removal_hint(&legacy));
-    }
-    r
 }
 
 /// The wildcard address: `[::]` (which also accepts IPv4) where IPv6 works, else

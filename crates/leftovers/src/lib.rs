@@ -14,7 +14,11 @@
 //!    another program's rule is kept.
 //!
 //! Each step's failure is logged and the next step still runs: a migration never stops
-//! the proxy. The scan ([`scan`]) is what `--cleanup --dry-run` prints.
+//! the proxy. The scan ([`scan`]) is what `--cleanup --dry-run` prints; [`migrate`] is
+//! what the daemon runs once after its first sync, and `--cleanup`.
+//!
+//! Knows nothing of Kubernetes, the engine or the configuration file: it is given the
+//! `ipvs.excludeCIDRs` and the extra ops of the batch.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -323,4 +327,17 @@ pub fn log(r: &Removed) {
     for e in &r.errors {
         warn!(error = %e, "could not remove some of kube-proxy's leftovers");
     }
+}
+
+/// Remove kube-proxy's leftovers of all its modes ([`remove`]), log what was done
+/// ([`log`]), and report the legacy iptables tables we cannot edit. Failures are logged:
+/// they never stop the proxy.
+pub fn migrate(opts: &Options) -> Removed {
+    let r = remove(opts);
+    log(&r);
+    let legacy = nft_netlink::migrate::legacy_iptables_tables(std::path::Path::new("/proc"));
+    if !legacy.is_empty() {
+        warn!("{}", nft_netlink::migrate::legacy_removal_hint(&legacy));
+    }
+    r
 }

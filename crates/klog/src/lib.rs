@@ -14,8 +14,9 @@
 //! event has no `v` and carries its error last as `err`.
 //!
 //! Verbosity (agreed across the project): tracing ERROR/WARN/INFO are klog E/W/I at
-//! verbosity 0, DEBUG is 2, TRACE is 4 — for kube-nlproxy's crates. Dependencies' DEBUG
-//! and TRACE (the API client, HTTP) count as 6 and 9, where client-go logs its requests.
+//! verbosity 0, DEBUG is 2, TRACE is 4 — for the program's own crates (the `ours` list
+//! the program passes, by crate name). Dependencies' DEBUG and TRACE (the API client,
+//! HTTP) count as 6 and 9, where client-go logs its requests.
 //! A field named `error` is written as `err`, klog's key. `RUST_LOG` overrides the filter.
 
 use std::io::Write;
@@ -37,31 +38,16 @@ pub enum Format {
     Json,
 }
 
-/// The crates of this workspace: their DEBUG/TRACE are verbosity 2/4.
-const OURS: &[&str] = &[
-    "kube_nlproxy",
-    "klog",
-    "proxy_config",
-    "proxy_sources",
-    "leftovers",
-    "sync_engine",
-    "ruleset",
-    "ops_server",
-    "ct_netlink",
-    "nft_netlink",
-    "nft_wire",
-    "nft_model",
-    "kube_model",
-];
-
-fn is_ours(target: &str) -> bool {
+/// Whether `target` (a module path) is in one of the crates of `ours`.
+fn is_ours(target: &str, ours: &[&str]) -> bool {
     let root = target.split("::").next().unwrap_or(target);
-    OURS.contains(&root)
+    ours.contains(&root)
 }
 
-/// The klog verbosity of an event of `level` from `target`.
-pub fn verbosity(level: &Level, target: &str) -> u32 {
-    let ours = is_ours(target);
+/// The klog verbosity of an event of `level` from `target`, given the program's own
+/// crates `ours`.
+pub fn verbosity(level: &Level, target: &str, ours: &[&str]) -> u32 {
+    let ours = is_ours(target, ours);
     match *level {
         Level::ERROR | Level::WARN | Level::INFO => 0,
         Level::DEBUG => {
@@ -82,7 +68,7 @@ pub fn verbosity(level: &Level, target: &str) -> u32 {
 }
 
 /// The filter for `-v=N`: what [`verbosity`] puts at N or below.
-pub fn targets(v: u32) -> tracing_subscriber::filter::Targets {
+pub fn targets(v: u32, ours: &[&str]) -> tracing_subscriber::filter::Targets {
     use tracing_subscriber::filter::LevelFilter;
     let level = |debug_at: u32, trace_at: u32| {
         if v >= trace_at {
@@ -94,7 +80,7 @@ pub fn targets(v: u32) -> tracing_subscriber::filter::Targets {
         }
     };
     let mut t = tracing_subscriber::filter::Targets::new().with_default(level(6, 9));
-    for crate_name in OURS {
+    for crate_name in ours {
         t = t.with_target(*crate_name, level(2, 4));
     }
     t
@@ -405,7 +391,7 @@ impl Visit for Fields {
 }
 
 /// The record of a tracing event.
-pub fn record(event: &Event<'_>) -> Record {
+pub fn record(event: &Event<'_>, ours: &[&str]) -> Record {
     let normalized = event.normalized_metadata();
     let meta: &Metadata<'_> = normalized.as_ref().unwrap_or_else(|| event.metadata());
     let mut f = Fields::default();
@@ -421,7 +407,7 @@ pub fn record(event: &Event<'_>) -> Record {
     }
     Record {
         severity: sev,
-        v: verbosity(meta.level(), meta.target()),
+        v: verbosity(meta.level(), meta.target(), ours),
         file: meta.file().unwrap_or("???").to_string(),
         line: meta.line().unwrap_or(0),
         msg: f.msg,
@@ -447,12 +433,15 @@ pub struct KlogLayer {
     pub now: fn() -> SystemTime,
     /// Local time of an instant (fixed zone in golden tests).
     pub local: fn(SystemTime) -> LocalTime,
+    /// The program's own crates (see [`verbosity`]).
+    pub ours: &'static [&'static str],
 }
 
 impl KlogLayer {
-    pub fn new(format: Format) -> KlogLayer {
+    pub fn new(format: Format, ours: &'static [&'static str]) -> KlogLayer {
         KlogLayer {
             format,
+            ours,
             sink: Sink::Stderr,
             pid: std::process::id(),
             now: SystemTime::now,
@@ -474,7 +463,7 @@ impl KlogLayer {
 
 impl<S: Subscriber> Layer<S> for KlogLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let line = self.line(&record(event), (self.now)());
+        let line = self.line(&record(event, self.ours), (self.now)());
         match &self.sink {
             Sink::Stderr => {
                 let _ = std::io::stderr().lock().write_all(line.as_bytes());
@@ -488,18 +477,20 @@ impl<S: Subscriber> Layer<S> for KlogLayer {
     }
 }
 
-/// Install the logger for the process: `format` at verbosity `v`, or the `RUST_LOG`
-/// filter when that is set.
-pub fn init(format: Format, v: u32) {
+/// Install the logger for the process: `format` at verbosity `v` (`ours`: the program's
+/// own crates, by crate name), or the `RUST_LOG` filter when that is set.
+pub fn init(format: Format, v: u32, ours: &'static [&'static str]) {
     use tracing_subscriber::prelude::*;
-    let layer = KlogLayer::new(format);
+    let layer = KlogLayer::new(format, ours);
     let registry = tracing_subscriber::registry();
     let result = match tracing_subscriber::EnvFilter::try_from_default_env() {
         Ok(env) => registry.with(layer.with_filter(env)).try_init(),
-        Err(_) => registry.with(layer.with_filter(targets(v))).try_init(),
+        Err(_) => registry
+            .with(layer.with_filter(targets(v, ours)))
+            .try_init(),
     };
     if let Err(e) = result {
-        eprintln!("kube-nlproxy: logging already initialised: {e}");
+        eprintln!("klog: logging already initialised: {e}");
     }
 }
 

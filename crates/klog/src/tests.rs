@@ -3,6 +3,9 @@
 use super::*;
 use std::time::Duration;
 
+/// The crates these tests count as the program's own (klog: the events they log).
+const OURS: &[&str] = &["kube_nlproxy", "sync_engine", "ruleset", "klog"];
+
 fn at() -> SystemTime {
     // 2026-11-30 15:25:12.918571 UTC
     UNIX_EPOCH + Duration::new(1_796_052_312, 918_571_000)
@@ -115,12 +118,12 @@ fn go_float_formatting() {
 
 #[test]
 fn verbosity_convention() {
-    assert_eq!(verbosity(&Level::ERROR, "kube_nlproxy"), 0);
-    assert_eq!(verbosity(&Level::INFO, "sync_engine::engine"), 0);
-    assert_eq!(verbosity(&Level::DEBUG, "sync_engine::engine"), 2);
-    assert_eq!(verbosity(&Level::TRACE, "ruleset"), 4);
-    assert_eq!(verbosity(&Level::DEBUG, "kube_client::client"), 6);
-    assert_eq!(verbosity(&Level::TRACE, "hyper"), 9);
+    assert_eq!(verbosity(&Level::ERROR, "kube_nlproxy", OURS), 0);
+    assert_eq!(verbosity(&Level::INFO, "sync_engine::engine", OURS), 0);
+    assert_eq!(verbosity(&Level::DEBUG, "sync_engine::engine", OURS), 2);
+    assert_eq!(verbosity(&Level::TRACE, "ruleset", OURS), 4);
+    assert_eq!(verbosity(&Level::DEBUG, "kube_client::client", OURS), 6);
+    assert_eq!(verbosity(&Level::TRACE, "hyper", OURS), 9);
 }
 
 /// Through tracing: `-v` filters as agreed, fields are typed, `error` becomes `err`,
@@ -134,8 +137,9 @@ fn capture(format: Format, v: u32, emit: impl FnOnce() -> u32) -> (String, u32) 
         pid: 1,
         now: at,
         local: utc,
+        ours: OURS,
     };
-    let sub = tracing_subscriber::registry().with(layer.with_filter(targets(v)));
+    let sub = tracing_subscriber::registry().with(layer.with_filter(targets(v, OURS)));
     let line = tracing::subscriber::with_default(sub, emit);
     let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
     (text, line)

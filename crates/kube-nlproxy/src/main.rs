@@ -28,6 +28,28 @@ use proxy_config::settings::{self, Settings};
 use proxy_sources::events::EventSender;
 use proxy_sources::{api_client, config_watch, kube_source, manifests, node_event, rest_metrics};
 
+/// Our crates, by crate name: their DEBUG and TRACE lines are klog's verbosity 2 and 4,
+/// a dependency's 6 and 9 (`klog::verbosity`).
+const OUR_CRATES: &[&str] = &[
+    "kube_nlproxy",
+    "proxy_config",
+    "proxy_sources",
+    "leftovers",
+    "klog",
+    "sync_engine",
+    "ops_server",
+    "proxy_status",
+    "ruleset",
+    "kube_model",
+    "nft_netlink",
+    "nft_wire",
+    "nft_model",
+    "ct_netlink",
+    "rt_netlink",
+    "ipvs_netlink",
+    "nl_core",
+];
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("explain") {
@@ -41,7 +63,7 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             // as kube-proxy (component-base's cli.Run): logged, exit 1
-            klog::init(klog::Format::Text, 0);
+            klog::init(klog::Format::Text, 0, OUR_CRATES);
             error!(err = %e, "command failed");
             return ExitCode::FAILURE;
         }
@@ -51,7 +73,7 @@ fn main() -> ExitCode {
     } else {
         klog::Format::Text
     };
-    klog::init(format, settings.verbosity);
+    klog::init(format, settings.verbosity, OUR_CRATES);
     for n in &settings.notices {
         n.log();
     }
@@ -467,7 +489,7 @@ fn explain_main(args: Vec<String>) -> ExitCode {
     } else {
         klog::Format::Text
     };
-    klog::init(format, settings.verbosity);
+    klog::init(format, settings.verbosity, OUR_CRATES);
     match explain(&flags, &eargs, settings) {
         Ok(text) => {
             print!("{text}");
@@ -626,4 +648,26 @@ fn dry_run(settings: &Settings, rx: Receiver) -> anyhow::Result<ExitCode> {
         "dry run: ruleset printed, nothing changed"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every crate of the workspace under `crates/` logs at our verbosities.
+    #[test]
+    fn every_crate_of_ours_is_listed() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let mut missing = Vec::new();
+        for dir in workspace
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("\"crates/"))
+            .filter_map(|l| l.strip_suffix("\","))
+        {
+            let name = dir.replace('-', "_");
+            if !super::OUR_CRATES.contains(&name.as_str()) {
+                missing.push(name);
+            }
+        }
+        assert!(missing.is_empty(), "not in OUR_CRATES: {missing:?}");
+    }
 }

@@ -23,8 +23,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-mod quote;
-pub use quote::go_quote;
+mod go;
+pub use go::{go_float, go_quote};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber};
@@ -218,50 +218,6 @@ fn write_string_value(out: &mut String, s: &str) {
         out.push('\t');
         out.push_str(rest);
         out.push_str("\n >");
-    }
-}
-
-/// Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): the shortest digits
-/// that read back, in exponent form when the decimal exponent is below -4 or at least 6
-/// (Go's threshold for the shortest form).
-pub fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "+Inf" } else { "-Inf" }.into();
-    }
-    if f == 0.0 {
-        return if f.is_sign_negative() { "-0" } else { "0" }.into();
-    }
-    // shortest round-trip digits and decimal exponent, from Rust's `{:e}`
-    let e = format!("{f:e}");
-    let (mant, exp) = e.split_once('e').unwrap_or((&e, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let neg = mant.starts_with('-');
-    let digits: String = mant.chars().filter(|c| c.is_ascii_digit()).collect();
-    let sign = if neg { "-" } else { "" };
-    if !(-4..6).contains(&exp) {
-        let (first, rest) = digits.split_at(1);
-        let m = if rest.is_empty() {
-            first.to_string()
-        } else {
-            format!("{first}.{rest}")
-        };
-        let es = if exp < 0 { '-' } else { '+' };
-        return format!("{sign}{m}e{es}{:02}", exp.abs());
-    }
-    let point = exp + 1; // digits before the decimal point
-    if point <= 0 {
-        format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
-    } else if point as usize >= digits.len() {
-        format!(
-            "{sign}{digits}{}",
-            "0".repeat(point as usize - digits.len())
-        )
-    } else {
-        let (a, b) = digits.split_at(point as usize);
-        format!("{sign}{a}.{b}")
     }
 }
 

@@ -6,10 +6,16 @@
 //!   `*_changes_pending` metrics before they are queued (so a change is counted before
 //!   the engine can apply it, and the pending count never goes below what is queued).
 //! - Node events carry the `bindAddress` override (see [`crate::node_ip`]).
+//!
+//! Also the one way each source tells of a deletion ([`service_deleted`],
+//! [`slice_deleted`], [`node_deleted`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use proxy_status::SourceObserver;
 use sync_engine::Event;
 
@@ -65,6 +71,39 @@ impl EventSender {
     pub async fn send_async(&self, ev: Event) -> bool {
         self.tx.send_async(self.prepare(ev)).await.is_ok()
     }
+}
+
+fn stub_meta(namespace: Option<&str>, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        namespace: namespace.map(str::to_string),
+        name: Some(name.to_string()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A Service was deleted: the engine needs only its namespace and name.
+pub fn service_deleted(namespace: Option<&str>, name: &str) -> Event {
+    Event::ServiceDeleted(Service {
+        metadata: stub_meta(namespace, name),
+        ..Default::default()
+    })
+}
+
+/// An EndpointSlice was deleted: the engine needs only its namespace and name.
+pub fn slice_deleted(namespace: Option<&str>, name: &str) -> Event {
+    Event::SliceDeleted(EndpointSlice {
+        metadata: stub_meta(namespace, name),
+        ..Default::default()
+    })
+}
+
+/// This node (its last version sent) was deleted. There is no NodeDeleted event: the
+/// engine sees the node being deleted (a deletion timestamp), as during a drain.
+pub fn node_deleted(mut node: Node) -> Event {
+    node.metadata
+        .deletion_timestamp
+        .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+    Event::NodeApplied(node)
 }
 
 #[cfg(test)]

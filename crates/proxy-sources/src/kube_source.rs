@@ -27,7 +27,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::{self, watcher, Event as WEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
@@ -38,7 +38,7 @@ use sync_engine::Event;
 use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};
-use crate::events::EventSender;
+use crate::events::{self, EventSender};
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
@@ -375,14 +375,6 @@ async fn pump<K>(
     }
 }
 
-fn stub_meta(ns: Option<&str>, name: &str) -> ObjectMeta {
-    ObjectMeta {
-        namespace: ns.map(str::to_string),
-        name: Some(name.to_string()),
-        ..ObjectMeta::default()
-    }
-}
-
 /// Watch this node, the ServiceCIDRs, then Services and EndpointSlices, forwarding
 /// everything to `tx`. The node's and the ServiceCIDRs' first lists complete before the
 /// others start, so the engine knows the node (addresses, labels, podCIDRs) and the
@@ -402,13 +394,9 @@ pub async fn run(
             *n1.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.clone());
             Some(Event::NodeApplied(n))
         }),
-        // No NodeDeleted event: the engine sees this node being deleted.
         deleted: Box::new(move |_, _| {
-            let mut n = n2.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-            n.metadata
-                .deletion_timestamp
-                .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-            Some(Event::NodeApplied(n))
+            let n = n2.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+            Some(events::node_deleted(n))
         }),
         listed: None,
         optional: false,
@@ -438,24 +426,14 @@ pub async fn run(
     let svc_kind = Kind::<Service> {
         name: "service",
         applied: Box::new(|s| Some(Event::ServiceApplied(s))),
-        deleted: Box::new(|ns, name| {
-            Some(Event::ServiceDeleted(Service {
-                metadata: stub_meta(ns, name),
-                ..Default::default()
-            }))
-        }),
+        deleted: Box::new(|ns, name| Some(events::service_deleted(ns, name))),
         listed: Some(Event::ServicesListed),
         optional: false,
     };
     let slice_kind = Kind::<EndpointSlice> {
         name: "endpointslice",
         applied: Box::new(|s| Some(Event::SliceApplied(s))),
-        deleted: Box::new(|ns, name| {
-            Some(Event::SliceDeleted(EndpointSlice {
-                metadata: stub_meta(ns, name),
-                ..Default::default()
-            }))
-        }),
+        deleted: Box::new(|ns, name| Some(events::slice_deleted(ns, name))),
         listed: Some(Event::SlicesListed),
         optional: false,
     };

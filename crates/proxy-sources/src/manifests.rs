@@ -31,14 +31,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube_model::manifest::{self, Entry, Object, Place};
 use kube_model::ServiceKey;
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
-use crate::events::EventSender;
+use crate::events::{self, EventSender};
 use files::Stamp;
 
 /// How long a file that became empty keeps its objects.
@@ -511,28 +509,10 @@ impl Reader {
     }
 
     fn deleted(&mut self, k: &Key) -> Option<Event> {
-        let meta = |key: &ServiceKey| ObjectMeta {
-            namespace: Some(key.namespace.clone()),
-            name: Some(key.name.clone()),
-            ..ObjectMeta::default()
-        };
         match k {
-            Key::Service(key) => Some(Event::ServiceDeleted(core::Service {
-                metadata: meta(key),
-                ..Default::default()
-            })),
-            Key::Slice(key) => Some(Event::SliceDeleted(discovery::EndpointSlice {
-                metadata: meta(key),
-                ..Default::default()
-            })),
-            Key::Node(_) => {
-                // No NodeDeleted event: the engine sees this node being deleted.
-                let mut n = self.node.take()?;
-                n.metadata
-                    .deletion_timestamp
-                    .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
-                Some(Event::NodeApplied(n))
-            }
+            Key::Service(key) => Some(events::service_deleted(Some(&key.namespace), &key.name)),
+            Key::Slice(key) => Some(events::slice_deleted(Some(&key.namespace), &key.name)),
+            Key::Node(_) => self.node.take().map(events::node_deleted),
             Key::ServiceCidr(name) => {
                 self.cidr_objects.delete(name);
                 None

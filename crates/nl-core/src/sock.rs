@@ -289,6 +289,34 @@ impl NlSocket {
         Ok(self.len)
     }
 
+    /// Wait until a datagram (or an error such as `ENOBUFS`) can be read, at most
+    /// `timeout` (`None`: without limit), without reading it: event sockets block here
+    /// instead of polling. False when the time ran out.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // poll's milliseconds: -1 waits without limit; a wait below 1 ms is 1 ms
+        let ms = match timeout {
+            None => -1,
+            Some(t) if t.is_zero() => 0,
+            Some(t) => i32::try_from(t.as_millis().max(1)).unwrap_or(i32::MAX),
+        };
+        loop {
+            // SAFETY: one valid pollfd, which poll writes `revents` of.
+            let rc = unsafe { libc::poll(&mut p, 1, ms) };
+            if rc >= 0 {
+                return Ok(rc > 0);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
     /// The datagram of the last successful [`NlSocket::recv`].
     pub fn data(&self) -> &[u8] {
         &self.rbuf[..self.len]

@@ -149,7 +149,8 @@ pub struct AddrChanges {
 }
 
 /// A socket subscribed to the IPv4 and IPv6 address groups, in the calling thread's
-/// network namespace. Polled without blocking.
+/// network namespace. Read without blocking ([`AddrMonitor::poll`]), or waited on
+/// ([`AddrMonitor::wait`]).
 pub struct AddrMonitor {
     sock: NlSocket,
 }
@@ -159,6 +160,24 @@ impl AddrMonitor {
         Ok(AddrMonitor {
             sock: socket(vec![RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR], true)?,
         })
+    }
+
+    /// Wait until a notification arrives (or notifications were lost), at most
+    /// `timeout` (`None`: without limit), then read every pending one as
+    /// [`AddrMonitor::poll`] does. Empty when the time ran out.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<AddrChanges, RtError> {
+        let ready = self
+            .sock
+            .wait_readable(timeout)
+            .map_err(|e| RtError::Read {
+                op: "address monitor",
+                source: ReadError::Io(e),
+            })?;
+        if ready {
+            self.poll()
+        } else {
+            Ok(AddrChanges::default())
+        }
     }
 
     /// Read every pending notification (never blocks; at most 1,024 datagrams).

@@ -79,3 +79,47 @@ fn dump_lists_loopback() {
     let listed = ns.run(|| local_addresses().expect("dump"));
     assert!(listed.contains(&ip("127.0.0.1")), "{listed:?}");
 }
+
+/// `wait` sleeps until the kernel has something to say: it times out empty when nothing
+/// changes, and returns as soon as an address is added (another thread adds it while
+/// this one waits without a timeout).
+#[test]
+fn wait_blocks_until_a_change() {
+    require_root!();
+    let ns = Netns::new("addrwait");
+    ns.ip(&["link", "add", "w0", "type", "veth", "peer", "name", "w1"]);
+    ns.ip(&["link", "set", "w0", "up"]);
+    let mut mon = ns.run(|| AddrMonitor::open().expect("open monitor"));
+    let t = std::time::Instant::now();
+    let quiet = mon.wait(Some(Duration::from_millis(300))).unwrap();
+    assert!(quiet.events.is_empty() && !quiet.overflow, "{quiet:?}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(290),
+        "{:?}",
+        t.elapsed()
+    );
+
+    let name = ns.name().to_string();
+    let adder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let added = std::time::Instant::now();
+        let ok = std::process::Command::new("ip")
+            .args(["-n", &name, "addr", "add", "198.18.6.1/24", "dev", "w0"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip addr add");
+        added
+    });
+    let changes = mon.wait(None).unwrap();
+    let woke = std::time::Instant::now();
+    let added = adder.join().unwrap();
+    assert!(
+        changes
+            .events
+            .iter()
+            .any(|e| matches!(e, AddrEvent::Added(a) if a.addr == ip("198.18.6.1"))),
+        "{changes:?}"
+    );
+    // woken by the change itself (within the time `ip` takes), not by a period
+    assert!(woke >= added, "woke before the address was added");
+}

@@ -2,7 +2,11 @@
 //! `/livez`, metrics, health-check node ports) read it, the engine's metrics hooks
 //! ([`Observer`]) and the sources' ([`SourceObserver`], [`RestObserver`]). A small crate
 //! of plain data so that the servers depend neither on the engine nor on the netlink
-//! stack, and the sources not on the servers.
+//! stack, and the sources not on the servers. Also the retry pacing they share
+//! ([`Backoff`]).
+
+pub mod backoff;
+pub use backoff::Backoff;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -5,6 +5,7 @@ use std::io;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use proxy_status::Backoff;
 use sync_engine::Event;
 
 use tracing::{info, warn};
@@ -17,12 +18,16 @@ pub fn local_addresses() -> io::Result<Vec<IpAddr>> {
     rt_netlink::local_addresses().map_err(io::Error::other)
 }
 
-/// Follow the host's addresses on a thread of its own: an rtnetlink monitor of both
-/// address groups, polled every `every`; on any notification (or lost ones) the
-/// addresses are read again with a dump and, when they differ from the last list sent,
-/// sent as [`Event::HostAddresses`]. Stops when the receiver is gone. Without a monitor
-/// socket the addresses read at start stay (logged).
-pub fn follow_addresses(tx: sync_engine::EventSender, mut last: Vec<IpAddr>, every: Duration) {
+/// Follow the host's addresses on a thread of its own, from the rtnetlink monitor of
+/// both address groups only: the thread sleeps on the monitor's socket until the kernel
+/// reports a change (no period). On a change, or when notifications were lost
+/// (`ENOBUFS`: the dump is the resync), the addresses are read again with a dump and,
+/// when they differ from the last list sent, sent as [`Event::HostAddresses`]. A failing
+/// monitor or dump is retried with a backoff (100 ms doubling to 30 s; the monitor
+/// reopened, then a dump) and logged a bounded number of times (the 1st, 2nd, 4th, ...
+/// failure of a run). Stops when the receiver is gone. Without a monitor socket the
+/// addresses read at start stay (logged).
+pub fn follow_addresses(tx: sync_engine::EventSender, mut last: Vec<IpAddr>) {
     let mut monitor = match rt_netlink::AddrMonitor::open() {
         Ok(m) => m,
         Err(e) => {
@@ -30,33 +35,63 @@ pub fn follow_addresses(tx: sync_engine::EventSender, mut last: Vec<IpAddr>, eve
             return;
         }
     };
-    std::thread::spawn(move || loop {
-        std::thread::sleep(every);
-        let changed = match monitor.poll() {
-            Ok(c) => c.overflow || !c.events.is_empty(),
-            Err(e) => {
-                warn!(err = %e, "Reading the host's address changes");
-                true
+    let spawned = std::thread::Builder::new()
+        .name(ADDRESS_THREAD.into())
+        .spawn(move || {
+            let mut failing = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+            // A dump is due: at a change, after lost notifications, after a failure.
+            let mut resync = false;
+            loop {
+                if !resync {
+                    resync = match monitor.wait(None) {
+                        Ok(c) => c.overflow || !c.events.is_empty(),
+                        Err(e) => {
+                            wait_after_failure(&mut failing, &e);
+                            if let Ok(m) = rt_netlink::AddrMonitor::open() {
+                                monitor = m;
+                            }
+                            true
+                        }
+                    };
+                    if !resync {
+                        continue;
+                    }
+                }
+                let now = match local_addresses() {
+                    Ok(a) => a,
+                    Err(e) => {
+                        wait_after_failure(&mut failing, &e);
+                        continue;
+                    }
+                };
+                resync = false;
+                failing.reset();
+                if now != last {
+                    last = now.clone();
+                    if tx.send(Event::HostAddresses(now)).is_err() {
+                        return;
+                    }
+                }
             }
-        };
-        if !changed {
-            continue;
-        }
-        let now: Vec<IpAddr> = match local_addresses() {
-            Ok(a) => a,
-            Err(e) => {
-                warn!(err = %e, "Cannot list the host's addresses");
-                continue;
-            }
-        };
-        if now != last {
-            last = now.clone();
-            if tx.send(Event::HostAddresses(now)).is_err() {
-                return;
-            }
-        }
-    });
+        });
+    if let Err(e) = spawned {
+        warn!(err = %e, "Cannot follow the host's addresses; those read at start stay");
+    }
 }
+
+/// After a failure of the address follower: log it (a bounded number of times) and wait
+/// the backoff.
+fn wait_after_failure(failing: &mut Backoff, e: &dyn std::fmt::Display) {
+    let delay = failing.fail();
+    if failing.log_this_one() {
+        warn!(err = %e, failures = failing.failures(), retry_ms = delay.as_millis() as u64,
+            "Cannot follow the host's addresses; retrying");
+    }
+    std::thread::sleep(delay);
+}
+
+/// The name of the thread following the host's addresses.
+pub const ADDRESS_THREAD: &str = "host-addresses";
 
 /// Whether this process is in the host's (the initial) network namespace, where the
 /// global conntrack settings live. The kernel says so itself: it makes
@@ -166,9 +201,59 @@ pub fn apply_oom_score_adj(v: i32) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn lists_loopback() {
         let addrs = super::local_addresses().unwrap();
         assert!(addrs.iter().any(|a| a.is_loopback()), "{addrs:?}");
+    }
+
+    /// Voluntary context switches of this process's thread named `name` (each one a
+    /// wakeup after sleeping).
+    fn wakeups(name: &str) -> u64 {
+        let mut found = None;
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == name {
+                let status = std::fs::read_to_string(t.path().join("status")).unwrap();
+                let n = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|v| v.trim().parse().ok());
+                assert!(found.is_none(), "two threads named {name}");
+                found = n;
+            }
+        }
+        found.unwrap_or_else(|| panic!("no thread named {name}"))
+    }
+
+    /// The follower sleeps on the monitor: no wakeup while nothing changes, and an
+    /// address added in its namespace is sent at once.
+    #[test]
+    fn the_address_follower_sleeps_until_an_address_changes() {
+        netns_tests::require_root!();
+        let ns = netns_tests::Netns::new("hostaddr");
+        ns.ip(&["link", "add", "h0", "type", "veth", "peer", "name", "h1"]);
+        ns.ip(&["link", "set", "h0", "up"]);
+        let (tx, rx) = sync_engine::channel(4);
+        ns.run(move || follow_addresses(tx, local_addresses().unwrap()));
+        std::thread::sleep(Duration::from_millis(200));
+        let before = wakeups(ADDRESS_THREAD);
+        std::thread::sleep(Duration::from_secs(2));
+        let idle = wakeups(ADDRESS_THREAD) - before;
+        assert!(idle == 0, "woke {idle} times in 2 s without a change");
+
+        let added = std::time::Instant::now();
+        ns.ip(&["addr", "add", "198.18.7.1/24", "dev", "h0"]);
+        let want: IpAddr = "198.18.7.1".parse().unwrap();
+        let got = loop {
+            match rx.recv_timeout(Duration::from_secs(5)) {
+                Ok(Event::HostAddresses(a)) if a.contains(&want) => break added.elapsed(),
+                Ok(_) => continue,
+                Err(e) => panic!("no HostAddresses with {want}: {e}"),
+            }
+        };
+        assert!(got < Duration::from_millis(300), "took {got:?}");
     }
 }

@@ -186,11 +186,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         return dry_run(settings, rx);
     }
     if !flags.once {
-        host::follow_addresses(
-            tx.clone(),
-            settings.ruleset.local_addresses.clone(),
-            std::time::Duration::from_millis(500),
-        );
+        host::follow_addresses(tx.clone(), settings.ruleset.local_addresses.clone());
     }
     let ops = Operate {
         metrics,

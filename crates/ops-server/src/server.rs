@@ -7,8 +7,11 @@
 //!   `header_read_timeout` to send its first request's headers (from the accept) and each
 //!   later one's (from its first byte), and `idle_timeout` between requests.
 //! - **Descriptors**: when `accept` fails for lack of descriptors the server evicts its
-//!   oldest waiting connection and tries again shortly; [`raise_fd_limit`] lifts the soft
-//!   limit to the hard one at start.
+//!   oldest waiting connection; [`raise_fd_limit`] lifts the soft limit to the hard one
+//!   at start.
+//! - **Accept errors**: after a failed accept the loop waits ([`ACCEPT_BACKOFF`]: 10 ms
+//!   doubling to 1 s, reset by a success) and logs the 1st, 2nd, 4th, ... failure of a
+//!   run, so that an error storm neither spins nor floods the log.
 //! - **Binding**: [`serve_forever`] binds, serves, and when binding fails logs and tries
 //!   again every 5 s (kube-proxy's `wait.Until(..., 5*time.Second, ...)`), unless told to
 //!   give up (kube-proxy's `bindAddressHardFail`). Each server is its own task: one that
@@ -23,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use proxy_status::Backoff;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
@@ -272,31 +276,53 @@ fn is_fd_exhaustion(e: &std::io::Error) -> bool {
     )
 }
 
+/// The accept loop's pacing after failed accepts: 10 ms doubling to 1 s (Go's
+/// `http.Server` backs off 5 ms doubling to 1 s), back to none after a success.
+pub const ACCEPT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(10), Duration::from_secs(1));
+
 /// Serve `router` on `listener` with `limits` until the task is dropped.
 pub async fn serve(listener: TcpListener, router: Router, limits: Limits) {
     let conns = Arc::new(Mutex::new(Conns::default()));
     let _close = CloseAll(conns.clone());
-    let mut last_warning: Option<Instant> = None;
+    let mut failing = Backoff::new(ACCEPT_BACKOFF.0, ACCEPT_BACKOFF.1);
     loop {
         let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(e) if is_fd_exhaustion(&e) => {
-                if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+            Ok((s, _)) => {
+                failing.reset();
+                s
+            }
+            // A connection that ended before it was accepted: the next one is fine (Go's
+            // accept skips these too).
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => continue,
+            Err(e) => {
+                // Out of descriptors: close the oldest idle connection to make room. Any
+                // failure: wait before the next accept (a failing accept is ready at
+                // once, so retrying at once would spin), logged a bounded number of times.
+                let exhausted = is_fd_exhaustion(&e);
+                if exhausted {
+                    conns
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .evict_oldest_waiting();
+                }
+                let delay = failing.fail();
+                if failing.log_this_one() {
                     let addr = listener
                         .local_addr()
                         .map(|a| a.to_string())
                         .unwrap_or_default();
-                    tracing::warn!(address = %addr, err = %e, "out of descriptors accepting a connection; closing the oldest idle ones");
-                    last_warning = Some(Instant::now());
+                    let what = if exhausted {
+                        "out of descriptors accepting a connection; closing the oldest idle ones"
+                    } else {
+                        "accepting a connection failed"
+                    };
+                    tracing::warn!(address = %addr, err = %e, failures = failing.failures(),
+                        retry_ms = delay.as_millis() as u64, "{what}");
                 }
-                conns
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .evict_oldest_waiting();
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(delay).await;
                 continue;
             }
-            Err(_) => continue,
         };
         let mut c = conns.lock().unwrap_or_else(|e| e.into_inner());
         if c.open.len() >= limits.max_connections && !c.evict_oldest_waiting() {

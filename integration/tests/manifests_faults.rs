@@ -193,3 +193,205 @@ fn odd_paths_are_logged_once_each() {
         "{log}"
     );
 }
+
+/// The services count of every sync the daemon logged (`"synced" ... services=N`).
+fn synced_services(log: &str) -> Vec<usize> {
+    log.lines()
+        .filter(|l| l.contains("\"synced\""))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("services="))
+                .and_then(|v| v.parse().ok())
+        })
+        .collect()
+}
+
+/// 20 services whose endpoints carry `round` in their address (a change per round).
+fn round_objects(round: u8) -> Vec<Value> {
+    services_of_round(round, 20)
+}
+
+/// `n` services whose endpoints carry `round` in their address.
+fn services_of_round(round: u8, n: u8) -> Vec<Value> {
+    let mut v = vec![node("node-a", "198.18.0.10")];
+    for i in 0..n {
+        v.push(service(
+            "demo",
+            &format!("s{i}"),
+            &format!("198.18.100.{}", i + 1),
+            80,
+        ));
+        let ep = format!("198.18.{}.{}", 64 + round, i + 1);
+        v.push(slice(
+            "demo",
+            &format!("s{i}"),
+            &format!("s{i}-1"),
+            &[&ep],
+            8080,
+            "node-a",
+        ));
+    }
+    v
+}
+
+/// Rewrite `f` in place as a slow writer does: truncate, the first half of the
+/// documents, a pause of `pause`, the rest, close.
+fn slow_rewrite(f: &std::path::Path, objs: &[Value], pause: Duration) {
+    let text = yaml(objs);
+    let half = yaml(&objs[..objs.len() / 2]).len();
+    let mut file = std::fs::File::create(f).unwrap();
+    file.write_all(&text.as_bytes()[..half]).unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(pause);
+    file.write_all(&text.as_bytes()[half..]).unwrap();
+}
+
+/// The daemon as users run it in manifests mode (default watch and settle settings),
+/// with `extra` flags.
+fn start_with(dir: &TempDir, manifests: &str, extra: &[&str]) -> Daemon {
+    let out = dir.path("ruleset.nft");
+    let mut args = vec![
+        "--manifests",
+        manifests,
+        "--hostname-override",
+        "node-a",
+        "--proxy-mode",
+        "nftables",
+        "--iptables-min-sync-period",
+        "50ms",
+        "--render-to",
+        out.to_str().expect("utf-8"),
+    ];
+    args.extend(extra);
+    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+}
+
+fn start_default(dir: &TempDir, manifests: &str) -> Daemon {
+    start_with(dir, manifests, &[])
+}
+
+/// Issue 21: a multi-document file rewritten in place by a writer that pauses 1.5 s
+/// mid-file. A prefix of it parses (to 10 of the 20 services); the daemon must never
+/// commit it.
+#[test]
+fn a_slow_writer_never_commits_a_prefix() {
+    slow_writer_rounds("man-prefix", &[], 6);
+}
+
+/// The same without inotify, with a settle window (100 ms) shorter than the writer's
+/// pause: the prefix parses and is stable, and is held back because it lost half of the
+/// file's objects.
+#[test]
+fn without_inotify_a_prefix_that_lost_half_the_objects_is_held_back() {
+    slow_writer_rounds(
+        "man-prefix-poll",
+        &["--manifests-inotify=false", "--manifests-poll", "100ms"],
+        3,
+    );
+}
+
+fn slow_writer_rounds(tag: &str, extra: &[&str], rounds: u8) {
+    let dir = TempDir::new(tag);
+    let f = dir.path("cluster.yaml");
+    std::fs::write(&f, yaml(&round_objects(0))).unwrap();
+    let d = start_with(&dir, f.to_str().unwrap(), extra);
+    let rules = dir.path("ruleset.nft");
+    assert!(
+        wait_for(WAIT, || read(&rules).contains("198.18.64.20")),
+        "initial sync:\n{}",
+        d.log_text()
+    );
+    for round in 1..=rounds {
+        // At a different moment of any period the daemon may have, each round.
+        std::thread::sleep(Duration::from_millis(u64::from(round) * 337 % 1000));
+        slow_rewrite(&f, &round_objects(round), Duration::from_millis(1500));
+        let last = format!("198.18.{}.20", 64 + round);
+        assert!(
+            wait_for(WAIT, || read(&rules).contains(&last)),
+            "round {round} never synced:\n{}",
+            d.log_text()
+        );
+    }
+    let counts = synced_services(&d.log_text());
+    assert!(!counts.is_empty(), "{}", d.log_text());
+    assert!(
+        counts.iter().all(|&n| n == 20),
+        "a sync committed a prefix of the file: services per sync {counts:?}\n{}",
+        d.log_text()
+    );
+}
+
+/// Also on the first read: a daemon started while a slow writer pauses mid-file waits
+/// for the whole file.
+#[test]
+fn a_daemon_started_during_a_slow_write_waits_for_the_whole_file() {
+    let dir = TempDir::new("man-prefix-start");
+    let f = dir.path("cluster.yaml");
+    let writer = {
+        let f = f.clone();
+        std::thread::spawn(move || slow_rewrite(&f, &round_objects(0), Duration::from_millis(1500)))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    let d = start_default(&dir, f.to_str().unwrap());
+    writer.join().unwrap();
+    let rules = dir.path("ruleset.nft");
+    assert!(
+        wait_for(WAIT, || read(&rules).contains("198.18.64.20")),
+        "{}",
+        d.log_text()
+    );
+    let counts = synced_services(&d.log_text());
+    assert!(
+        counts.iter().all(|&n| n == 20),
+        "a sync committed a prefix of the file: services per sync {counts:?}\n{}",
+        d.log_text()
+    );
+}
+
+/// Rename into place (write a temporary file, rename it over the manifest) reaches the
+/// engine at once: well within 200 ms while the poll fallback is 10 s.
+#[test]
+fn a_rename_into_place_reaches_the_engine_in_milliseconds() {
+    let took = rename_latency("man-rename", &["--manifests-poll", "10s"]);
+    assert!(took < Duration::from_millis(200), "took {took:?}");
+}
+
+/// Without inotify the poll fallback still picks the rename up (negative control of the
+/// test above: with `--manifests-inotify=false` and a 10 s poll it takes the poll).
+#[test]
+fn without_inotify_the_poll_picks_up_a_rename() {
+    let took = rename_latency(
+        "man-rename-poll",
+        &["--manifests-inotify=false", "--manifests-poll", "1s"],
+    );
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+}
+
+/// From renaming a new version over the manifest to the rendered ruleset holding it (a
+/// small file: what is measured is the watch, not the parser of a debug build).
+fn rename_latency(tag: &str, extra: &[&str]) -> Duration {
+    let dir = TempDir::new(tag);
+    let mdir = dir.path("m");
+    std::fs::create_dir_all(&mdir).unwrap();
+    let f = mdir.join("cluster.yaml");
+    std::fs::write(&f, yaml(&services_of_round(0, 2))).unwrap();
+    let d = start_with(&dir, mdir.to_str().unwrap(), extra);
+    let rules = dir.path("ruleset.nft");
+    assert!(
+        wait_for(WAIT, || read(&rules).contains("198.18.64.2")),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let tmp = mdir.join(".cluster.yaml.tmp");
+    std::fs::write(&tmp, yaml(&services_of_round(1, 2))).unwrap();
+    let t = Instant::now();
+    std::fs::rename(&tmp, &f).unwrap();
+    while !read(&rules).contains("198.18.65.2") {
+        assert!(t.elapsed() < WAIT, "{}", d.log_text());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = t.elapsed();
+    eprintln!("{tag}: the rename reached the rendered ruleset in {took:?}");
+    took
+}

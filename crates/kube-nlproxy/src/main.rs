@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use sync_engine::{EventReceiver as Receiver, EventSender as SyncSender};
 
 use anyhow::{anyhow, Context as _};
@@ -233,13 +234,16 @@ fn start_source(
 ) -> anyhow::Result<()> {
     match &flags.manifests {
         Some(path) => {
-            let poll = flags.manifests_poll.std();
+            let poll = flags.manifests_poll.std().max(Duration::from_millis(10));
             let reader = manifests::Reader::new(path, &settings.node_name, poll);
             reader.check()?;
-            let poll = (!flags.once && !flags.dry_run).then_some(poll);
+            let follow = manifests::Follow {
+                poll: (!flags.once && !flags.dry_run).then_some(poll),
+                inotify: flags.manifests_inotify,
+            };
             std::thread::Builder::new()
                 .name("manifests".into())
-                .spawn(move || manifests::run(reader, poll, tx))
+                .spawn(move || manifests::run(reader, follow, tx))
                 .context("starting the manifests watcher")?;
             Ok(())
         }

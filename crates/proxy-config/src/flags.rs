@@ -293,9 +293,14 @@ pub struct Flags {
     /// (rendered as nft text). The same compile and diff path as a real sync.
     #[arg(long, hide = true)]
     pub render_to: Option<String>,
-    /// How often the manifests are checked for changes (test mode).
-    #[arg(long, hide = true, default_value = "1s")]
+    /// How often the manifests are looked at besides inotify (the fallback; also the
+    /// settle window of a change whose writer is not known, at most 2s). Hidden: for
+    /// tests.
+    #[arg(long, hide = true, default_value = "10s")]
     pub manifests_poll: GoDuration,
+    /// Watch the manifests over inotify (false: only the poll). Hidden: for tests.
+    #[arg(long, hide = true, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true")]
+    pub manifests_inotify: bool,
     /// Server-side timeout of API watches; every other API time bound derives from it
     /// (see api_client::Timing). Hidden: for tests.
     #[arg(long, hide = true, default_value = "60s")]

@@ -1,19 +1,20 @@
 //! The manifests source: Service, EndpointSlice, Node and ServiceCIDR objects from a
-//! YAML/JSON file or a directory of them (`kube_model::manifest`, the one parser), polled
-//! for changes and turned into engine events.
+//! YAML/JSON file or a directory of them (`kube_model::manifest`, the one parser),
+//! watched over inotify (a slow poll as the fallback) and turned into engine events.
 //!
 //! Nothing of a Kubernetes object is kept after it is sent: per object only its key,
 //! its file and a hash of its text (plus this node's Node object and the ServiceCIDRs'
 //! `spec.cidrs`). Only entries whose text changed are decoded, one at a time.
 //!
-//! Never a torn read:
-//! - a changed file is read once its version (size, times, inode) stayed the same for one
-//!   poll interval, and again only if it did not change while being read;
-//! - a file that does not parse (or cannot be read) keeps the objects read from it
-//!   before, and is not read again until it changes;
-//! - a file that becomes empty keeps its objects until it has stayed empty for
-//!   [`EMPTY_GRACE`] (a slow `>` rewrite first truncates);
-//! - removing a file removes its objects at once.
+//! Never a torn read, never a prefix (see [`settle`] for the rules): a changed file is
+//! taken when it was renamed into place, when its writer closed it (both seen over
+//! inotify, [`watch`]), or else once it has stayed the same for a settle window (also
+//! on the first read); and read again later if it changed while being read. A file that
+//! does not parse (or cannot be read) keeps the objects read from it before, and is not
+//! read again until it changes. A version that parses but lost objects sharply (a
+//! prefix of a multi-document file parses; an emptied file) is held back until it has
+//! stayed so for [`HOLD`], unless it was renamed into place. Removing a file removes
+//! its objects at once.
 //!
 //! Problems are logged once each while they last: a path skipped (symlink loop, dangling
 //! link, FIFO, socket, device, directory named like a manifest), a file that cannot be
@@ -21,6 +22,10 @@
 //! reason), an object defined twice (the later file, or the later document, wins).
 
 mod files;
+pub mod settle;
+pub mod watch;
+
+pub use watch::{run, Follow};
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -36,11 +41,16 @@ use kube_model::ServiceKey;
 use sync_engine::Event;
 use tracing::{debug, info, warn};
 
-use crate::events::{self, EventSender};
+use crate::events;
 use files::Stamp;
+use settle::{Ready, Timing, Version, Writes};
 
-/// How long a file that became empty keeps its objects.
-pub const EMPTY_GRACE: Duration = Duration::from_secs(5);
+/// The longest settle window (with a longer poll fallback).
+pub const SETTLE_MAX: Duration = Duration::from_secs(2);
+/// How long a version that lost objects sharply is held back (it must stay the same).
+pub const HOLD: Duration = Duration::from_secs(5);
+/// How long a file a writer holds open is waited for without a change.
+pub const OPEN_HOLD: Duration = Duration::from_secs(30);
 
 /// The manifests path cannot be read at all.
 #[derive(Debug, thiserror::Error)]
@@ -155,8 +165,8 @@ impl Spanned {
 pub struct Reader {
     path: PathBuf,
     node_name: String,
-    /// A changed file is read once it has been the same for this long.
-    settle: Duration,
+    /// When a changed file is taken (`settle::Timing`).
+    timing: Timing,
     files: BTreeMap<PathBuf, FileState>,
     /// What the engine has been told: per key, the file it came from and its hash.
     sent: HashMap<Key, (Arc<Path>, u64)>,
@@ -172,8 +182,6 @@ pub struct Reader {
     skipped: BTreeSet<String>,
     duplicates: BTreeSet<String>,
     warned_no_node: bool,
-    /// How long a file that became empty keeps its objects.
-    empty_grace: Duration,
     /// Files read since start (for tests; each read is logged at debug level).
     parses: u64,
     /// Texts parsed since start (for tests: a JSON file read is parsed once).
@@ -181,11 +189,17 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// A reader of `path` for the node `node_name`; a changed file whose writer is not
+    /// known is taken once it has stayed the same for `settle` (at most [`SETTLE_MAX`]).
     pub fn new(path: impl Into<PathBuf>, node_name: &str, settle: Duration) -> Reader {
         Reader {
             path: path.into(),
             node_name: node_name.to_string(),
-            settle,
+            timing: Timing {
+                settle: settle.min(SETTLE_MAX),
+                hold: HOLD,
+                open_hold: OPEN_HOLD,
+            },
             files: BTreeMap::new(),
             sent: HashMap::new(),
             node: None,
@@ -195,7 +209,6 @@ impl Reader {
             skipped: BTreeSet::new(),
             duplicates: BTreeSet::new(),
             warned_no_node: false,
-            empty_grace: EMPTY_GRACE,
             parses: 0,
             text_parses: 0,
         }
@@ -223,14 +236,25 @@ impl Reader {
         }
     }
 
-    /// Read what changed and send its events (`send` returns false when the engine is
-    /// gone). `initial`: read every file now, without waiting for it to settle. Returns
-    /// the number of events sent.
-    pub fn poll(
+    /// The path read (a file or a directory).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Look at the files without knowing who writes them (the poll fallback), read what
+    /// may be taken and send its events (`send` returns false when the engine is gone).
+    /// Returns the number of events sent.
+    pub fn poll(&mut self, send: &mut dyn FnMut(Event) -> bool) -> Result<usize, ManifestsError> {
+        self.look(&|_| Writes::default(), send).map(|l| l.events)
+    }
+
+    /// Look at the files with what inotify saw of them (`writes`), read what may be
+    /// taken and send its events.
+    pub fn look(
         &mut self,
-        initial: bool,
+        writes: &dyn Fn(&Path) -> Writes,
         send: &mut dyn FnMut(Event) -> bool,
-    ) -> Result<usize, ManifestsError> {
+    ) -> Result<Looked, ManifestsError> {
         let listing = files::list(&self.path).map_err(|source| ManifestsError {
             path: self.path.clone(),
             source,
@@ -250,32 +274,66 @@ impl Reader {
         self.logged.retain(|p, _| present.contains(p));
 
         let now = Instant::now();
+        let mut looked = Looked::default();
         let mut parsed: BTreeMap<PathBuf, Parsed> = BTreeMap::new();
         for (p, stamp) in &listing.files {
             let st = self.files.entry(p.clone()).or_default();
             if st.used == Some(*stamp) || st.failed == Some(*stamp) {
                 continue;
             }
-            if !initial {
-                match st.seen {
-                    Some((s, since)) if s == *stamp && now - since >= self.settle => {}
-                    Some((s, _)) if s == *stamp => continue,
-                    _ => {
-                        st.seen = Some((*stamp, now));
-                        continue;
-                    }
+            let (since, seen_before) = match st.seen {
+                Some((s, t)) if s == *stamp => (t, true),
+                _ => {
+                    st.seen = Some((*stamp, now));
+                    (now, false)
                 }
-            }
-            if let Some(pf) = self.read_file(p, initial, now) {
-                parsed.insert(p.clone(), pf);
+            };
+            let version = Version {
+                since,
+                seen_before,
+                age: stamp.age(),
+                first_read: st.used.is_none(),
+                replaced: st.used.is_some_and(|u| !u.same_file(stamp)),
+            };
+            let whole = match settle::ready(&version, &writes(p), &self.timing, now) {
+                Ready::Now { whole } => whole,
+                Ready::At(t) => {
+                    looked.wait(t);
+                    continue;
+                }
+            };
+            match self.read_file(p, *stamp, &version, whole, now) {
+                Ok(pf) => {
+                    parsed.insert(p.clone(), pf);
+                    looked.taken.push(p.clone());
+                }
+                Err(Some(t)) => looked.wait(t),
+                Err(None) => {}
             }
         }
-        Ok(self.apply(parsed, send))
+        looked.events = self.apply(parsed, send);
+        if self.node.is_none() && !self.warned_no_node && looked.pending == 0 {
+            self.warned_no_node = true;
+            warn!(
+                node = %self.node_name,
+                "no Node object of this name in the manifests: no node addresses, labels or podCIDRs"
+            );
+        }
+        Ok(looked)
     }
 
-    /// Read and parse one file; on success its new objects are recorded and the text is
-    /// returned for decoding. On failure the file keeps its objects.
-    fn read_file(&mut self, p: &Path, initial: bool, now: Instant) -> Option<Parsed> {
+    /// Read and parse one file (`listed`: the version decided on); on success its new
+    /// objects are recorded and the text is returned for decoding. Otherwise the file
+    /// keeps its objects; `Err(Some(t))`: look again at `t` (held back, or changed
+    /// meanwhile).
+    fn read_file(
+        &mut self,
+        p: &Path,
+        listed: Stamp,
+        version: &Version,
+        whole: bool,
+        now: Instant,
+    ) -> Result<Parsed, Option<Instant>> {
         let name = p.display().to_string();
         self.logged.remove(p);
         self.parses += 1;
@@ -288,14 +346,14 @@ impl Reader {
                 if let Some(s) = files::stamp(p) {
                     self.files.entry(p.to_path_buf()).or_default().failed = Some(s);
                 }
-                return None;
+                return Err(None);
             }
         };
-        if files::stamp(p) != Some(stamp) {
-            // Written while we read it: read it once it has settled.
+        if stamp != listed || files::stamp(p) != Some(stamp) {
+            // Written while we looked or read: take it once it has settled.
             debug!(file = %name, "changed while being read; reading it again later");
             self.files.entry(p.to_path_buf()).or_default().seen = Some((stamp, now));
-            return None;
+            return Err(Some(now + self.timing.settle));
         }
         self.text_parses += 1;
         let docs = match manifest::documents(&text) {
@@ -304,7 +362,7 @@ impl Reader {
                 let msg = format!("{name}: {e}; keeping the objects read from it before");
                 self.note(p, msg, "manifest file not parsed");
                 self.files.entry(p.to_path_buf()).or_default().failed = Some(stamp);
-                return None;
+                return Err(None);
             }
         };
         let mut objects = HashMap::new();
@@ -332,23 +390,24 @@ impl Reader {
             }
         }
         drop(docs);
-        let st = self.files.entry(p.to_path_buf()).or_default();
-        if objects.is_empty() && !st.objects.is_empty() && !initial {
-            let since = st.seen.map_or(now, |(_, t)| t);
-            if now - since < self.empty_grace {
+        let had = self.files.get(p).map_or(0, |st| st.objects.len());
+        if !whole && settle::sharp_drop(had, objects.len()) {
+            if let Ready::At(t) = settle::stable_for(version, self.timing.hold, now) {
                 let msg = format!(
-                    "{name}: has no objects now; keeping its objects unless it stays so for {:?}",
-                    self.empty_grace
+                    "{name}: holds {} of its {had} objects now; keeping them unless it stays so for {:?}",
+                    objects.len(),
+                    self.timing.hold
                 );
-                self.note(p, msg, "manifest file emptied");
-                return None;
+                self.note(p, msg, "manifest file lost objects");
+                return Err(Some(t));
             }
         }
+        let st = self.files.entry(p.to_path_buf()).or_default();
         st.used = Some(stamp);
         st.failed = None;
         st.seen = None;
         st.objects = objects;
-        Some(Parsed { text, entries })
+        Ok(Parsed { text, entries })
     }
 
     /// Compare what the files hold with what was sent; send the difference: changed
@@ -480,13 +539,6 @@ impl Reader {
             self.cidrs_sent = Some(cidrs);
             n += 1;
         }
-        if self.node.is_none() && !self.warned_no_node {
-            self.warned_no_node = true;
-            warn!(
-                node = %self.node_name,
-                "no Node object of this name in the manifests: no node addresses, labels or podCIDRs"
-            );
-        }
         n
     }
 
@@ -521,30 +573,22 @@ impl Reader {
     }
 }
 
-/// Read the manifests once (every file now) and send every object, then both "listed"
-/// markers; then, unless `poll` is None, poll for changes every `poll` until the engine
-/// is gone. Runs on its own thread, so the engine takes the objects while they are read.
-pub fn run(mut reader: Reader, poll: Option<Duration>, tx: EventSender) {
-    let gone = std::cell::Cell::new(false);
-    let mut send = |ev: Event| {
-        let ok = tx.send(ev);
-        gone.set(gone.get() || !ok);
-        ok
-    };
-    if let Err(e) = reader.poll(true, &mut send) {
-        warn!(error = %e, "cannot read the manifests");
-    }
-    if !send(Event::ServicesListed) || !send(Event::SlicesListed) {
-        return;
-    }
-    let Some(poll) = poll else { return };
-    while !gone.get() {
-        std::thread::sleep(poll);
-        match reader.poll(false, &mut send) {
-            Ok(0) => {}
-            Ok(n) => info!(changes = n, "manifests changed"),
-            Err(e) => warn!(error = %e, "cannot read the manifests; keeping the rules as they are"),
-        }
+/// What a look at the files found.
+#[derive(Debug, Default)]
+pub struct Looked {
+    /// Events sent.
+    pub events: usize,
+    /// Files whose new version was taken.
+    pub taken: Vec<PathBuf>,
+    /// Files with a new version not taken yet, and the earliest instant one may be.
+    pub pending: usize,
+    pub next: Option<Instant>,
+}
+
+impl Looked {
+    fn wait(&mut self, t: Instant) {
+        self.pending += 1;
+        self.next = Some(self.next.map_or(t, |n| n.min(t)));
     }
 }
 

@@ -26,6 +26,21 @@ impl Stamp {
             ctime: (m.ctime(), m.ctime_nsec()),
         }
     }
+
+    /// Whether `other` is a version of the same inode (not a file renamed over it).
+    pub fn same_file(&self, other: &Stamp) -> bool {
+        (self.dev, self.ino) == (other.dev, other.ino)
+    }
+
+    /// How long ago it was last modified (None: in the future).
+    pub fn age(&self) -> Option<std::time::Duration> {
+        let (s, ns) = self.mtime;
+        let mtime = std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(
+            u64::try_from(s).ok()?,
+            u32::try_from(ns).ok()?,
+        ))?;
+        std::time::SystemTime::now().duration_since(mtime).ok()
+    }
 }
 
 /// Why a path is not read.

@@ -55,9 +55,10 @@ impl Drop for Dir {
     }
 }
 
-fn poll(r: &mut Reader, initial: bool) -> Vec<String> {
+/// One look at the files (`_initial`: the first; the reader knows it from the files).
+fn poll(r: &mut Reader, _initial: bool) -> Vec<String> {
     let mut out = Vec::new();
-    r.poll(initial, &mut |ev| {
+    r.poll(&mut |ev| {
         out.push(match ev {
             Event::ServiceApplied(s) => format!("+svc {}", kube_model::ns_key(&s.metadata)),
             Event::ServiceDeleted(s) => format!("-svc {}", kube_model::ns_key(&s.metadata)),
@@ -86,7 +87,7 @@ fn poll(r: &mut Reader, initial: bool) -> Vec<String> {
 
 fn reader(dir: &Path) -> Reader {
     let mut r = Reader::new(dir, "node-a", Duration::ZERO);
-    r.empty_grace = Duration::from_millis(300);
+    r.timing.hold = Duration::from_millis(300);
     r
 }
 
@@ -255,7 +256,7 @@ fn an_emptied_file_keeps_its_objects_for_a_while() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    assert!(start.elapsed() >= r.empty_grace, "{:?}", start.elapsed());
+    assert!(start.elapsed() >= r.timing.hold, "{:?}", start.elapsed());
     assert_eq!(
         events,
         [
@@ -314,7 +315,7 @@ fn later_files_win_and_losing_the_winner_restores_the_other() {
     std::fs::write(d.join("2.json"), svc("198.18.100.2")).unwrap();
     let mut r = reader(&d.0);
     let mut last_ip = String::new();
-    r.poll(true, &mut |ev| {
+    r.poll(&mut |ev| {
         if let Event::ServiceApplied(s) = ev {
             last_ip = s.spec.unwrap().cluster_ip.unwrap();
         }
@@ -324,7 +325,7 @@ fn later_files_win_and_losing_the_winner_restores_the_other() {
     assert_eq!(last_ip, "198.18.100.2");
     assert!(r.duplicates.iter().any(|m| m.contains("also defined in")));
     std::fs::remove_file(d.join("2.json")).unwrap();
-    r.poll(false, &mut |ev| {
+    r.poll(&mut |ev| {
         if let Event::ServiceApplied(s) = ev {
             last_ip = s.spec.unwrap().cluster_ip.unwrap();
         }

@@ -129,7 +129,7 @@ fn list_config() -> watcher::Config {
 /// 0.5 s only after a quiet period of 4 x the maximum (a watcher reports a success at
 /// the start of each attempt, which must not reset a failing series).
 struct Backoff {
-    next: Duration,
+    pacing: proxy_status::Backoff,
     max: Duration,
     last: Option<Instant>,
 }
@@ -137,7 +137,7 @@ struct Backoff {
 impl Backoff {
     fn new(max: Duration) -> Backoff {
         Backoff {
-            next: Duration::from_millis(500).min(max),
+            pacing: proxy_status::Backoff::new(Duration::from_millis(500).min(max), max),
             max,
             last: None,
         }
@@ -147,17 +147,15 @@ impl Backoff {
 impl Iterator for Backoff {
     type Item = Duration;
     fn next(&mut self) -> Option<Duration> {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
         self.last = Some(Instant::now());
-        Some(d)
+        Some(self.pacing.fail())
     }
 }
 
 impl kube::runtime::utils::Backoff for Backoff {
     fn reset(&mut self) {
         if self.last.is_none_or(|t| t.elapsed() > self.max * 4) {
-            self.next = Duration::from_millis(500).min(self.max);
+            self.pacing.reset();
         }
     }
 }

@@ -270,7 +270,9 @@ impl Reader {
         self.skipped = skipped;
         // Files gone (or no longer regular files) take their objects with them.
         let present: BTreeSet<&PathBuf> = listing.files.iter().map(|(p, _)| p).collect();
+        let known = self.files.len();
         self.files.retain(|p, _| present.contains(p));
+        let removed = self.files.len() < known;
         self.logged.retain(|p, _| present.contains(p));
 
         let now = Instant::now();
@@ -311,7 +313,11 @@ impl Reader {
                 Err(None) => {}
             }
         }
-        looked.events = self.apply(parsed, send);
+        // Nothing read and no file gone: nothing to compare (an idle look costs a stat
+        // per file, not a pass over every object).
+        if !parsed.is_empty() || removed {
+            looked.events = self.apply(parsed, send);
+        }
         if self.node.is_none() && !self.warned_no_node && looked.pending == 0 {
             self.warned_no_node = true;
             warn!(

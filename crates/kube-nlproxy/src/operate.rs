@@ -14,7 +14,7 @@ use ops_server::server::{serve_forever, Limits, OnBindError, ServerKind};
 use ops_server::{Metrics, ProxyInfo};
 use ruleset::config::{NodePortAddrs, ParsedConfig};
 use sync_engine::{CleanupReport, ForeignWriter, Observer, StatusHandle, SyncReport};
-use tracing::error;
+use tracing::{error, warn};
 
 use proxy_config::settings::Settings;
 
@@ -118,7 +118,7 @@ pub struct Servers {
 }
 
 /// Start the health and metrics servers and the health-check node port reconciler on
-/// the runtime, each on its own (a server that cannot bind is retried every 5 s and
+/// the runtime (woken by the engine's status changes, not polled), each on its own (a server that cannot bind is retried every 5 s and
 /// holds no other back, or ends the process with `bindAddressHardFail`). An empty bind
 /// address disables that server, as in kube-proxy.
 pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
@@ -159,14 +159,48 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
         limits,
     );
     let (status, metrics) = (s.status, s.metrics);
+    // The engine's status changes wake the reconciler (a thread of its own waits for
+    // them: a blocking wait on the runtime would hold its shutdown back).
+    let changed = Arc::new(tokio::sync::Notify::new());
+    {
+        let (status, changed) = (status.clone(), changed.clone());
+        let spawned = std::thread::Builder::new()
+            .name("status-follow".into())
+            .spawn(move || {
+                let mut seen = status.changes();
+                loop {
+                    seen = status.wait_change(seen, IDLE_RECHECK);
+                    changed.notify_one();
+                }
+            });
+        if let Err(e) = spawned {
+            warn!(err = %e, "cannot follow the status; health-check ports follow it every 60 s");
+        }
+    }
     rt.spawn(async move {
         loop {
             ports.reconcile().await;
-            metrics.update_from_status(&status.snapshot());
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = status.snapshot();
+            metrics.update_from_status(&now);
+            // Until the status changes, a port is due for another bind, or (while
+            // cleanup targets wait) the oldest target's age gauge is due.
+            let mut wait = IDLE_RECHECK;
+            if now.cleanup_pending > 0 {
+                wait = wait.min(Duration::from_millis(500));
+            }
+            if let Some(t) = ports.next_retry() {
+                wait = wait.min(t.saturating_duration_since(std::time::Instant::now()));
+            }
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
         }
     });
 }
+
+/// The longest the health-check ports and the status gauges wait for a change.
+const IDLE_RECHECK: Duration = Duration::from_secs(60);
 
 /// The metrics hook for the engine.
 pub fn metrics_observer(m: &Arc<Metrics>) -> Box<dyn Observer> {

@@ -122,6 +122,12 @@ impl<S: StatusSource> HealthCheckPorts<S> {
     /// Open servers for new health-check ports and close those of services that went
     /// away (or whose addresses changed), from the current status. A port that cannot
     /// be bound is logged and tried again after [`BIND_RETRY`].
+    /// When a port that could not be bound is tried again (a reconcile is due then even
+    /// without a change of the status), if any.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.failed.values().min().copied()
+    }
+
     pub async fn reconcile(&mut self) {
         let status = self.source.snapshot();
         let addrs = (self.bind)(&status);

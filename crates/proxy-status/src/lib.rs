@@ -9,7 +9,7 @@ pub mod backoff;
 pub use backoff::Backoff;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use kube_model::{IpFamily, ServiceKey};
@@ -238,19 +238,76 @@ impl Status {
     }
 }
 
-/// A clonable handle on the engine's status, for the health and metrics servers.
+/// A clonable handle on the engine's status, for the health and metrics servers. Every
+/// update counts as a change that [`StatusHandle::wait_change`] wakes on.
 #[derive(Debug, Clone, Default)]
-pub struct StatusHandle(Arc<Mutex<Status>>);
+pub struct StatusHandle(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// The status and its number of updates.
+    status: Mutex<(Status, u64)>,
+    changed: Condvar,
+}
 
 impl StatusHandle {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Status, u64)> {
+        self.0.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
     pub fn snapshot(&self) -> Status {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.lock().0.clone()
     }
     pub fn healthy(&self, now: Instant) -> bool {
         self.snapshot().healthy(now)
     }
     /// Change the status in place (the engine is the only writer).
     pub fn update(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut g = self.lock();
+        f(&mut g.0);
+        g.1 = g.1.wrapping_add(1);
+        drop(g);
+        self.0.changed.notify_all();
+    }
+    /// The number of updates so far.
+    pub fn changes(&self) -> u64 {
+        self.lock().1
+    }
+    /// Block until the number of updates differs from `seen`, at most `timeout`;
+    /// returns the number then. For a reader that follows the status without polling.
+    pub fn wait_change(&self, seen: u64, timeout: Duration) -> u64 {
+        let g = self.lock();
+        let (g, _) = self
+            .0
+            .changed
+            .wait_timeout_while(g, timeout, |(_, n)| *n == seen)
+            .unwrap_or_else(|e| e.into_inner());
+        g.1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_wakes_on_an_update_or_its_timeout() {
+        let h = StatusHandle::default();
+        let seen = h.changes();
+        let t = Instant::now();
+        assert_eq!(h.wait_change(seen, Duration::from_millis(50)), seen);
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        let writer = {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                h.update(|s| s.repairs += 1);
+            })
+        };
+        let t = Instant::now();
+        let now = h.wait_change(seen, Duration::from_secs(10));
+        assert_eq!(now, seen + 1);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        writer.join().unwrap();
+        assert_eq!(h.snapshot().repairs, 1);
     }
 }

@@ -11,43 +11,15 @@ use serde_json::Value;
 const WAIT: Duration = Duration::from_secs(30);
 
 fn start(dir: &TempDir, manifests: &str, verbose: bool) -> Daemon {
-    let out = dir.path("ruleset.nft");
-    let mut args = vec![
-        "--manifests",
-        manifests,
-        "--hostname-override",
-        "node-a",
-        "--proxy-mode",
-        "nftables",
-        "--iptables-min-sync-period",
-        "50ms",
-        "--manifests-poll",
-        "100ms",
-        "--render-to",
-        out.to_str().expect("utf-8"),
-    ];
+    let mut extra = vec!["--manifests-poll", "100ms"];
     if verbose {
-        args.extend(["-v", "4"]);
+        extra.extend(["-v", "4"]);
     }
-    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+    start_with(dir, manifests, &extra)
 }
 
 fn objects(n: u16) -> Vec<Value> {
-    let mut v = vec![node("node-a", "198.18.0.10")];
-    for i in 0..n {
-        let ip = format!("198.18.100.{}", i + 1);
-        let ep = format!("198.18.64.{}", i + 1);
-        v.push(service("demo", &format!("s{i}"), &ip, 80));
-        v.push(slice(
-            "demo",
-            &format!("s{i}"),
-            &format!("s{i}-1"),
-            &[&ep],
-            8080,
-            "node-a",
-        ));
-    }
-    v
+    services_of_round(0, n)
 }
 
 /// Multi-document YAML: a prefix cut at a document boundary parses (to fewer objects).
@@ -206,13 +178,24 @@ fn synced_services(log: &str) -> Vec<usize> {
         .collect()
 }
 
+/// Every sync the daemon logged holds the file's 20 services.
+fn assert_no_prefix_committed(d: &Daemon) {
+    let counts = synced_services(&d.log_text());
+    assert!(!counts.is_empty(), "{}", d.log_text());
+    assert!(
+        counts.iter().all(|&n| n == 20),
+        "a sync committed a prefix of the file: services per sync {counts:?}\n{}",
+        d.log_text()
+    );
+}
+
 /// 20 services whose endpoints carry `round` in their address (a change per round).
 fn round_objects(round: u8) -> Vec<Value> {
     services_of_round(round, 20)
 }
 
 /// `n` services whose endpoints carry `round` in their address.
-fn services_of_round(round: u8, n: u8) -> Vec<Value> {
+fn services_of_round(round: u8, n: u16) -> Vec<Value> {
     let mut v = vec![node("node-a", "198.18.0.10")];
     for i in 0..n {
         v.push(service(
@@ -312,13 +295,7 @@ fn slow_writer_rounds(tag: &str, extra: &[&str], rounds: u8) {
             d.log_text()
         );
     }
-    let counts = synced_services(&d.log_text());
-    assert!(!counts.is_empty(), "{}", d.log_text());
-    assert!(
-        counts.iter().all(|&n| n == 20),
-        "a sync committed a prefix of the file: services per sync {counts:?}\n{}",
-        d.log_text()
-    );
+    assert_no_prefix_committed(&d);
 }
 
 /// Also on the first read: a daemon started while a slow writer pauses mid-file waits
@@ -340,12 +317,7 @@ fn a_daemon_started_during_a_slow_write_waits_for_the_whole_file() {
         "{}",
         d.log_text()
     );
-    let counts = synced_services(&d.log_text());
-    assert!(
-        counts.iter().all(|&n| n == 20),
-        "a sync committed a prefix of the file: services per sync {counts:?}\n{}",
-        d.log_text()
-    );
+    assert_no_prefix_committed(&d);
 }
 
 /// Rename into place (write a temporary file, rename it over the manifest) reaches the

@@ -308,7 +308,9 @@ fn source_ranges_as_users_write_them_never_drop_the_service() {
 
 /// Behaviour 4: externalTrafficPolicy Local: external traffic (LB IP and NodePort) reaches only
 /// node A's endpoint and the backend sees the client's real address; with no local
-/// endpoint on node A it is dropped (the ClusterIP still reaches the remote endpoint).
+/// endpoint on node A it is dropped (the ClusterIP still reaches the remote endpoint),
+/// while pods (unmasqueraded) and node A itself (masqueraded) reach the remote endpoint
+/// on the LB IP and the NodePort.
 #[test]
 fn etp_local_keeps_client_ip_and_drops_without_local_endpoint() {
     require_root!();
@@ -366,6 +368,30 @@ fn etp_local_keeps_client_ip_and_drops_without_local_endpoint() {
             Some("b1"),
             "{proto:?}: ClusterIP unaffected: {o:?}"
         );
+        // pods and node A itself short-circuit to the cluster-wide endpoints (upstream:
+        // iptables' KUBE-EXT chain, nftables since kubernetes PR #132456): the pod keeps
+        // its address, the node's traffic is masqueraded
+        for dst in [
+            sa(&vip(f, 41), SERVICE_PORT),
+            sa(f.pick(NODE_A4, NODE_A6), 30084),
+        ] {
+            let a1 = c.pod("a1");
+            let o = probe(&a1.ns, proto, dst, None, REPLY_TIMEOUT);
+            assert_eq!(o.pod(), Some("b1"), "{proto:?} {dst} from a pod: {o:?}");
+            assert_eq!(
+                o.seen(),
+                Some(a1.ip(f)),
+                "{proto:?} {dst} from a pod: {o:?}"
+            );
+            let o = probe(&c.node_a, proto, dst, Some(f.node_a()), REPLY_TIMEOUT);
+            assert_eq!(o.pod(), Some("b1"), "{proto:?} {dst} from node A: {o:?}");
+            let link: IpAddr = f.pick(NODE_A_LINK4, NODE_A_LINK6).parse().unwrap();
+            assert_eq!(
+                o.seen(),
+                Some(link),
+                "{proto:?} {dst} from node A, masqueraded: {o:?}"
+            );
+        }
     });
 }
 

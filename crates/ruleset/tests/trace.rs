@@ -226,6 +226,36 @@ fn etp_local_external_only_local_pods_and_host_short_circuit() {
     );
 }
 
+/// externalTrafficPolicy Local without a local endpoint (upstream: iptables' KUBE-EXT
+/// chain, nftables since kubernetes PR #132456): pods (unmasqueraded) and the host
+/// (masqueraded) short-circuit to the cluster-wide endpoints on the LB IP, the external
+/// IP and the NodePort; external clients are dropped. With session affinity too.
+#[test]
+fn etp_local_without_local_endpoint_short_circuits_pods_and_host() {
+    let c = case("etp-local");
+    for (svc, remote) in [("71", "198.18.2.10:8080"), ("72", "198.18.2.12:8080")] {
+        let np: u16 = format!("300{svc}").parse().unwrap();
+        let dests = [
+            (format!("198.18.250.{svc}"), 80),
+            (format!("198.18.251.{svc}"), 80),
+            (NODE.to_string(), np),
+        ];
+        for (dst, port) in &dests {
+            if svc == "72" && dst.starts_with("198.18.251") {
+                continue; // no external IP
+            }
+            let t = c.trace(&Packet::tcp(POD, dst, *port).on("veth1"));
+            assert_eq!(t.targets(), set(&[remote]), "pod to {dst}:{port}: {t}");
+            assert!(t.none_masqueraded(), "pod to {dst}:{port}: {t}");
+            let t = c.trace(&Packet::tcp(NODE, dst, *port).from_host());
+            assert_eq!(t.targets(), set(&[remote]), "host to {dst}:{port}: {t}");
+            assert!(t.all_masqueraded(), "host to {dst}:{port}: {t}");
+            let t = c.trace(&Packet::tcp(OUTSIDE, dst, *port));
+            assert_eq!(t.fate(), Some(Fate::Drop), "outside to {dst}:{port}: {t}");
+        }
+    }
+}
+
 #[test]
 fn etp_cluster_reaches_all_masqueraded() {
     let c = case("etp-cluster");

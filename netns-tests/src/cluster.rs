@@ -285,6 +285,34 @@ fn temp_path(what: &str, ext: &str) -> PathBuf {
     ))
 }
 
+/// The proxy's configuration in a test (the defaults are the conformance suite's, see
+/// the module docs): the daemon's KubeProxyConfiguration, or engine-runner's document.
+#[derive(Clone, Debug)]
+pub struct ProxySettings {
+    /// `mode`: `iptables` or `nftables`.
+    pub mode: &'static str,
+    /// `nodePortAddresses`; `None` leaves it unset (the mode's default).
+    pub node_port_addresses: Option<Vec<String>>,
+    /// `iptables.localhostNodePorts`; `None` leaves it unset (on by default).
+    pub localhost_node_ports: Option<bool>,
+    /// `clusterCIDR` (local-traffic detection); empty: no detector.
+    pub cluster_cidrs: Vec<String>,
+    /// `masqueradeAll` (of the mode's section).
+    pub masquerade_all: bool,
+}
+
+impl Default for ProxySettings {
+    fn default() -> ProxySettings {
+        ProxySettings {
+            mode: "nftables",
+            node_port_addresses: Some(vec![NODE_PORT_CIDR4.into(), NODE_PORT_CIDR6.into()]),
+            localhost_node_ports: None,
+            cluster_cidrs: vec![CLUSTER_CIDR4.into(), CLUSTER_CIDR6.into()],
+            masquerade_all: false,
+        }
+    }
+}
+
 /// The proxy running in node A, fed from a manifest file.
 pub struct Proxy {
     proc: Proc,
@@ -352,6 +380,7 @@ pub struct Cluster {
     pub node_a: Netns,
     pub node_b: Netns,
     bins: Bins,
+    settings: ProxySettings,
 }
 
 impl Cluster {
@@ -517,6 +546,7 @@ impl Cluster {
             node_a,
             node_b,
             bins,
+            settings: ProxySettings::default(),
         }
     }
 
@@ -527,11 +557,24 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no pod {name}"))
     }
 
+    /// Run an echo-server named `name` (`{port}` is replaced by each port) on `ports` in
+    /// the namespace of `at` (a pod's name, [`NODE_A`] or [`NODE_B`]), until the cluster
+    /// is dropped.
+    pub fn serve(&mut self, at: &str, name: &str, ports: &[u16]) {
+        let ns = match at {
+            NODE_A => &self.node_a,
+            NODE_B => &self.node_b,
+            pod => &self.pod(pod).ns,
+        };
+        let p = echo_server(self.bins, ns, name, ports);
+        self._servers.push(p);
+    }
+
     /// The full manifest: the config document (engine-runner), node A, then `objects`.
     fn manifest_text(&self, kind: &ProxyKind, objects: &[Value]) -> String {
         let mut docs = Vec::new();
         match kind {
-            ProxyKind::EngineRunner(_) => docs.push(engine_runner_config()),
+            ProxyKind::EngineRunner(_) => docs.push(engine_runner_config(&self.settings)),
             // the daemon learns the service CIDRs from ServiceCIDR objects, as kube-proxy
             ProxyKind::Daemon(_) => docs.push(json!({
                 "apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
@@ -550,7 +593,18 @@ impl Cluster {
     /// Start the proxy in node A on these objects and wait until its rules are in
     /// (both tables listed, one sync reported), at most `timeout`.
     pub fn start_proxy(&mut self, objects: &[Value], timeout: Duration) {
+        self.start_proxy_with(objects, timeout, ProxySettings::default());
+    }
+
+    /// [`Cluster::start_proxy`] with these settings.
+    pub fn start_proxy_with(
+        &mut self,
+        objects: &[Value],
+        timeout: Duration,
+        settings: ProxySettings,
+    ) {
         assert!(self.proxy.is_none(), "proxy already running");
+        self.settings = settings;
         let kind = ProxyKind::from_env(&self.bins);
         let manifest = temp_path("manifest", "yaml");
         write_atomic(&manifest, &self.manifest_text(&kind, objects));
@@ -569,7 +623,7 @@ impl Cluster {
             ),
             ProxyKind::Daemon(p) => {
                 let cfg = temp_path("config", "yaml");
-                write_atomic(&cfg, &daemon_config());
+                write_atomic(&cfg, &daemon_config(&self.settings));
                 (
                     p.clone(),
                     vec![
@@ -680,33 +734,58 @@ fn echo_server(bins: Bins, ns: &Netns, name: &str, ports: &[u16]) -> Proc {
 }
 
 /// The `NlproxyConfig` document engine-runner reads.
-fn engine_runner_config() -> Value {
-    json!({
+fn engine_runner_config(s: &ProxySettings) -> Value {
+    let iptables = s.mode == "iptables";
+    let mut v = json!({
         "kind": "NlproxyConfig",
         "nodeName": NODE_A,
         "families": ["IPv4", "IPv6"],
-        "clusterCIDRs": [CLUSTER_CIDR4, CLUSTER_CIDR6],
+        "clusterCIDRs": s.cluster_cidrs,
         "serviceCIDRs": [SERVICE_CIDR4, SERVICE_CIDR6],
-        "nodePortAddresses": [NODE_PORT_CIDR4, NODE_PORT_CIDR6],
         "localAddresses": NODE_A_ADDRESSES,
-    })
+        "masqueradeAll": s.masquerade_all,
+        "proxier": if iptables { "Iptables" } else { "Nftables" },
+        "localhostNodePorts": iptables && s.localhost_node_ports.unwrap_or(true),
+    });
+    // unset: the mode's default (iptables: every address; nftables: primary)
+    v["nodePortAddresses"] = match &s.node_port_addresses {
+        Some(a) => json!(a),
+        None if iptables => json!(["0.0.0.0/0", "::/0"]),
+        None => json!(["primary"]),
+    };
+    v
 }
 
 /// The KubeProxyConfiguration the daemon reads (the same settings).
-fn daemon_config() -> String {
-    format!(
+fn daemon_config(s: &ProxySettings) -> String {
+    let section = if s.mode == "iptables" {
+        "iptables"
+    } else {
+        "nftables"
+    };
+    let mut text = format!(
         "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
          kind: KubeProxyConfiguration\n\
-         mode: nftables\n\
+         mode: {mode}\n\
          hostnameOverride: {NODE_A}\n\
-         clusterCIDR: \"{CLUSTER_CIDR4},{CLUSTER_CIDR6}\"\n\
+         clusterCIDR: \"{cidrs}\"\n\
          detectLocalMode: ClusterCIDR\n\
-         nodePortAddresses: [\"{NODE_PORT_CIDR4}\", \"{NODE_PORT_CIDR6}\"]\n\
          healthzBindAddress: \"0.0.0.0:10256\"\n\
          metricsBindAddress: \"127.0.0.1:10249\"\n\
-         nftables:\n  minSyncPeriod: 100ms\n  syncPeriod: 1h\n\
-         linux:\n  conntrack:\n    maxPerCore: 0\n    min: 0\n"
-    )
+         linux:\n  conntrack:\n    maxPerCore: 0\n    min: 0\n\
+         {section}:\n  minSyncPeriod: 100ms\n  syncPeriod: 1h\n  masqueradeAll: {masq}\n",
+        mode = s.mode,
+        cidrs = s.cluster_cidrs.join(","),
+        masq = s.masquerade_all,
+    );
+    if let Some(l) = s.localhost_node_ports {
+        text.push_str(&format!("  localhostNodePorts: {l}\n"));
+    }
+    if let Some(a) = &s.node_port_addresses {
+        let list: Vec<String> = a.iter().map(|c| format!("\"{c}\"")).collect();
+        text.push_str(&format!("nodePortAddresses: [{}]\n", list.join(", ")));
+    }
+    text
 }
 
 /// Node A's Node object: addresses, pod CIDRs, zone label.

@@ -17,6 +17,7 @@ pub mod oracle;
 pub mod sample;
 pub mod transport;
 pub mod upstream;
+pub mod upstream_flows;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

@@ -137,6 +137,165 @@ fn node_port_from_external_client_respects_node_port_addresses_not_loopback() {
     });
 }
 
+fn daemon_only(what: &str) -> bool {
+    if matches!(ProxyKind::from_env(&bins!()), ProxyKind::Daemon(_)) {
+        return true;
+    }
+    eprintln!("SKIPPED {what}: set KUBE_NLPROXY_BIN to the kube-nlproxy binary");
+    false
+}
+
+/// Behaviour 2b: localhost NodePorts in iptables mode (`iptables.localhostNodePorts`, on
+/// by default, nodePortAddresses unset): node A reaches an IPv4 NodePort on 127.0.0.1
+/// (masqueraded: the daemon set `route_localnet`), never on ::1. The protection
+/// against remote access to localhost (CVE-2020-8558, the iptables proxier's
+/// `KUBE-FIREWALL` rule): a neighbour routing 127.0.0.0/8 to node A reaches the NodePort
+/// on a loopback address (DNATed, as upstream) but not a service node A listens for on
+/// loopback (dropped), although `route_localnet` would let the kernel take it.
+#[test]
+fn localhost_node_ports_in_iptables_mode_and_no_remote_access_to_localhost() {
+    require_root!();
+    if !daemon_only("localhost NodePorts (route_localnet is set by the daemon)") {
+        return;
+    }
+    const NP: u16 = 30085;
+    let mut c = Cluster::new(bins!(), &[("a2", On::A), ("b1", On::B)]);
+    // a node-local service on loopback only: what the CVE is about
+    c.serve(NODE_A, "lo-service", &[UNUSED_PORT]);
+    let mut objs = vec![Svc::new("np", &refs(&dual(10))).node_port(NP).to_json()];
+    objs.extend(ready_slices(&c, "np", &["a2", "b1"]));
+    let settings = ProxySettings {
+        mode: "iptables",
+        node_port_addresses: None,
+        ..ProxySettings::default()
+    };
+    c.start_proxy_with(&objs, Duration::from_secs(60), settings);
+    let route_localnet = c
+        .node_a
+        .exec_ok("sysctl", &["-n", "net.ipv4.conf.all.route_localnet"]);
+    assert_eq!(route_localnet.trim(), "1", "the daemon sets route_localnet");
+    for proto in Proto::BOTH {
+        let lo = sa("127.0.0.1", NP);
+        let got = c.node_a.run(move || {
+            (0..40)
+                .map(|_| probe_here(proto, lo, Some("127.0.0.1".parse().unwrap()), REPLY_TIMEOUT))
+                .collect::<Vec<_>>()
+        });
+        let mut pods = BTreeSet::new();
+        for o in &got {
+            let pod = o.pod().unwrap_or_else(|| panic!("{proto:?} {lo}: {o:?}"));
+            pods.insert(pod.to_string());
+            let want: IpAddr = if pod == "a2" { BRIDGE_A4 } else { NODE_A_LINK4 }
+                .parse()
+                .unwrap();
+            assert_eq!(o.seen(), Some(want), "{proto:?} {lo}: masqueraded: {o:?}");
+        }
+        assert_eq!(pods.len(), 2, "{proto:?} {lo}: both endpoints: {got:?}");
+        let lo6 = sa("::1", NP);
+        let o = probe(&c.node_a, proto, lo6, None, REFUSE_TIMEOUT);
+        assert_eq!(o, Outcome::Refused, "{proto:?} {lo6}: no NodePort on ::1");
+    }
+    // the client routes 127.0.0.0/8 but 127.0.0.1 to node A (its own loopback route
+    // removed); 127.0.0.5 is a loopback address of node A's
+    c.client.ip(&[
+        "route",
+        "del",
+        "local",
+        "127.0.0.0/8",
+        "dev",
+        "lo",
+        "table",
+        "local",
+    ]);
+    c.client
+        .ip(&["route", "add", "127.0.0.0/8", "via", NODE_A4]);
+    c.client.sysctl("net.ipv4.conf.all.route_localnet", "1");
+    for proto in Proto::BOTH {
+        let o = probe(&c.client, proto, sa("127.0.0.5", NP), None, REPLY_TIMEOUT);
+        assert!(
+            o.pod().is_some(),
+            "{proto:?}: a neighbour reaches the NodePort on 127.0.0.5: {o:?}"
+        );
+        let o = probe(
+            &c.client,
+            proto,
+            sa("127.0.0.5", UNUSED_PORT),
+            None,
+            DROP_TIMEOUT,
+        );
+        assert_eq!(
+            o,
+            Outcome::Timeout,
+            "{proto:?}: remote access to node A's localhost: {o:?}"
+        );
+    }
+}
+
+/// Behaviour 2c: nodePortAddresses with CIDRs of one family (198.18.50.0/24, IPv4 only):
+/// IPv4 NodePorts and health-check ports only on node A's address inside it, IPv6 ones
+/// on every address of node A (upstream's `NewNodePortAddresses` gives a family without
+/// CIDRs `::/0`). Before: no IPv6 NodePort and no IPv6 health-check port at all.
+#[test]
+fn node_port_addresses_of_one_family_leave_the_other_on_every_address() {
+    require_root!();
+    if !daemon_only("nodePortAddresses of one family (health-check ports need the daemon)") {
+        return;
+    }
+    const NP: u16 = 30086;
+    const HC: u16 = 32005;
+    let mut c = Cluster::new(bins!(), &[("a2", On::A), ("b1", On::B)]);
+    let mut svc =
+        Svc::new("np", &refs(&dual(10))).load_balancer(NP, &[&vip(Fam::V4, 45), &vip(Fam::V6, 45)]);
+    svc.etp_local = true;
+    svc.health_check_node_port = Some(HC);
+    let mut objs = vec![svc.to_json()];
+    objs.extend(ready_slices(&c, "np", &["a2", "b1"]));
+    let settings = ProxySettings {
+        node_port_addresses: Some(vec![NODE_PORT_CIDR4.into()]),
+        ..ProxySettings::default()
+    };
+    c.start_proxy_with(&objs, Duration::from_secs(60), settings);
+    for proto in Proto::BOTH {
+        for (dst, served) in [
+            (NODE_A4, true),
+            (NODE_A_LINK4, false),
+            (NODE_A6, true),
+            (NODE_A_LINK6, true),
+        ] {
+            let o = probe(&c.client, proto, sa(dst, NP), None, REFUSE_TIMEOUT);
+            if served {
+                assert_eq!(o.pod(), Some("a2"), "{proto:?} {dst}:{NP}: {o:?}");
+            } else {
+                assert_eq!(
+                    o,
+                    Outcome::Refused,
+                    "{proto:?} {dst}:{NP}: not served: {o:?}"
+                );
+            }
+        }
+    }
+    for (dst, served) in [
+        (NODE_A4, true),
+        (NODE_A_LINK4, false),
+        (NODE_A6, true),
+        (NODE_A_LINK6, true),
+    ] {
+        let mut last = Err(String::new());
+        for _ in 0..40 {
+            last = http_get(&c.client, sa(dst, HC), "/");
+            if last.is_ok() == served {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        match (served, last) {
+            (true, Ok((code, _))) => assert_eq!(code, 200, "{dst}:{HC}"),
+            (false, Err(_)) => {}
+            (s, r) => panic!("health-check port {dst}:{HC}: served {s}, got {r:?}"),
+        }
+    }
+}
+
 /// Behaviour 3: ExternalIP and LoadBalancer IP from the external client reach the endpoints;
 /// loadBalancerSourceRanges: the allowed client address gets through, another address
 /// of the same client is dropped (while the same service's NodePort is not filtered).
@@ -308,7 +467,9 @@ fn source_ranges_as_users_write_them_never_drop_the_service() {
 
 /// Behaviour 4: externalTrafficPolicy Local: external traffic (LB IP and NodePort) reaches only
 /// node A's endpoint and the backend sees the client's real address; with no local
-/// endpoint on node A it is dropped (the ClusterIP still reaches the remote endpoint).
+/// endpoint on node A it is dropped (the ClusterIP still reaches the remote endpoint),
+/// while pods (unmasqueraded) and node A itself (masqueraded) reach the remote endpoint
+/// on the LB IP and the NodePort.
 #[test]
 fn etp_local_keeps_client_ip_and_drops_without_local_endpoint() {
     require_root!();
@@ -366,6 +527,30 @@ fn etp_local_keeps_client_ip_and_drops_without_local_endpoint() {
             Some("b1"),
             "{proto:?}: ClusterIP unaffected: {o:?}"
         );
+        // pods and node A itself short-circuit to the cluster-wide endpoints (upstream:
+        // iptables' KUBE-EXT chain, nftables since kubernetes PR #132456): the pod keeps
+        // its address, the node's traffic is masqueraded
+        for dst in [
+            sa(&vip(f, 41), SERVICE_PORT),
+            sa(f.pick(NODE_A4, NODE_A6), 30084),
+        ] {
+            let a1 = c.pod("a1");
+            let o = probe(&a1.ns, proto, dst, None, REPLY_TIMEOUT);
+            assert_eq!(o.pod(), Some("b1"), "{proto:?} {dst} from a pod: {o:?}");
+            assert_eq!(
+                o.seen(),
+                Some(a1.ip(f)),
+                "{proto:?} {dst} from a pod: {o:?}"
+            );
+            let o = probe(&c.node_a, proto, dst, Some(f.node_a()), REPLY_TIMEOUT);
+            assert_eq!(o.pod(), Some("b1"), "{proto:?} {dst} from node A: {o:?}");
+            let link: IpAddr = f.pick(NODE_A_LINK4, NODE_A_LINK6).parse().unwrap();
+            assert_eq!(
+                o.seen(),
+                Some(link),
+                "{proto:?} {dst} from node A, masqueraded: {o:?}"
+            );
+        }
     });
 }
 

@@ -428,9 +428,11 @@ pub fn slice_from_k8s(
             });
             continue;
         }
+        // unset conditions as upstream's endpoint slice cache reads them
+        // (pkg/proxy/endpointslicecache.go): ready and serving true, terminating false
         let c = ep.conditions.as_ref();
         let ready = c.and_then(|c| c.ready).unwrap_or(true);
-        let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+        let serving = c.and_then(|c| c.serving).unwrap_or(true);
         let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
         let hints = ep.hints.as_ref();
         endpoints.push(Endpoint {
@@ -522,4 +524,41 @@ pub fn node_from_k8s(
         pod_cidrs,
         primary_ips,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conditions_of(conditions: &str) -> (bool, bool, bool) {
+        let json = format!(
+            r#"{{"metadata":{{"name":"s-1","namespace":"n","labels":{{"kubernetes.io/service-name":"s"}}}},
+                "addressType":"IPv4","ports":[{{"port":80}}],
+                "endpoints":[{{"addresses":["198.18.1.1"]{conditions}}}]}}"#
+        );
+        let slice: discovery::EndpointSlice = serde_json::from_str(&json).unwrap();
+        let s = slice_from_k8s(&slice, &mut Vec::new()).unwrap().unwrap();
+        let e = &s.endpoints[0];
+        (e.ready, e.serving, e.terminating)
+    }
+
+    /// Unset conditions read as upstream's endpoint slice cache reads them: ready and
+    /// serving true, terminating false; serving does not follow ready.
+    #[test]
+    fn unset_conditions_are_upstreams_defaults() {
+        assert_eq!(conditions_of(""), (true, true, false));
+        assert_eq!(conditions_of(r#","conditions":{}"#), (true, true, false));
+        assert_eq!(
+            conditions_of(r#","conditions":{"ready":false,"terminating":true}"#),
+            (false, true, true)
+        );
+        assert_eq!(
+            conditions_of(r#","conditions":{"ready":false}"#),
+            (false, true, false)
+        );
+        assert_eq!(
+            conditions_of(r#","conditions":{"ready":false,"serving":false,"terminating":true}"#),
+            (false, false, true)
+        );
+    }
 }

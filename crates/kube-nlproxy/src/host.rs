@@ -184,6 +184,23 @@ pub fn apply_conntrack(ct: &Conntrack) {
     }
 }
 
+/// `net.ipv4.conf.all.route_localnet=1`, which localhost NodePorts need (iptables mode,
+/// as kube-proxy's iptables proxier sets it; the table drops what it lets in from
+/// elsewhere, see `ruleset::ParsedConfig::localhost_node_ports_v4`).
+pub fn apply_route_localnet() {
+    info!("Setting route_localnet=1 to allow node-ports on localhost; to change this either disable iptables.localhostNodePorts (--iptables-localhost-nodeports) or set nodePortAddresses (--nodeport-addresses) to filter loopback addresses");
+    write_sysctl("net.ipv4.conf.all.route_localnet", 1);
+}
+
+/// Whether `net.netfilter.nf_conntrack_tcp_be_liberal` is set (read as kube-proxy's
+/// iptables proxier reads it, after the conntrack sysctls are applied).
+pub fn tcp_be_liberal() -> bool {
+    std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_tcp_be_liberal")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|v| v != 0)
+}
+
 /// `oom_score_adj` of this process (kube-proxy's `--oom-score-adj`).
 pub fn apply_oom_score_adj(v: i32) {
     let path = "/proc/self/oom_score_adj";

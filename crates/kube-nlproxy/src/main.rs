@@ -122,6 +122,10 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     }
     if touches_kernel(flags) {
         host::apply_conntrack(&settings.conntrack);
+        if settings.ruleset.localhost_node_ports_v4() {
+            host::apply_route_localnet();
+        }
+        settings.ruleset.conntrack_tcp_be_liberal |= host::tcp_be_liberal();
         if let Some(v) = settings.oom_score_adj {
             host::apply_oom_score_adj(v);
         }

@@ -85,16 +85,32 @@ fn any_address() -> IpAddr {
     }
 }
 
-/// Where health-check node ports listen, as kube-proxy's service health server decides
-/// (`nodePortAddresses`): every address when a family's NodePorts are served on all of
-/// them, else the node's addresses they are served on (its primary IPs for `primary`,
-/// the local addresses inside the CIDRs). Nothing while those are not known yet.
-pub fn health_check_addresses(cfg: &ParsedConfig, primary_ips: &[IpAddr]) -> Vec<IpAddr> {
+/// Where health-check node ports listen, as kube-proxy's service health server of each
+/// family decides (`nodePortAddresses`): every address of a family whose NodePorts are
+/// served on all of them (one wildcard when that is every family; else the family's
+/// unspecified address, `[::]` then bound IPv6-only, where IPv6 works), else the node's
+/// addresses they are served on (its primary IPs for `primary`, the local addresses
+/// inside the CIDRs). Nothing while those are not known yet (`primary_ips`: `None`
+/// until the Node arrives).
+pub fn health_check_addresses(cfg: &ParsedConfig, primary_ips: Option<&[IpAddr]>) -> Vec<IpAddr> {
     let mut out = Vec::new();
+    let mut everywhere = Vec::new();
     for family in &cfg.families {
         match cfg.node_port_addrs(*family, primary_ips) {
-            NodePortAddrs::AllLocal => return vec![any_address()],
+            NodePortAddrs::AllLocal => everywhere.push(*family),
             NodePortAddrs::Addrs(a) => out.extend(a),
+        }
+    }
+    if !everywhere.is_empty() && everywhere.len() == cfg.families.len() {
+        return vec![any_address()];
+    }
+    for family in everywhere {
+        match family {
+            kube_model::IpFamily::V4 => out.push(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            kube_model::IpFamily::V6 if any_address().is_ipv6() => {
+                out.push(IpAddr::V6(Ipv6Addr::UNSPECIFIED))
+            }
+            kube_model::IpFamily::V6 => {}
         }
     }
     out.sort();
@@ -155,7 +171,10 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
     let cfg = s.node_ports;
     let mut ports = HealthCheckPorts::new(
         s.status.clone(),
-        Box::new(move |st| health_check_addresses(&cfg, &st.node_primary_ips)),
+        Box::new(move |st| {
+            let primary = st.node.as_ref().map(|_| st.node_primary_ips.as_slice());
+            health_check_addresses(&cfg, primary)
+        }),
         limits,
     );
     let (status, metrics) = (s.status, s.metrics);
@@ -312,6 +331,47 @@ mod tests {
 
     fn v(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// nodePortAddresses with CIDRs of one family: health-check ports on that family's
+    /// matching addresses and on every address of the other family (as upstream's
+    /// per-family service health servers); both families everywhere: one wildcard.
+    #[test]
+    fn health_check_ports_listen_on_every_address_of_a_family_without_cidrs() {
+        let cfg = |np: &[&str]| {
+            ruleset::Config {
+                node_port_addresses: v(np),
+                local_addresses: v(&["198.18.50.1", "198.18.10.1", "2001:db8:50::1"]),
+                ..Default::default()
+            }
+            .parse()
+            .unwrap()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let v6 = any_address().is_ipv6();
+        let mut want = vec![ip("198.18.50.1")];
+        if v6 {
+            want.push(ip("::"));
+        }
+        assert_eq!(
+            health_check_addresses(&cfg(&["198.18.50.0/24"]), None),
+            want
+        );
+        assert_eq!(
+            health_check_addresses(&cfg(&["2001:db8:50::/64"]), None),
+            vec![ip("0.0.0.0"), ip("2001:db8:50::1")]
+        );
+        assert_eq!(
+            health_check_addresses(&cfg(&["0.0.0.0/0", "::/0"]), None),
+            vec![any_address()]
+        );
+        // primary, the node without an IPv6 address: IPv6 everywhere
+        let node = [ip("198.18.50.1")];
+        assert_eq!(
+            health_check_addresses(&cfg(&["primary"]), Some(&node)),
+            want
+        );
+        assert!(health_check_addresses(&cfg(&["primary"]), None).is_empty());
     }
 
     #[test]

@@ -386,6 +386,35 @@ pub fn ct_state_any(states: u32) -> Vec<Expr> {
     ]
 }
 
+/// `ct state ! <states>` (none of the bits; a packet without conntrack has the
+/// `invalid` or `untracked` bit)
+pub fn ct_state_none(states: u32) -> Vec<Expr> {
+    ct_bits_none(CtKey::State, states)
+}
+
+/// `ct status ! <bits>` (none of the bits; a packet without conntrack does not match)
+pub fn ct_status_none(bits: u32) -> Vec<Expr> {
+    ct_bits_none(CtKey::Status, bits)
+}
+
+fn ct_bits_none(key: CtKey, bits: u32) -> Vec<Expr> {
+    vec![
+        Expr::Ct { key, dreg: Reg::R1 },
+        Expr::Bitwise {
+            sreg: Reg::R1,
+            dreg: Reg::R1,
+            len: 4,
+            mask: bits.to_ne_bytes().to_vec(),
+            xor: 0u32.to_ne_bytes().to_vec(),
+        },
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: CmpOp::Eq,
+            data: 0u32.to_ne_bytes().to_vec(),
+        },
+    ]
+}
+
 /// `fib daddr type local`
 pub fn fib_daddr_local() -> Vec<Expr> {
     fib_local(fib_flags::DADDR)

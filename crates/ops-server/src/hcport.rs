@@ -1,7 +1,8 @@
 //! Health-check node ports (`pkg/proxy/healthcheck/service_health.go`): for each
 //! externalTrafficPolicy Local LoadBalancer service, an HTTP server on its
 //! `healthCheckNodePort`, on the addresses NodePorts are served on (nodePortAddresses:
-//! every address when it covers everything, else the node's matching addresses),
+//! every address of a family it has no CIDR of, or a CIDR covering the whole family,
+//! else the node's matching addresses; `[::]` is IPv6-only next to IPv4 addresses),
 //! answering with the number of local endpoints in the `X-Load-Balancing-Endpoint-Weight`
 //! header and kube-proxy's JSON body; 200 only with local endpoints and a healthy proxy,
 //! else 503. Servers open and close as services come and go
@@ -163,9 +164,12 @@ impl<S: StatusSource> HealthCheckPorts<S> {
             }
             let mut listeners = Vec::new();
             let mut error = None;
+            // `[::]` next to IPv4 addresses serves IPv6 only (every IPv6 address, the
+            // listed IPv4 ones): nodePortAddresses with CIDRs of IPv4 only
+            let v6only = addrs.iter().any(IpAddr::is_ipv4);
             for ip in &addrs {
                 let addr = SocketAddr::new(*ip, port);
-                match tokio::net::TcpListener::bind(addr).await {
+                match listen(addr, v6only).await {
                     Ok(l) => listeners.push(l),
                     Err(e) => {
                         error = Some(format!("listen tcp {addr}: {e}"));
@@ -204,6 +208,22 @@ impl<S: StatusSource> HealthCheckPorts<S> {
             );
         }
     }
+}
+
+/// A listener on `addr`; the IPv6 wildcard IPv6-only when `v6only` (else it takes IPv4
+/// too, as Linux's default `bindv6only=0` makes it).
+async fn listen(addr: SocketAddr, v6only: bool) -> std::io::Result<tokio::net::TcpListener> {
+    if !(v6only && addr.ip() == IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)) {
+        return tokio::net::TcpListener::bind(addr).await;
+    }
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    s.set_only_v6(true)?;
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    tokio::net::TcpListener::from_std(s.into())
 }
 
 #[cfg(test)]

@@ -350,6 +350,36 @@ fn health_check_node_ports_open_answer_and_close() {
     );
 }
 
+/// nodePortAddresses with CIDRs of IPv4 only: the health-check port listens on those
+/// IPv4 addresses and on every IPv6 address (`[::]`, IPv6-only: it neither takes the
+/// other IPv4 addresses nor collides with the IPv4 ones).
+#[test]
+fn an_ipv4_address_next_to_the_ipv6_wildcard_serves_ipv6_everywhere_and_that_ipv4() {
+    let rt = rt();
+    let src = synced_now();
+    let port = free_port();
+    let key = ServiceKey::new("web", "lb");
+    set_check(&src, &key, port, 1);
+    let mut ports = HealthCheckPorts::on(
+        src.clone(),
+        vec!["127.0.0.1".parse().unwrap(), "::".parse().unwrap()],
+        Limits::for_process(),
+    );
+    rt.block_on(ports.reconcile());
+    assert_eq!(ports.ports(), vec![port], "both addresses bound");
+    for url in [
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://[::1]:{port}/"),
+    ] {
+        let (code, weight, body) = get(&url, "x-load-balancing-endpoint-weight");
+        assert_eq!((code, weight.as_deref()), (200, Some("1")), "{url}: {body}");
+    }
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.2", port)).is_err(),
+        "another IPv4 address is not served"
+    );
+}
+
 /// A health-check port is closed when `reconcile` returns: it can be bound again at once
 /// (by the next address set of the same port, or by anyone). Repeated, because an
 /// abort alone closes the listener a moment later, on a worker thread.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ruleset::DetectLocalMode;
 
-use crate::config::internal::{KubeProxyConfig, MODE_IPTABLES, MODE_IPVS};
+use crate::config::internal::{KubeProxyConfig, MODE_IPTABLES, MODE_IPVS, MODE_NFTABLES};
 use crate::config::v1alpha1::{
     self as v1, append_port_if_needed, Conntrack, FlushFrequency, HEALTHZ_PORT, METRICS_PORT,
 };
@@ -611,6 +611,14 @@ pub fn derive(
         node_port_addresses,
         local_addresses: Vec::new(),
         service_cidrs: Vec::new(),
+        proxier: if mode == MODE_NFTABLES {
+            ruleset::Proxier::Nftables
+        } else {
+            ruleset::Proxier::Iptables
+        },
+        localhost_node_ports: (mode == MODE_IPTABLES || mode.is_empty())
+            && c.iptables.localhost_node_ports.unwrap_or(true),
+        conntrack_tcp_be_liberal: c.linux.conntrack.tcp_be_liberal,
     }
     .parse()?;
     let kube = KubeSettings {

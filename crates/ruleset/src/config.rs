@@ -24,6 +24,19 @@ pub enum DetectLocalMode {
     InterfaceNamePrefix,
 }
 
+/// Which upstream proxier's behaviour to follow where kube-proxy's modes differ
+/// (`mode`: iptables, the default, or nftables; see docs/migration.md for what differs
+/// and what we keep in both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum Proxier {
+    /// kube-proxy's iptables (and ipvs) mode: localhost NodePorts
+    /// (`iptables.localhostNodePorts`), forwarded packets conntrack finds INVALID dropped.
+    Iptables,
+    /// kube-proxy's nftables mode.
+    #[default]
+    Nftables,
+}
+
 /// Compiler settings. Field names follow KubeProxyConfiguration where one exists.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -53,6 +66,14 @@ pub struct Config {
     /// Service CIDRs: traffic to an unallocated address in them is dropped.
     #[serde(rename = "serviceCIDRs")]
     pub service_cidrs: Vec<String>,
+    /// The mode whose behaviour to follow where kube-proxy's modes differ.
+    pub proxier: Proxier,
+    /// `iptables.localhostNodePorts` (iptables proxier only): NodePorts on 127.0.0.1 when
+    /// nodePortAddresses holds IPv4 loopback (the daemon sets `route_localnet`).
+    pub localhost_node_ports: bool,
+    /// `net.netfilter.nf_conntrack_tcp_be_liberal` is set: the iptables proxier then
+    /// does not drop forwarded packets conntrack finds INVALID.
+    pub conntrack_tcp_be_liberal: bool,
 }
 
 impl Default for Config {
@@ -70,6 +91,9 @@ impl Default for Config {
             node_port_addresses: Vec::new(),
             local_addresses: Vec::new(),
             service_cidrs: Vec::new(),
+            proxier: Proxier::Nftables,
+            localhost_node_ports: false,
+            conntrack_tcp_be_liberal: false,
         }
     }
 }
@@ -77,9 +101,10 @@ impl Default for Config {
 /// Where NodePorts are served, for one family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodePortAddrs {
-    /// Every local address except loopback (`fib daddr type local`).
+    /// Every local address (`fib daddr type local`), loopback only with localhost
+    /// NodePorts ([`ParsedConfig::localhost_node_ports_v4`]).
     AllLocal,
-    /// These addresses (never loopback).
+    /// These addresses (loopback ones only with localhost NodePorts).
     Addrs(Vec<IpAddr>),
 }
 
@@ -99,6 +124,9 @@ pub struct ParsedConfig {
     pub node_port_cidrs: Vec<Cidr>,
     pub local_addresses: Vec<IpAddr>,
     pub service_cidrs: Vec<Cidr>,
+    pub proxier: Proxier,
+    pub localhost_node_ports: bool,
+    pub conntrack_tcp_be_liberal: bool,
 }
 
 fn bad(field: &str, value: &str, reason: &str) -> RulesetError {
@@ -178,6 +206,9 @@ impl Config {
             node_port_cidrs,
             local_addresses,
             service_cidrs,
+            proxier: self.proxier,
+            localhost_node_ports: self.localhost_node_ports,
+            conntrack_tcp_be_liberal: self.conntrack_tcp_be_liberal,
         })
     }
 }
@@ -198,32 +229,92 @@ impl Default for ParsedConfig {
             node_port_cidrs: Vec::new(),
             local_addresses: Vec::new(),
             service_cidrs: Vec::new(),
+            proxier: Proxier::Nftables,
+            localhost_node_ports: false,
+            conntrack_tcp_be_liberal: false,
         }
     }
 }
 
 impl ParsedConfig {
-    /// Where NodePorts are served in `family`, given the node's primary IPs.
-    pub fn node_port_addrs(&self, family: IpFamily, primary_ips: &[IpAddr]) -> NodePortAddrs {
-        let cidrs: Vec<&Cidr> = self
-            .node_port_cidrs
+    /// nodePortAddresses' CIDRs of `family`.
+    fn node_port_cidrs_of(&self, family: IpFamily) -> impl Iterator<Item = &Cidr> {
+        self.node_port_cidrs
             .iter()
-            .filter(|c| c.family() == family)
-            .collect();
+            .filter(move |c| c.family() == family)
+    }
+
+    /// Where NodePorts are served in `family`, given the node's primary IPs (`None`:
+    /// the Node is not known yet). As upstream's `NodePortAddresses` of the family, after
+    /// `primary` became the node's (non-loopback) IPs: a family without a CIDR (none
+    /// listed of it, or no node IP of it) is served on every local address.
+    pub fn node_port_addrs(
+        &self,
+        family: IpFamily,
+        primary_ips: Option<&[IpAddr]>,
+    ) -> NodePortAddrs {
+        let cidrs: Vec<&Cidr> = self.node_port_cidrs_of(family).collect();
         if cidrs.iter().any(|c| c.is_all()) {
             return NodePortAddrs::AllLocal;
         }
         let mut out: Vec<IpAddr> = Vec::new();
+        let mut listed = !cidrs.is_empty();
         if self.node_port_primary {
-            out.extend(primary_ips.iter().filter(|ip| IpFamily::of(ip) == family));
+            match primary_ips {
+                // nothing from `primary` until the Node arrives
+                None => listed = true,
+                Some(p) => {
+                    let mine = p
+                        .iter()
+                        .filter(|ip| IpFamily::of(ip) == family && !ip.is_loopback());
+                    for ip in mine {
+                        listed = true;
+                        out.push(*ip);
+                    }
+                }
+            }
+        }
+        if !listed {
+            return NodePortAddrs::AllLocal;
         }
         for c in cidrs {
             out.extend(self.local_addresses.iter().filter(|ip| c.contains(ip)));
         }
-        out.retain(|ip| !ip.is_loopback());
+        let localhost = family == IpFamily::V4 && self.localhost_node_ports_v4();
+        out.retain(|ip| !ip.is_loopback() || localhost);
         out.sort();
         out.dedup();
         NodePortAddrs::Addrs(out)
+    }
+
+    /// Whether IPv4 NodePorts are served on loopback (127.0.0.1), as the iptables
+    /// proxier does (`pkg/proxy/iptables/proxier.go`): with `localhostNodePorts`, when
+    /// nodePortAddresses' IPv4 part holds a loopback address (none listed: every
+    /// address). The daemon must then set `net.ipv4.conf.all.route_localnet=1`; the
+    /// table drops packets to 127.0.0.0/8 from elsewhere that are not DNATed
+    /// (CVE-2020-8558). Never in the nftables proxier's mode, whose localhost NodePorts
+    /// are a userspace proxy, not rules. `primary` never counts as loopback (a node
+    /// without an IPv4 address is the one case where upstream would differ).
+    pub fn localhost_node_ports_v4(&self) -> bool {
+        if self.proxier != Proxier::Iptables
+            || !self.localhost_node_ports
+            || !self.families.contains(&IpFamily::V4)
+        {
+            return false;
+        }
+        let loopback = std::net::Ipv4Addr::new(127, 0, 0, 0).into();
+        let mut cidrs = self.node_port_cidrs_of(IpFamily::V4).peekable();
+        if cidrs.peek().is_none() {
+            return !self.node_port_primary;
+        }
+        cidrs.any(|c| c.addr.is_loopback() || c.contains(&loopback))
+    }
+
+    /// Whether forwarded packets that conntrack finds INVALID are dropped, as the
+    /// iptables proxier's `KUBE-FORWARD` chain does (kubernetes issues #74839, #117924)
+    /// unless `nf_conntrack_tcp_be_liberal` is set.
+    pub fn drops_invalid_forwarded(&self) -> bool {
+        self.proxier == Proxier::Iptables && !self.conntrack_tcp_be_liberal
     }
 }
 
@@ -234,5 +325,74 @@ mod tests {
     #[test]
     fn the_default_config_parses_to_the_default_parsed_config() {
         assert_eq!(Config::default().parse(), Ok(ParsedConfig::default()));
+    }
+
+    fn parsed(node_port_addresses: &[&str]) -> ParsedConfig {
+        Config {
+            node_port_addresses: node_port_addresses.iter().map(|s| s.to_string()).collect(),
+            local_addresses: [
+                "198.18.50.1",
+                "198.18.10.1",
+                "2001:db8:50::1",
+                "127.0.0.1",
+                "::1",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+            ..Config::default()
+        }
+        .parse()
+        .unwrap()
+    }
+
+    fn ips(v: &[&str]) -> Vec<IpAddr> {
+        v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    /// As upstream's `NewNodePortAddresses(family, cidrs)`: CIDRs of one family only
+    /// leave the other family on every address; `primary` is the node's IPs, and a
+    /// family the node has no IP of is served on every address.
+    #[test]
+    fn node_port_addresses_of_one_family_leave_the_other_on_every_address() {
+        let c = parsed(&["198.18.50.0/24"]);
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V4, None),
+            NodePortAddrs::Addrs(ips(&["198.18.50.1"]))
+        );
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V6, None),
+            NodePortAddrs::AllLocal
+        );
+        let c = parsed(&["2001:db8:50::/64"]);
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V4, None),
+            NodePortAddrs::AllLocal
+        );
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V6, None),
+            NodePortAddrs::Addrs(ips(&["2001:db8:50::1"]))
+        );
+        let c = parsed(&["primary"]);
+        let v4_only = ips(&["198.18.50.1"]);
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V4, Some(&v4_only)),
+            NodePortAddrs::Addrs(v4_only.clone())
+        );
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V6, Some(&v4_only)),
+            NodePortAddrs::AllLocal
+        );
+        // the Node not known yet: nothing
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V6, None),
+            NodePortAddrs::Addrs(vec![])
+        );
+        // both families listed: each on its own addresses
+        let c = parsed(&["198.18.50.0/24", "2001:db8:50::/64"]);
+        assert_eq!(
+            c.node_port_addrs(IpFamily::V6, None),
+            NodePortAddrs::Addrs(ips(&["2001:db8:50::1"]))
+        );
     }
 }

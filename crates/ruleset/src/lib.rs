@@ -25,7 +25,7 @@ pub mod trace;
 pub use apply::{apply, ApplyError};
 pub use compile::mirror::Conflict;
 pub use compile::{compile, compile_parsed, nft_family, Compiled};
-pub use config::{Config, DetectLocalMode, ParsedConfig};
+pub use config::{Config, DetectLocalMode, ParsedConfig, Proxier};
 pub use diff::{diff, diff_tables, diff_tables_into};
 pub use explain::{explain, Explanation};
 pub use incremental::{Changes, Compiler, PortTargets, Served, Update};

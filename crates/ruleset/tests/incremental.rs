@@ -282,6 +282,53 @@ fn frequent_changes_are_element_operations_only() {
     );
 }
 
+/// externalTrafficPolicy Local: the node's only local endpoint coming and going while
+/// remote ones stay (the destination switches between dropping external clients, pods
+/// and the host short-circuited, and serving the local endpoint) commits as element
+/// operations only.
+#[test]
+fn a_local_endpoint_coming_and_going_is_element_operations_only() {
+    let cfg = parsed();
+    let mut c = cluster(3);
+    let etp_local = |c: &mut Cluster, i: u32, eps: Vec<kube_model::Endpoint>| {
+        let mut s = service(i);
+        s.service_type = kube_model::ServiceType::LoadBalancer;
+        s.external_traffic_policy = kube_model::TrafficPolicy::Local;
+        s.load_balancer_ips = vec![IpAddr::from([198, 18, 250, i as u8])];
+        s.ports[0].node_port = Some(30000 + i as u16);
+        let key = s.key.clone();
+        c.services.insert(key.clone(), s);
+        c.insert_slice(slice(i, eps));
+        key
+    };
+    let remote = vec![
+        endpoint(pod(1), "node-b", true, false),
+        endpoint(pod(2), "node-b", true, false),
+    ];
+    let mut with_local = remote.clone();
+    with_local.push(endpoint(pod(3), "node-a", true, false));
+    // the classes both shapes use stay in use (their first list adds rules, once)
+    etp_local(&mut c, 6, remote.clone());
+    etp_local(&mut c, 7, with_local.clone());
+    let svc = etp_local(&mut c, 5, remote.clone());
+    let mut comp = Compiler::new(cfg.clone(), &c);
+    let changed = Changes {
+        services: BTreeSet::from([svc]),
+        node: false,
+    };
+    for eps in [with_local.clone(), remote.clone(), with_local, remote] {
+        c.insert_slice(slice(5, eps));
+        let upd = comp.update(&c, &changed);
+        assert!(!upd.ops.is_empty());
+        assert!(
+            only_elements(&upd.ops),
+            "{}",
+            nft_model::render::script(&upd.ops)
+        );
+    }
+    assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
+}
+
 /// Conflicts: both names, once per change that touches the destination; the first
 /// service keeps it, in full and incremental compiles alike.
 #[test]

@@ -226,6 +226,36 @@ fn etp_local_external_only_local_pods_and_host_short_circuit() {
     );
 }
 
+/// externalTrafficPolicy Local without a local endpoint (upstream: iptables' KUBE-EXT
+/// chain, nftables since kubernetes PR #132456): pods (unmasqueraded) and the host
+/// (masqueraded) short-circuit to the cluster-wide endpoints on the LB IP, the external
+/// IP and the NodePort; external clients are dropped. With session affinity too.
+#[test]
+fn etp_local_without_local_endpoint_short_circuits_pods_and_host() {
+    let c = case("etp-local");
+    for (svc, remote) in [("71", "198.18.2.10:8080"), ("72", "198.18.2.12:8080")] {
+        let np: u16 = format!("300{svc}").parse().unwrap();
+        let dests = [
+            (format!("198.18.250.{svc}"), 80),
+            (format!("198.18.251.{svc}"), 80),
+            (NODE.to_string(), np),
+        ];
+        for (dst, port) in &dests {
+            if svc == "72" && dst.starts_with("198.18.251") {
+                continue; // no external IP
+            }
+            let t = c.trace(&Packet::tcp(POD, dst, *port).on("veth1"));
+            assert_eq!(t.targets(), set(&[remote]), "pod to {dst}:{port}: {t}");
+            assert!(t.none_masqueraded(), "pod to {dst}:{port}: {t}");
+            let t = c.trace(&Packet::tcp(NODE, dst, *port).from_host());
+            assert_eq!(t.targets(), set(&[remote]), "host to {dst}:{port}: {t}");
+            assert!(t.all_masqueraded(), "host to {dst}:{port}: {t}");
+            let t = c.trace(&Packet::tcp(OUTSIDE, dst, *port));
+            assert_eq!(t.fate(), Some(Fate::Drop), "outside to {dst}:{port}: {t}");
+        }
+    }
+}
+
 #[test]
 fn etp_cluster_reaches_all_masqueraded() {
     let c = case("etp-cluster");
@@ -576,4 +606,59 @@ fn conflicts_first_service_keeps_the_destination() {
     assert!(msgs
         .iter()
         .all(|m| m.contains("ns1/alpha") && m.contains("ns1/beta")));
+}
+
+/// nodePortAddresses with CIDRs of IPv4 only (upstream: the IPv6 family gets `::/0`):
+/// IPv4 NodePorts only on the addresses in them, IPv6 NodePorts on every local address.
+#[test]
+fn node_port_addresses_of_one_family_leave_the_other_on_every_address() {
+    let c = case("node-ports-one-family");
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.200.1", 30030));
+    assert_eq!(t.targets(), set(&["198.18.2.10:8080"]), "{t}");
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.201.1", 30030)).fate(),
+        Some(Fate::Local),
+        "not a NodePort address: the node's own port"
+    );
+    for dst in ["2001:db8:200::1", "2001:db8:201::1"] {
+        let t = c.trace(&Packet::tcp("2001:db8:77::5", dst, 30030));
+        assert_eq!(t.targets(), set(&["[2001:db8:2::10]:8080"]), "{dst}: {t}");
+    }
+}
+
+/// Localhost NodePorts, iptables mode (`iptables.localhostNodePorts`, nodePortAddresses
+/// holding IPv4 loopback): the host reaches IPv4 NodePorts on 127.0.0.1, masqueraded
+/// (both policies: a loopback source is local), never on ::1; packets to 127.0.0.0/8
+/// from elsewhere are dropped unless DNATed (the iptables proxier's KUBE-FIREWALL rule),
+/// so a neighbour reaches a NodePort on 127.0.0.1 (as upstream) but no other local port.
+#[test]
+fn localhost_node_ports_in_iptables_mode() {
+    for name in ["localhost-node-ports", "localhost-node-ports-cidrs"] {
+        let c = case(name);
+        for (np, ep) in [(30040, "198.18.2.10:8080"), (30041, "198.18.2.11:8080")] {
+            let t = c.trace(&Packet::tcp("127.0.0.1", "127.0.0.1", np).from_host());
+            assert_eq!(t.targets(), set(&[ep]), "{name} {np}: {t}");
+            assert!(t.all_masqueraded(), "{name} {np}: {t}");
+            let t = c.trace(&Packet::tcp(NODE, "198.18.200.1", np).from_host());
+            assert_eq!(t.targets(), set(&[ep]), "{name} {np}: {t}");
+        }
+        let t = c.trace(&Packet::tcp("::1", "::1", 30040).from_host());
+        assert!(t.targets().is_empty(), "{name}: no NodePort on ::1: {t}");
+        let t = c.trace(&Packet::tcp(OUTSIDE, "127.0.0.1", 22));
+        assert_eq!(
+            t.fate(),
+            Some(Fate::Drop),
+            "{name}: martian to loopback: {t}"
+        );
+        let t = c.trace(&Packet::tcp(OUTSIDE, "127.0.0.1", 30040));
+        assert_eq!(
+            t.targets(),
+            set(&["198.18.2.10:8080"]),
+            "{name}: DNATed, not dropped: {t}"
+        );
+    }
+    // nftables mode (and iptables mode without the option): loopback is never served
+    let c = case("node-ports-all");
+    let t = c.trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30080).from_host());
+    assert!(t.targets().is_empty(), "{t}");
 }

@@ -2,6 +2,9 @@
 //!
 //! Usage: echo-server NAME PORT [PORT...]
 //!
+//! `{port}` in NAME is replaced by the port a server listens on (`e1:{port}` answers
+//! `e1:80` on port 80), so that a reply tells which port a connection was DNATed to.
+//!
 //! Listens on `[::]:PORT` (both families) for TCP and UDP on every PORT. Each reply is
 //! one line, `NAME PEER-IP PEER-PORT [PAYLOAD]`: the name of the pod and the source
 //! address and port the server saw (IPv4 peers are shown as IPv4). TCP: the line is sent
@@ -41,7 +44,7 @@ fn main() {
             eprintln!("echo-server: udp [::]:{port}: {e}");
             std::process::exit(1)
         });
-        let n = name.clone();
+        let n = name.replace("{port}", &port.to_string());
         handles.push(std::thread::spawn(move || {
             for mut conn in tcp.incoming().map_while(Result::ok) {
                 if let Ok(peer) = conn.peer_addr() {
@@ -50,7 +53,7 @@ fn main() {
                 }
             }
         }));
-        let n = name.clone();
+        let n = name.replace("{port}", &port.to_string());
         handles.push(std::thread::spawn(move || udp_loop(&n, udp)));
     }
     println!("ready");

@@ -79,8 +79,9 @@ pub fn list_objects(
 
 /// The `ext-…` chain of a port with affinity: externalTrafficPolicy Cluster marks for
 /// masquerading and goes to the cluster-wide list; Local sends pods and the host
-/// (masqueraded) to the cluster-wide list and everyone else to the node-local one.
-pub fn external_chain(ctx: &Ctx, id: &PortId, local_policy: bool) -> Chain {
+/// (masqueraded) to the cluster-wide list and everyone else to the node-local one, when
+/// there is one (`has_local`; else they are not DNATed, and dropped).
+pub fn external_chain(ctx: &Ctx, id: &PortId, local_policy: bool, has_local: bool) -> Chain {
     let mark = ctx.cfg.masquerade_mark;
     let cluster = id.cluster_chain();
     let mut rules = Vec::new();
@@ -90,7 +91,9 @@ pub fn external_chain(ctx: &Ctx, id: &PortId, local_policy: bool) -> Chain {
         }
         rules.push(rule(vec![build::fib_saddr_local(), build::mark_or(mark)]));
         rules.push(rule(vec![build::fib_saddr_local(), vec![goto(&cluster)]]));
-        rules.push(rule(vec![vec![goto(&id.local_chain())]]));
+        if has_local {
+            rules.push(rule(vec![vec![goto(&id.local_chain())]]));
+        }
     } else {
         rules.push(rule(vec![build::mark_or(mark)]));
         rules.push(rule(vec![vec![goto(&cluster)]]));

@@ -214,20 +214,26 @@ pub fn fragment(
         } else {
             Route::ClusterMasq
         };
+        // externalTrafficPolicy Local without a local endpoint: pods and the host still
+        // short-circuit to the cluster-wide endpoints (dispatched as with local
+        // endpoints, the local list empty); what is not DNATed (external clients) is
+        // dropped by the no-local-endpoint element, as upstream (iptables: KUBE-EXT and
+        // KUBE-EXTERNAL-SERVICES; nftables since kubernetes PR #132456)
+        let short_circuit = local && list.is_empty() && !cat.cluster.is_empty();
         let mut dests: Vec<(ClaimKey, bool)> =
             ext_ips.iter().map(|ip| (addr_key(ip), false)).collect();
         dests.sort();
         dests.dedup();
         dests.extend(port.node_port.map(|np| (np_key(np), true)));
         for (key, nodeport) in dests {
-            claims.push(if list.is_empty() {
+            claims.push(if list.is_empty() && !short_circuit {
                 no_endpoint(key, nodeport)
             } else {
                 used_cluster = true;
                 used_local |= local;
-                match affinity {
+                let mut claim = match affinity {
                     Some(_) => goto_claim(
-                        key,
+                        key.clone(),
                         if nodeport {
                             SERVICE_NODEPORTS
                         } else {
@@ -240,13 +246,18 @@ pub fn fragment(
                             cluster: &cat.cluster,
                             local: &cat.local,
                         };
-                        route_claim(&id, key, nodeport, route, lists, &mut f.errors)
+                        route_claim(&id, key.clone(), nodeport, route, lists, &mut f.errors)
                     }
+                };
+                if short_circuit {
+                    claim.elements.extend(no_endpoint(key, nodeport).elements);
                 }
+                claim
             });
         }
-        if affinity.is_some() && !list.is_empty() {
-            f.chains.push(affinity::external_chain(ctx, &id, local));
+        if affinity.is_some() && (!list.is_empty() || short_circuit) {
+            f.chains
+                .push(affinity::external_chain(ctx, &id, local, !list.is_empty()));
         }
         add_source_ranges(ctx, svc, proto, port.port, &mut claims);
     }

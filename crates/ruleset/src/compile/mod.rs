@@ -99,8 +99,13 @@ impl<'a> Ctx<'a> {
 
     /// Where NodePorts are served.
     pub fn np_addrs(&self) -> NodePortAddrs {
-        let primary: Vec<IpAddr> = self.node.map(|n| n.primary_ips.clone()).unwrap_or_default();
-        self.cfg.node_port_addrs(self.fam, &primary)
+        let primary: Option<&[IpAddr]> = self.node.map(|n| n.primary_ips.as_slice());
+        self.cfg.node_port_addrs(self.fam, primary)
+    }
+
+    /// Whether this table serves NodePorts on loopback (IPv4, iptables mode).
+    pub fn localhost_node_ports(&self) -> bool {
+        self.fam == IpFamily::V4 && self.cfg.localhost_node_ports_v4()
     }
 
     /// The CIDRs local pods' addresses are in, when detection is by address: every

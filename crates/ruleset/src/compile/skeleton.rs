@@ -153,13 +153,11 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
     let mut chains: Vec<Chain> = BASE_CHAINS
         .iter()
         .map(|(name, chain_type, hook, priority, entries)| {
-            let rules = entries
-                .iter()
-                .map(|e| match e {
-                    Entry::New(c) => rule(vec![build::ct_new(), vec![jump(c)]]),
-                    Entry::Always(c) => rule(vec![vec![jump(c)]]),
-                })
-                .collect();
+            let mut rules = base_chain_guards(ctx, name);
+            rules.extend(entries.iter().map(|e| match e {
+                Entry::New(c) => rule(vec![build::ct_new(), vec![jump(c)]]),
+                Entry::Always(c) => rule(vec![vec![jump(c)]]),
+            }));
             Chain::base(
                 *name,
                 BaseHook {
@@ -187,10 +185,56 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
     Skeleton { sets, chains }
 }
 
-/// `ip daddr @nodeport-ips`, or every local address but loopback.
-fn nodeport_match(family: Family, np_addrs: &NodePortAddrs) -> Vec<Expr> {
+/// The rules a base chain has before its entries, as upstream's proxier of the
+/// configured mode has them in the hook's chain:
+/// - localhost NodePorts (iptables mode): the iptables proxier's `KUBE-FIREWALL` rule
+///   in input and output (CVE-2020-8558: with `route_localnet` the node would accept
+///   packets to 127.0.0.0/8 from its neighbours): packets to 127.0.0.0/8 from elsewhere
+///   are dropped unless they belong to an established or related connection or were
+///   DNATed (`! --ctstate RELATED,ESTABLISHED,DNAT`; the invalid and untracked ones,
+///   which have no conntrack status to test, by a rule of their own);
+/// - iptables mode: forwarded packets conntrack finds INVALID are dropped, as its
+///   `KUBE-FORWARD` chain does unless `nf_conntrack_tcp_be_liberal` is set.
+fn base_chain_guards(ctx: &Ctx, chain: &str) -> Vec<Rule> {
+    use nft_model::{ct_state, ct_status};
+    let family = ctx.family;
+    let mut rules = Vec::new();
+    if ctx.localhost_node_ports() && (chain == FILTER_INPUT || chain == FILTER_OUTPUT) {
+        let lo = Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0));
+        let martian = || {
+            vec![
+                build::prefix_match(family, false, &lo, 8, false),
+                build::prefix_match(family, true, &lo, 8, true),
+            ]
+        };
+        let mut invalid = martian();
+        invalid.push(build::ct_state_any(ct_state::INVALID | ct_state::UNTRACKED));
+        invalid.push(vec![verdict(Verdict::Drop)]);
+        rules.push(rule(invalid));
+        let mut not_dnat = martian();
+        not_dnat.push(build::ct_state_none(
+            ct_state::ESTABLISHED | ct_state::RELATED,
+        ));
+        not_dnat.push(build::ct_status_none(ct_status::DNAT));
+        not_dnat.push(vec![verdict(Verdict::Drop)]);
+        rules.push(rule(not_dnat));
+    }
+    if ctx.cfg.drops_invalid_forwarded() && chain == FILTER_FORWARD {
+        rules.push(rule(vec![
+            build::ct_state_any(ct_state::INVALID),
+            vec![verdict(Verdict::Drop)],
+        ]));
+    }
+    rules
+}
+
+/// `ip daddr @nodeport-ips`, or every local address but loopback (IPv4 loopback too
+/// with localhost NodePorts).
+fn nodeport_match(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Expr> {
+    let family = ctx.family;
     match np_addrs {
         NodePortAddrs::Addrs(_) => build::addr_in_set(family, false, NODEPORT_IPS, false),
+        NodePortAddrs::AllLocal if ctx.localhost_node_ports() => build::fib_daddr_local(),
         NodePortAddrs::AllLocal => {
             let mut e = build::fib_daddr_local();
             if family == Family::Ip6 {
@@ -218,7 +262,7 @@ fn nodeport_match(family: Family, np_addrs: &NodePortAddrs) -> Vec<Expr> {
 fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
     let family = ctx.family;
     let mark = ctx.cfg.masquerade_mark;
-    let np_match = nodeport_match(family, np_addrs);
+    let np_match = nodeport_match(ctx, np_addrs);
     let dispatch = |fields: &[KeyField], (set, masq, chain): (&str, bool, &str)| {
         let mut parts = vec![build::set_lookup(family, fields, set, false)];
         if masq {

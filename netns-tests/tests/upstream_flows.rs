@@ -893,7 +893,12 @@ fn nftables_external_traffic_policy_cluster() {
 
 fn itp(mode: Mode) -> Vec<Scenario> {
     /// (subtest, internalTrafficPolicy Local, endpoints (ip, node), pod to ClusterIP)
-    type Case = (&'static str, bool, Vec<(&'static str, &'static str)>, &'static str);
+    type Case = (
+        &'static str,
+        bool,
+        Vec<(&'static str, &'static str)>,
+        &'static str,
+    );
     let cases: Vec<Case> = vec![
         (
             "internalTrafficPolicy is cluster",

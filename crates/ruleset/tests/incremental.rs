@@ -319,6 +319,7 @@ fn a_local_endpoint_coming_and_going_is_element_operations_only() {
     for eps in [with_local.clone(), remote.clone(), with_local, remote] {
         c.insert_slice(slice(5, eps));
         let upd = comp.update(&c, &changed);
+        comp.confirm();
         assert!(!upd.ops.is_empty());
         assert!(
             only_elements(&upd.ops),

@@ -4,10 +4,10 @@
 //! upstream-style baseline for benchmarks. Every failure is recorded on the filters it
 //! concerns; one filter's failure never stops the others.
 
-use crate::exec::KernelFilter;
+use crate::exec::{record_error, KernelFilter};
 use crate::filter::{families, Filter, Matcher};
 use crate::plan::{TableSize, Walks};
-use crate::report::{FamilyPlan, FilterReport};
+use crate::report::FamilyPlan;
 use crate::wire::*;
 use crate::{Conntrack, DeleteReport, Error, Family, Strategy};
 use nl_core::{NLM_F_ACK, NLM_F_REQUEST};
@@ -19,21 +19,6 @@ pub(crate) enum Mode {
     /// Per family, by the cost model.
     Auto,
     Forced(Strategy),
-}
-
-/// Record an error on the filter it concerns: a timeout leaves the outcome unknown
-/// (incomplete), anything else is a failure with its errno.
-pub(crate) fn record_error(r: &mut FilterReport, e: &Error) {
-    tracing::warn!(filter = %r.filter, error = %e, "conntrack cleanup of a filter failed");
-    match e {
-        Error::Timeout { .. } => r.incomplete = true,
-        Error::Kernel { errno, .. } => r.errno = Some(*errno),
-        Error::Send { source, .. } | Error::Recv { source, .. } | Error::Socket { source, .. } => {
-            r.errno = Some(source.raw_os_error().unwrap_or(libc::EIO))
-        }
-        Error::InvalidFilter { .. } => r.errno = Some(libc::EINVAL),
-        Error::Probe(_) => r.errno = Some(libc::EIO),
-    }
 }
 
 fn family_of_af(af: u8) -> Family {

@@ -2,13 +2,27 @@
 //! interrupted or lossy), and deletes by tuple in batches with the ACK sentinel. All
 //! socket work goes through `nl-core`.
 
-use crate::delete::record_error;
 use crate::filter::Filter;
 use crate::wire::*;
 use crate::{read_error, Conntrack, DeleteReport, Error, FilterReport};
 use nl_core::{AckWait, Control, NlaWriter, OnLoss, ReadError, ReadOpts};
 use nl_core::{NLM_F_DUMP, NLM_F_DUMP_FILTERED, NLM_F_REQUEST};
 use std::collections::HashSet;
+
+/// Record an error on the filter it concerns: a timeout leaves the outcome unknown
+/// (incomplete), anything else is a failure with its errno.
+pub(crate) fn record_error(r: &mut FilterReport, e: &Error) {
+    tracing::warn!(filter = %r.filter, error = %e, "conntrack cleanup of a filter failed");
+    match e {
+        Error::Timeout { .. } => r.incomplete = true,
+        Error::Kernel { errno, .. } => r.errno = Some(*errno),
+        Error::Send { source, .. } | Error::Recv { source, .. } | Error::Socket { source, .. } => {
+            r.errno = Some(source.raw_os_error().unwrap_or(libc::EIO))
+        }
+        Error::InvalidFilter { .. } => r.errno = Some(libc::EINVAL),
+        Error::Probe(_) => r.errno = Some(libc::EIO),
+    }
+}
 
 /// What a dump asks the kernel to filter.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,42 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::model::IpFamily;
+/// An IP family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: &IpAddr) -> IpFamily {
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+    /// Kubernetes' name (`IPv4`, `IPv6`).
+    pub fn k8s_name(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+    pub fn from_k8s_name(s: &str) -> Option<IpFamily> {
+        match s {
+            "IPv4" => Some(IpFamily::V4),
+            "IPv6" => Some(IpFamily::V6),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.k8s_name())
+    }
+}
 
 /// Parse an address the way Kubernetes' sloppy parser does. `None` when it is not one.
 pub fn parse_ip_sloppy(s: &str) -> Option<IpAddr> {

@@ -21,7 +21,7 @@ use crate::compile::fragment::{fragment, ClaimKey, Fragment};
 use crate::compile::mirror::{Conflict, Mirror};
 use crate::compile::skeleton::skeleton;
 use crate::compile::Ctx;
-use crate::config::ParsedConfig;
+use crate::config::{Config, ParsedConfig};
 use crate::names::PortId;
 use crate::RulesetError;
 
@@ -685,4 +685,41 @@ fn udp_dnat(exprs: &[nft_model::Expr]) -> Option<(IpAddr, u16)> {
     };
     let port = u16::from_be_bytes(imm(pr)?.try_into().ok()?);
     Some((addr, port))
+}
+
+/// The compiled tables (one per configured family, `ip` first) and the per-object
+/// problems met on the way (objects skipped or partly skipped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    pub tables: Vec<Table>,
+    pub errors: Vec<RulesetError>,
+}
+
+impl Compiled {
+    pub fn table(&self, family: Family) -> Option<&Table> {
+        self.tables.iter().find(|t| t.family == family)
+    }
+}
+
+/// Compile the cluster for this node. Fails only on a bad configuration; bad objects are
+/// skipped and reported in [`Compiled::errors`].
+pub fn compile(cluster: &Cluster, config: &Config) -> Result<Compiled, RulesetError> {
+    let cfg = config.parse()?;
+    Ok(compile_parsed(cluster, &cfg))
+}
+
+/// [`compile`] with an already parsed configuration: the incremental compiler built
+/// from scratch, so that both always agree.
+pub fn compile_parsed(cluster: &Cluster, cfg: &ParsedConfig) -> Compiled {
+    let c = Compiler::new(cfg.clone(), cluster);
+    let mut errors: Vec<RulesetError> = cluster
+        .orphan_slice_errors()
+        .into_iter()
+        .map(RulesetError::Model)
+        .collect();
+    errors.extend(c.errors());
+    Compiled {
+        tables: c.tables(),
+        errors,
+    }
 }

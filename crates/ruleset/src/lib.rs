@@ -24,11 +24,13 @@ pub mod trace;
 
 pub use apply::{apply, ApplyError};
 pub use compile::mirror::Conflict;
-pub use compile::{compile, compile_parsed, nft_family, Compiled};
+pub use compile::nft_family;
 pub use config::{Config, DetectLocalMode, ParsedConfig, Proxier};
 pub use diff::{diff, diff_tables, diff_tables_into};
 pub use explain::{explain, Explanation};
-pub use incremental::{Changes, Compiler, PortTargets, Served, Update};
+pub use incremental::{
+    compile, compile_parsed, Changes, Compiled, Compiler, PortTargets, Served, Update,
+};
 pub use trace::{trace, Packet, Trace};
 
 /// Errors of the compiler: a bad configuration (fatal), or a problem with one object

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_model::{ns_key, Cluster, ServiceKey};
 use nft_model::{Op, Table};
 
@@ -397,23 +398,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// proportional to the object, never to the cluster.
     pub fn handle(&mut self, ev: Event) {
         match ev {
-            Event::ServiceApplied(svc) => {
-                let key = ns_key(&svc.metadata);
-                let before = self.cluster.services.get(&key).cloned();
-                let mut warnings = Vec::new();
-                let r = self.cluster.upsert_service(&svc, &mut warnings);
-                drop(svc);
-                self.note_errors(
-                    format!("service {key}"),
-                    warnings.iter().map(ToString::to_string).collect(),
-                    r.err().map(|e| e.to_string()),
-                );
-                if self.cluster.services.get(&key) != before.as_ref() {
-                    self.skipped_service_changed(&key, false);
-                    self.touched(&key);
-                    self.queue();
-                }
-            }
+            Event::ServiceApplied(svc) => self.service_applied(svc),
             Event::ServiceDeleted(svc) => {
                 let key = ns_key(&svc.metadata);
                 self.model_errors.remove(&format!("service {key}"));
@@ -423,40 +408,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     self.queue();
                 }
             }
-            Event::SliceApplied(slice) => {
-                let key = ns_key(&slice.metadata);
-                let before = self.cluster.slice(&key).cloned();
-                let mut warnings = Vec::new();
-                let r = self.cluster.upsert_slice(&slice, &mut warnings);
-                let trigger = kube_model::last_change_trigger_time(&slice.metadata);
-                drop(slice);
-                self.note_errors(
-                    format!("endpointslice {key}"),
-                    warnings.iter().map(ToString::to_string).collect(),
-                    r.err().map(|e| e.to_string()),
-                );
-                let after = self.cluster.slice(&key);
-                if after != before.as_ref() {
-                    // kube-proxy's network programming latency starts at the change
-                    // behind this update (not for deletions)
-                    if let (Some(t), Some(s)) = (trigger, after) {
-                        if t > self.started_wall {
-                            self.trigger_times.push((s.family, t));
-                        }
-                    }
-                    let (n_after, svc_after) =
-                        after.map_or((0, None), |s| (s.endpoints.len(), Some(s.service.clone())));
-                    self.endpoints += n_after;
-                    if let Some(b) = &before {
-                        self.endpoints -= b.endpoints.len();
-                        self.touched(&b.service);
-                    }
-                    if let Some(k) = svc_after {
-                        self.touched(&k);
-                    }
-                    self.queue();
-                }
-            }
+            Event::SliceApplied(slice) => self.slice_applied(slice),
             Event::SliceDeleted(slice) => {
                 let key = ns_key(&slice.metadata);
                 self.model_errors.remove(&format!("endpointslice {key}"));
@@ -491,6 +443,59 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 s.stalled_sources.remove(&source);
             }),
             Event::Shutdown => {}
+        }
+    }
+
+    fn service_applied(&mut self, svc: Service) {
+        let key = ns_key(&svc.metadata);
+        let before = self.cluster.services.get(&key).cloned();
+        let mut warnings = Vec::new();
+        let r = self.cluster.upsert_service(&svc, &mut warnings);
+        drop(svc);
+        self.note_errors(
+            format!("service {key}"),
+            warnings.iter().map(ToString::to_string).collect(),
+            r.err().map(|e| e.to_string()),
+        );
+        if self.cluster.services.get(&key) != before.as_ref() {
+            self.skipped_service_changed(&key, false);
+            self.touched(&key);
+            self.queue();
+        }
+    }
+
+    fn slice_applied(&mut self, slice: EndpointSlice) {
+        let key = ns_key(&slice.metadata);
+        let before = self.cluster.slice(&key).cloned();
+        let mut warnings = Vec::new();
+        let r = self.cluster.upsert_slice(&slice, &mut warnings);
+        let trigger = kube_model::last_change_trigger_time(&slice.metadata);
+        drop(slice);
+        self.note_errors(
+            format!("endpointslice {key}"),
+            warnings.iter().map(ToString::to_string).collect(),
+            r.err().map(|e| e.to_string()),
+        );
+        let after = self.cluster.slice(&key);
+        if after != before.as_ref() {
+            // kube-proxy's network programming latency starts at the change
+            // behind this update (not for deletions)
+            if let (Some(t), Some(s)) = (trigger, after) {
+                if t > self.started_wall {
+                    self.trigger_times.push((s.family, t));
+                }
+            }
+            let (n_after, svc_after) =
+                after.map_or((0, None), |s| (s.endpoints.len(), Some(s.service.clone())));
+            self.endpoints += n_after;
+            if let Some(b) = &before {
+                self.endpoints -= b.endpoints.len();
+                self.touched(&b.service);
+            }
+            if let Some(k) = svc_after {
+                self.touched(&k);
+            }
+            self.queue();
         }
     }
 

@@ -130,31 +130,8 @@ pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
     };
     let incremental = !want.replace && want.ops.is_some() && read.is_none();
     let desired = (!incremental).then(|| want.compiler.tables());
-    // Targets implied by going from the kernel's rules to the desired ones.
-    let mut found = match (&read, &desired) {
-        (Some(base), Some(d)) => became_served(base, d),
-        _ => want.became_served.clone(),
-    };
-    // Endpoints that stopped serving: on this process's first commit, those in the
-    // endpoint maps of the tables the kernel holds and in none of the desired ones;
-    // afterwards, the compiler's net change since the last commit.
-    match (&read, &desired, cleanup.first) {
-        (Some(base), Some(d), true) => found.extend(gone_from_tables(base, d)),
-        _ => found.extend(want.stopped.iter().copied()),
-    }
-    let mut clears = BTreeSet::new();
-    let mut resumed = 0;
-    let mut dropped = 0;
-    if cleanup.enabled {
-        if let (Some(base), true) = (&read, cleanup.first) {
-            let r = pending::recorded_in(known_tables(base));
-            resumed = r.len();
-            clears.extend(r);
-        }
-        clears.extend(found);
-    } else {
-        dropped = found.len();
-    }
+    let (clears, resumed, dropped) =
+        cleanup_targets(read.as_ref(), desired.as_deref(), want, cleanup);
     let records: BTreeSet<Target> = cleanup
         .pending
         .iter()
@@ -205,6 +182,44 @@ pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
         dropped,
         why,
     }
+}
+
+/// The conntrack targets this plan clears after its commit: those implied by going
+/// from the kernel's rules to the desired ones, and on this process's first commit those
+/// recorded in our tables (resumed); none when cleanup is off (all dropped).
+/// Returns (targets to clear, how many were resumed, how many were dropped).
+fn cleanup_targets(
+    read: Option<&Bases>,
+    desired: Option<&[Table]>,
+    want: &Desired,
+    cleanup: &Cleanup,
+) -> (BTreeSet<Target>, usize, usize) {
+    // Targets implied by going from the kernel's rules to the desired ones.
+    let mut found = match (read, desired) {
+        (Some(base), Some(d)) => became_served(base, d),
+        _ => want.became_served.clone(),
+    };
+    // Endpoints that stopped serving: on this process's first commit, those in the
+    // endpoint maps of the tables the kernel holds and in none of the desired ones;
+    // afterwards, the compiler's net change since the last commit.
+    match (read, desired, cleanup.first) {
+        (Some(base), Some(d), true) => found.extend(gone_from_tables(base, d)),
+        _ => found.extend(want.stopped.iter().copied()),
+    }
+    let mut clears = BTreeSet::new();
+    let mut resumed = 0;
+    let mut dropped = 0;
+    if cleanup.enabled {
+        if let (Some(base), true) = (read, cleanup.first) {
+            let r = pending::recorded_in(known_tables(base));
+            resumed = r.len();
+            clears.extend(r);
+        }
+        clears.extend(found);
+    } else {
+        dropped = found.len();
+    }
+    (clears, resumed, dropped)
 }
 
 /// Our tables as the kernel holds them when it holds what we committed: present for

@@ -2,9 +2,57 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use super::rule::{Kind, Sym};
 use super::text::{proto_name, quote};
 use crate::expr::*;
+
+/// How a value held in a register is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Ipv4,
+    Ipv6,
+    /// big-endian integer printed in decimal (ports, lengths)
+    BeInt,
+    Proto,
+    /// host-endian 32 bits, `0x%08x`
+    Mark,
+    CtState,
+    CtStatus,
+    CtDir,
+    FibType,
+    Ifname,
+    /// host-endian integer in decimal (numgen, meta length, interface index)
+    HostInt,
+    Ethertype,
+    Nfproto,
+    Pkttype,
+    /// unknown: hexadecimal bytes
+    Raw,
+}
+
+/// What a register holds.
+#[derive(Debug, Clone)]
+pub(super) enum Sym {
+    /// A loaded field. `full` is the field's width when only its first `len` bytes were
+    /// loaded (an address prefix).
+    Field {
+        text: String,
+        kind: Kind,
+        len: usize,
+        full: Option<usize>,
+    },
+    /// `(base & mask) ^ xor`
+    Bits {
+        base: Box<Sym>,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
+    /// An immediate value.
+    Const(Vec<u8>),
+    /// The data of a map lookup: `<key> map @m`.
+    MapData(String),
+    /// Nothing known.
+    Unknown(Reg),
+}
 
 pub(super) fn transport_name(p: u8) -> Option<&'static str> {
     Some(match p {

@@ -10,55 +10,6 @@ use super::text::{duration, quote, verdict};
 use crate::expr::*;
 use crate::object::*;
 
-/// How a value held in a register is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Ipv4,
-    Ipv6,
-    /// big-endian integer printed in decimal (ports, lengths)
-    BeInt,
-    Proto,
-    /// host-endian 32 bits, `0x%08x`
-    Mark,
-    CtState,
-    CtStatus,
-    CtDir,
-    FibType,
-    Ifname,
-    /// host-endian integer in decimal (numgen, meta length, interface index)
-    HostInt,
-    Ethertype,
-    Nfproto,
-    Pkttype,
-    /// unknown: hexadecimal bytes
-    Raw,
-}
-
-/// What a register holds.
-#[derive(Debug, Clone)]
-pub(super) enum Sym {
-    /// A loaded field. `full` is the field's width when only its first `len` bytes were
-    /// loaded (an address prefix).
-    Field {
-        text: String,
-        kind: Kind,
-        len: usize,
-        full: Option<usize>,
-    },
-    /// `(base & mask) ^ xor`
-    Bits {
-        base: Box<Sym>,
-        mask: Vec<u8>,
-        xor: Vec<u8>,
-    },
-    /// An immediate value.
-    Const(Vec<u8>),
-    /// The data of a map lookup: `<key> map @m`.
-    MapData(String),
-    /// Nothing known.
-    Unknown(Reg),
-}
-
 impl Sym {
     pub(super) fn kind(&self) -> Kind {
         match self {

@@ -2,7 +2,7 @@
 //! comparisons (prefixes, ranges, flags), NAT and reject.
 
 use super::format::*;
-use super::rule::{Delin, Kind, Sym};
+use super::rule::Delin;
 use crate::expr::*;
 
 impl Delin {

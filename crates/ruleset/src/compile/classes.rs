@@ -18,8 +18,7 @@ use kube_model::ResolvedEndpoint;
 use nft_model::build::{self, KeyField};
 use nft_model::*;
 
-use super::fragment::SetName;
-use super::packed::Packed;
+use super::packed::{Packed, SetName};
 use crate::rules::{addr_type, DST_KEY, PORT_KEY};
 
 /// Lists up to this size get their own modulus (exact uniform choice in one draw).

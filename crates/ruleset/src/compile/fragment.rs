@@ -16,7 +16,7 @@ use nft_model::*;
 
 use super::affinity;
 use super::classes::{class_of, hairpin_elements, Class, Space};
-use super::packed::Packed;
+use super::packed::{Packed, SetName};
 use super::Ctx;
 use crate::names::*;
 use crate::RulesetError;
@@ -28,9 +28,6 @@ pub struct PortOrder {
     pub service: ServiceKey,
     pub index: usize,
 }
-
-/// A set's name as fragments hold it (shared, not copied per element).
-pub type SetName = Arc<str>;
 
 /// The key a claim is about: `addr . proto . port` or, for a NodePort, `proto . port`.
 pub type ClaimKey = Vec<Value>;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use nft_model::*;
 
 use super::classes::Class;
-use super::fragment::{Claim, ClaimKey, Fragment, PortOrder, SetName};
-use super::packed::{ByKey, Packed};
+use super::fragment::{Claim, ClaimKey, Fragment, PortOrder};
+use super::packed::{ByKey, Packed, SetName};
 use super::skeleton::Skeleton;
 use crate::names::{PortId, TABLE};
 use crate::RulesetError;

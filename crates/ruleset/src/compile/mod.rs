@@ -16,55 +16,17 @@ pub mod skeleton;
 
 use std::net::IpAddr;
 
-use kube_model::{Cluster, IpFamily, Node};
+use kube_model::{IpFamily, Node};
 use nft_model::build;
 use nft_model::*;
 
-use crate::config::{Config, DetectLocalMode, NodePortAddrs, ParsedConfig};
+use crate::config::{DetectLocalMode, NodePortAddrs, ParsedConfig};
 use crate::rules::cidr_match;
-use crate::RulesetError;
-
-/// The compiled tables (one per configured family, `ip` first) and the per-object
-/// problems met on the way (objects skipped or partly skipped).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compiled {
-    pub tables: Vec<Table>,
-    pub errors: Vec<RulesetError>,
-}
-
-impl Compiled {
-    pub fn table(&self, family: Family) -> Option<&Table> {
-        self.tables.iter().find(|t| t.family == family)
-    }
-}
 
 pub fn nft_family(f: IpFamily) -> Family {
     match f {
         IpFamily::V4 => Family::Ip,
         IpFamily::V6 => Family::Ip6,
-    }
-}
-
-/// Compile the cluster for this node. Fails only on a bad configuration; bad objects are
-/// skipped and reported in [`Compiled::errors`].
-pub fn compile(cluster: &Cluster, config: &Config) -> Result<Compiled, RulesetError> {
-    let cfg = config.parse()?;
-    Ok(compile_parsed(cluster, &cfg))
-}
-
-/// [`compile`] with an already parsed configuration: the incremental compiler built
-/// from scratch, so that both always agree.
-pub fn compile_parsed(cluster: &Cluster, cfg: &ParsedConfig) -> Compiled {
-    let c = crate::incremental::Compiler::new(cfg.clone(), cluster);
-    let mut errors: Vec<RulesetError> = cluster
-        .orphan_slice_errors()
-        .into_iter()
-        .map(RulesetError::Model)
-        .collect();
-    errors.extend(c.errors());
-    Compiled {
-        tables: c.tables(),
-        errors,
     }
 }
 

@@ -18,6 +18,9 @@ use std::sync::Arc;
 
 use nft_model::{ElemData, Element, Value, Verdict};
 
+/// A set's name as fragments hold it (shared, not copied per element).
+pub type SetName = Arc<str>;
+
 /// One element, packed (see the module docs). Cheap to clone (shared).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Packed(Arc<[u8]>);

@@ -246,6 +246,14 @@ impl ApiServer {
     pub fn set_silent_watches(&self, silent: bool) {
         self.with(|s| s.silent_watches = silent);
     }
+
+    /// How often a watch that asked for bookmarks gets one (`None`: never). The double
+    /// sends one every 500 ms by default (tests want progress soon); the API server's
+    /// watch cache sends one about every minute, which is what an idle measurement
+    /// wants.
+    pub fn set_bookmark_every(&self, every: Option<Duration>) {
+        self.with(|s| s.bookmark_every = every);
+    }
 }
 
 impl Drop for ApiServer {

@@ -51,6 +51,41 @@ pub fn spawn_in(ns: &Netns, cmd: Command) -> std::io::Result<Child> {
     ns.run(move || cmd.spawn())
 }
 
+/// Context switches of every thread of `pid` so far (`/proc/PID/task/*/status`):
+/// (voluntary, involuntary) per thread, keyed by thread id and name (`comm`). A
+/// voluntary switch is a thread going to sleep, so the voluntary count's growth is the
+/// process's wakeups; threads that exited meanwhile are not counted.
+pub fn ctxt_switches(pid: u32) -> std::collections::BTreeMap<(u32, String), (u64, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(text) = std::fs::read_to_string(t.path().join("status")) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let (mut vol, mut invol) = (0, 0);
+        for line in text.lines() {
+            let num = |l: &str| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            if line.starts_with("voluntary_ctxt_switches:") {
+                vol = num(line).unwrap_or(0);
+            } else if line.starts_with("nonvoluntary_ctxt_switches:") {
+                invol = num(line).unwrap_or(0);
+            }
+        }
+        out.insert((tid, comm.trim().to_string()), (vol, invol));
+    }
+    out
+}
+
 /// Read `VmHWM` (KiB) of `pid` every 5 ms until it exits (a zombie has none): its
 /// peak RSS, less whatever it grew in its last 5 ms.
 pub fn peak_rss(pid: u32) -> u64 {

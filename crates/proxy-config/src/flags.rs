@@ -534,6 +534,15 @@ impl Flags {
         self.given.iter().any(|(g, _)| g == id)
     }
 
+    /// The flags given on the command line, `kebab-case` name and value as given (several
+    /// values joined by `,`), for `/flagz`.
+    pub fn given_flags(&self) -> Vec<(String, String)> {
+        self.given
+            .iter()
+            .map(|(id, v)| (id.replace('_', "-"), v.clone()))
+            .collect()
+    }
+
     /// The flags without effect that were given: name, value, what happens to them.
     pub fn no_effect_given(&self) -> Vec<(String, String, &'static str)> {
         NO_EFFECT

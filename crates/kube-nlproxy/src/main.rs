@@ -179,6 +179,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .map(|f| f.k8s_name())
         .collect();
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
+    metrics.record_feature_gates(settings.gates.all());
     rest_metrics::install(Arc::new(metrics.rest_client().clone()));
     let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
     let mut sender = EventSender::new(tx.clone(), settings.node_ip_override);

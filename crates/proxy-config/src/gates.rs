@@ -308,6 +308,26 @@ impl FeatureGates {
         all.copied().unwrap_or(spec.default)
     }
 
+    /// Every gate upstream knows with its stage (as upstream prints it) and whether it is
+    /// on, `AllAlpha` / `AllBeta` included, sorted by name: `kubernetes_feature_enabled`.
+    pub fn all(&self) -> Vec<(&'static str, &'static str, bool)> {
+        let names = PROXY_GATES
+            .iter()
+            .map(|g| g.name)
+            .chain([ALL_ALPHA, ALL_BETA])
+            .chain(
+                OTHER_GATES
+                    .lines()
+                    .filter(|l| !l.starts_with('#'))
+                    .filter_map(|l| l.split_whitespace().next()),
+            );
+        let mut out: Vec<_> = names
+            .filter_map(|n| Some((n, lookup(n)?.stage.upstream(), self.enabled(n))))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The gates that were set (the configuration's `featureGates`).
     pub fn set(&self) -> &BTreeMap<String, bool> {
         &self.set

@@ -133,3 +133,25 @@ fn every_other_gate_is_known_and_well_formed() {
         ["Setting GA feature gate SELinuxMount=true. It will be removed in a future release."]
     );
 }
+
+#[test]
+fn all_lists_every_gate_with_upstreams_stage_names() {
+    let (g, _) = ok(&[("AllowServiceExternalIPs", false)]);
+    let all = g.all();
+    assert!(all.len() > 250, "{}", all.len());
+    let find = |n: &str| all.iter().find(|(name, ..)| *name == n).copied();
+    assert_eq!(
+        find("AllowServiceExternalIPs"),
+        Some(("AllowServiceExternalIPs", "DEPRECATED", false))
+    );
+    assert_eq!(
+        find("KubeProxyNFTablesLocalhostNodePorts"),
+        Some(("KubeProxyNFTablesLocalhostNodePorts", "BETA", true))
+    );
+    assert_eq!(
+        find("TopologyAwareHints"),
+        Some(("TopologyAwareHints", "", true))
+    );
+    assert_eq!(find("AllAlpha"), Some(("AllAlpha", "ALPHA", false)));
+    assert_eq!(find("AllBeta"), Some(("AllBeta", "BETA", false)));
+}

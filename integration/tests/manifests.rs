@@ -291,7 +291,7 @@ fn unknown_but_valid_kube_proxy_flags_are_accepted() {
             "--ipvs-scheduler=rr",
             "--profiling",
             "--log_dir=/nonexistent",
-            "--feature-gates=SomeGate=true",
+            "--feature-gates=AllowServiceExternalIPs=true",
             "--v=2",
         ])
         .output()
@@ -304,7 +304,27 @@ fn unknown_but_valid_kube_proxy_flags_are_accepted() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--ipvs-scheduler"), "{err}");
     assert!(err.contains("--log-dir"), "{err}");
-    assert!(err.contains("SomeGate"), "{err}");
+    assert!(
+        err.contains("Setting deprecated feature gate AllowServiceExternalIPs=true. It will be removed in a future release."),
+        "{err}"
+    );
+    // A gate kube-proxy does not know is fatal, with upstream's message.
+    let out = Command::new(daemon_binary!())
+        .args([
+            "--manifests",
+            f.to_str().unwrap(),
+            "--dry-run",
+            "--hostname-override=node-a",
+            "--feature-gates=SomeGate=true",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("failed complete: unrecognized feature gate: SomeGate"),
+        "{err}"
+    );
     // A flag kube-proxy does not have is an error.
     let out = Command::new(daemon_binary!())
         .args(["--no-such-flag"])

@@ -105,22 +105,24 @@ fn in_init_netns() -> bool {
         .map_or(true, |m| m.permissions().mode() & 0o200 != 0)
 }
 
-/// Write `value` to `/proc/sys/<key>` when it differs. Errors are warnings: a read-only
-/// sysctl (a container, a non-initial namespace) must not stop the proxy.
-fn write_sysctl(key: &str, value: u64) {
-    let path = format!("/proc/sys/{}", key.replace('.', "/"));
-    let current = std::fs::read_to_string(&path)
+fn read_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
         .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    if current == Some(value) {
+        .and_then(|s| s.trim().parse::<u64>().ok())
+}
+
+/// Write `value` to `/proc/sys/<key>` when it differs, logging upstream's
+/// `"Set sysctl" entry=... value=...`. Errors are warnings: a read-only sysctl (a
+/// container, a non-initial namespace) must not stop the proxy.
+fn write_sysctl(key: &str, value: u64) {
+    let entry = key.replace('.', "/");
+    let path = format!("/proc/sys/{entry}");
+    if read_u64(&path) == Some(value) {
         return;
     }
-    match std::fs::write(&path, value.to_string()) {
-        Ok(()) => match current {
-            Some(from) => info!(sysctl = key, from, to = value, "set sysctl"),
-            None => info!(sysctl = key, to = value, "set sysctl"),
-        },
-        Err(e) => warn!(sysctl = key, to = value, error = %e, "cannot set sysctl"),
+    info!(entry = %entry, value, "Set sysctl");
+    if let Err(e) = std::fs::write(&path, value.to_string()) {
+        warn!(entry = %entry, value, error = %e, "cannot set sysctl");
     }
 }
 
@@ -128,31 +130,45 @@ fn secs(d: Duration) -> u64 {
     d.as_secs()
 }
 
+/// The online CPUs the kernel lists (`/sys/devices/system/cpu/online`), as kube-proxy
+/// counts them; the CPUs this process may use only when that file is unreadable.
+fn online_cpus() -> u64 {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| proxy_config::conntrack::parse_cpu_list(&s))
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()) as u64)
+}
+
 /// The conntrack sysctls kube-proxy sets (`--conntrack-*`), written through /proc/sys.
-/// Zero or unset values are left alone, as upstream does.
+/// Zero or unset values are left alone, as upstream does; `nf_conntrack_max` is only
+/// ever raised (proxy_config::conntrack).
 pub fn apply_conntrack(ct: &Conntrack) {
-    let per_core = ct.max_per_core.unwrap_or(0).max(0) as u64;
-    let min = ct.min.unwrap_or(0).max(0) as u64;
-    if per_core > 0 {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        let max = (per_core * cpus).max(min);
-        if in_init_netns() {
-            // The hash table holds max/4 buckets; only ever grown.
-            let hs_path = "/sys/module/nf_conntrack/parameters/hashsize";
-            let hashsize = std::fs::read_to_string(hs_path)
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
-            if let Some(h) = hashsize {
-                if h < max / 4 {
-                    match std::fs::write(hs_path, (max / 4).to_string()) {
-                        Ok(()) => info!(from = h, to = max / 4, "set conntrack hashsize"),
-                        Err(e) => warn!(error = %e, "cannot set conntrack hashsize"),
+    use proxy_config::conntrack::{conntrack_max, hashsize_for, ConntrackMax};
+    const MAX: &str = "/proc/sys/net/netfilter/nf_conntrack_max";
+    if ct.max_per_core.is_some_and(|p| p > 0) {
+        if !in_init_netns() {
+            info!("not in the host's network namespace: nf_conntrack_max (global) left alone");
+        } else {
+            match conntrack_max(ct.max_per_core, ct.min, online_cpus(), read_u64(MAX)) {
+                ConntrackMax::Unset => {}
+                ConntrackMax::Keep { current, computed } => info!(
+                    current,
+                    computed,
+                    "nf_conntrack_max is already at least the computed value; not lowered"
+                ),
+                ConntrackMax::Set(max) => {
+                    info!(nfConntrackMax = max, "Setting nf_conntrack_max");
+                    write_sysctl("net.netfilter.nf_conntrack_max", max);
+                    let hs_path = "/sys/module/nf_conntrack/parameters/hashsize";
+                    if let Some(h) = read_u64(hs_path).and_then(|cur| hashsize_for(max, cur)) {
+                        info!(conntrackHashsize = h, "Setting conntrack hashsize");
+                        if let Err(e) = std::fs::write(hs_path, h.to_string()) {
+                            warn!(error = %e, "cannot set conntrack hashsize");
+                        }
                     }
                 }
             }
-            write_sysctl("net.netfilter.nf_conntrack_max", max);
-        } else {
-            info!("not in the host's network namespace: nf_conntrack_max (global) left alone");
         }
     }
     if let Some(d) = ct.tcp_established_timeout.filter(|d| d.0 > 0) {

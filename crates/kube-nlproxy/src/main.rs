@@ -179,6 +179,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .map(|f| f.k8s_name())
         .collect();
     let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
+    metrics.record_feature_gates(settings.gates.all());
     rest_metrics::install(Arc::new(metrics.rest_client().clone()));
     let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
     let mut sender = EventSender::new(tx.clone(), settings.node_ip_override);
@@ -199,7 +200,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         healthz: settings.healthz_bind_address.clone(),
         metrics_addr: settings.metrics_bind_address.clone(),
         hard_fail: settings.bind_address_hard_fail,
-        info: proxy_info(settings),
+        info: proxy_info(settings, flags),
         node_ports: settings.ruleset.clone(),
         migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
     };
@@ -302,15 +303,32 @@ struct Operate {
 
 /// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
 /// JSON).
-fn proxy_info(settings: &Settings) -> ops_server::ProxyInfo {
+fn proxy_info(settings: &Settings, flags: &Flags) -> ops_server::ProxyInfo {
     let yaml = config::to_yaml(&settings.config);
     let config_json = kube_model::manifest::single_document(&yaml)
         .ok()
         .and_then(|v| serde_json::to_string(&v).ok())
         .unwrap_or_default();
+    use proxy_config::gates::{COMPONENT_FLAGZ, COMPONENT_STATUSZ, EMULATED_VERSION};
+    let statusz = settings
+        .gates
+        .enabled(COMPONENT_STATUSZ)
+        .then(|| ops_server::zpages::Statusz {
+            component: "kube-proxy".into(),
+            started: std::time::SystemTime::now(),
+            go_version: "n/a (kube-nlproxy is written in Rust)".into(),
+            binary_version: env!("CARGO_PKG_VERSION").into(),
+            emulation_version: Some(EMULATED_VERSION.into()),
+        });
+    let flagz = settings
+        .gates
+        .enabled(COMPONENT_FLAGZ)
+        .then(|| flags.given_flags());
     ops_server::ProxyInfo {
         mode: settings.config.mode.clone(),
         config_json,
+        statusz,
+        flagz,
     }
 }
 

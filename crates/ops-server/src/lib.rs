@@ -4,6 +4,7 @@
 //! - the metrics port ([`metrics_server::metrics_router`]): `/metrics` with
 //!   kube-proxy's metrics ([`metrics::Metrics`], written by [`expo`] in the format the
 //!   scraper negotiates), `/healthz`, `/metrics/slis`, `/proxyMode`, `/configz`,
+//!   `/statusz`, `/flagz` ([`zpages`], gated),
 //! - one HTTP server per `healthCheckNodePort` of externalTrafficPolicy Local
 //!   services ([`hcport::HealthCheckPorts`]),
 //!
@@ -20,6 +21,7 @@ pub mod observer;
 pub mod process;
 pub mod restclient;
 pub mod server;
+pub mod zpages;
 
 pub use health::health_router;
 pub use metrics::{BuildInfo, Metrics};

@@ -365,6 +365,26 @@ impl Metrics {
         Arc::new(m)
     }
 
+    /// component-base's `kubernetes_feature_enabled{name,stage}` (BETA): one series per
+    /// gate kube-proxy knows, 1 when enabled; stage as upstream prints it (`ALPHA`,
+    /// `BETA`, empty for GA, `DEPRECATED`). Called once at start.
+    pub fn record_feature_gates<'a>(
+        &self,
+        gates: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
+    ) {
+        let fam = self.registry.register(
+            Desc::gauge(
+                "kubernetes_feature_enabled",
+                "This metric records the data about the stage and enablement of a k8s feature.",
+                &["name", "stage"],
+            )
+            .stability(crate::expo::Stability::Beta),
+        );
+        for (name, stage, on) in gates {
+            fam.set(&[name, stage], if on { 1.0 } else { 0.0 });
+        }
+    }
+
     /// The IP families served.
     pub fn families(&self) -> &[&'static str] {
         &self.families

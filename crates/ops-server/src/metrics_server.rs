@@ -1,7 +1,8 @@
 //! The metrics port's paths, as kube-proxy's `serveMetrics` installs them
 //! (`cmd/kube-proxy/app/server.go`): `/metrics` (format negotiated from `Accept`),
 //! component-base's `/healthz` and `/healthz/ping` (`ok`), `/metrics/slis` (the health
-//! checks' SLI metrics), `/proxyMode`, `/configz`; anything else is Go's
+//! checks' SLI metrics), `/proxyMode`, `/configz`, `/statusz` and `/flagz` (when their
+//! gates are on, [`crate::zpages`]); anything else is Go's
 //! `404 page not found`. (`/debug/pprof` and `/debug/flags/v` exist upstream only with
 //! `enableProfiling`, which kube-nlproxy does not offer.)
 
@@ -23,6 +24,10 @@ pub struct ProxyInfo {
     pub mode: String,
     /// The effective configuration as JSON, for `/configz`.
     pub config_json: String,
+    /// `/statusz` (gate ComponentStatusz): `None` leaves the path unregistered (404).
+    pub statusz: Option<crate::zpages::Statusz>,
+    /// `/flagz` (gate ComponentFlagz): the flags, name and value; `None`: unregistered.
+    pub flagz: Option<Vec<(String, String)>>,
 }
 
 struct Ctx {
@@ -31,6 +36,8 @@ struct Ctx {
     slis: Registry,
     sli_gauge: Arc<Family>,
     sli_total: Arc<Family>,
+    /// flagz's body, drawn once per process as upstream caches it.
+    flagz_body: String,
 }
 
 fn text(code: StatusCode, body: String) -> Response {
@@ -69,15 +76,26 @@ pub fn metrics_router(metrics: Arc<Metrics>, info: ProxyInfo) -> Router {
         )
         .stability(Stability::Stable),
     );
+    let flagz_body = info.flagz.as_ref().map_or_else(String::new, |f| {
+        crate::zpages::flagz_text("kube-proxy", f, crate::zpages::random_delimiter())
+    });
+    let (has_statusz, has_flagz) = (info.statusz.is_some(), info.flagz.is_some());
     let ctx = Arc::new(Ctx {
         metrics,
         info,
         slis,
         sli_gauge,
         sli_total,
+        flagz_body,
     });
-    Router::new()
-        .route("/metrics", any(serve_metrics))
+    let mut r = Router::new();
+    if has_statusz {
+        r = r.route("/statusz", any(statusz));
+    }
+    if has_flagz {
+        r = r.route("/flagz", any(flagz));
+    }
+    r.route("/metrics", any(serve_metrics))
         .route("/metrics/slis", any(serve_slis))
         .route("/healthz", any(healthz))
         .route("/healthz/ping", any(ping))
@@ -149,4 +167,32 @@ async fn configz(State(ctx): State<Arc<Ctx>>) -> Response {
         body,
     )
         .into_response()
+}
+
+fn zpage(headers: &HeaderMap, kind: &str, body: impl FnOnce() -> String) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    match crate::zpages::negotiate(accept, "v1alpha1", kind) {
+        Some(crate::zpages::Media::TextPlain) => text(StatusCode::OK, body()),
+        // the structured form is not served: as a request upstream cannot serve
+        Some(crate::zpages::Media::Json) | None => {
+            text(StatusCode::NOT_ACCEPTABLE, "not acceptable\n".into())
+        }
+    }
+}
+
+async fn statusz(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
+    let Some(s) = ctx.info.statusz.as_ref() else {
+        return not_found().await;
+    };
+    zpage(&headers, "Statusz", || {
+        crate::zpages::statusz_text(
+            s,
+            std::time::SystemTime::now(),
+            crate::zpages::random_delimiter(),
+        )
+    })
+}
+
+async fn flagz(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
+    zpage(&headers, "Flagz", || ctx.flagz_body.clone())
 }

@@ -207,6 +207,75 @@ fn proxy_info() -> ProxyInfo {
     ProxyInfo {
         mode: "nftables".into(),
         config_json: "{\"mode\":\"nftables\"}".into(),
+        ..Default::default()
+    }
+}
+
+/// `/statusz` and `/flagz` as kube-proxy's metrics server serves them with their gates
+/// on (text/plain, the Accept negotiation), and not at all with the gates off.
+#[test]
+fn statusz_and_flagz_follow_their_gates() {
+    use ops_server::zpages::Statusz;
+    let rt = rt();
+    let metrics = Metrics::new(&["IPv4"], &BuildInfo::ours());
+    let off = serve(&rt, metrics_router(metrics.clone(), proxy_info()));
+    for path in ["/statusz", "/flagz"] {
+        assert_eq!(
+            get(&format!("{off}{path}"), "x"),
+            (404, None, "404 page not found\n".into()),
+            "{path} with its gate off"
+        );
+    }
+    let info = ProxyInfo {
+        statusz: Some(Statusz {
+            component: "kube-proxy".into(),
+            started: SystemTime::now() - Duration::from_secs(61),
+            go_version: "n/a".into(),
+            binary_version: "0.1.0".into(),
+            emulation_version: Some("1.38".into()),
+        }),
+        flagz: Some(vec![("v".into(), "2".into())]),
+        ..proxy_info()
+    };
+    let on = serve(&rt, metrics_router(metrics, info));
+    let (code, ctype, body) = get(&format!("{on}/statusz"), "content-type");
+    assert_eq!(code, 200);
+    assert_eq!(ctype.as_deref(), Some("text/plain; charset=utf-8"));
+    assert!(
+        body.starts_with("\nkube-proxy statusz\nWarning: This endpoint is not meant to be machine parseable, has no formatting compatibility guarantees and is for debugging purposes only.\n\nStarted"),
+        "{body:?}"
+    );
+    assert!(body.contains(" 0 hr 01 min 0"), "{body:?}");
+    assert!(
+        body.contains("\nEmulation version") && body.ends_with(" 1.38\n\n"),
+        "{body:?}"
+    );
+    let (code, _, body) = get(&format!("{on}/flagz"), "x");
+    assert_eq!(code, 200);
+    assert!(
+        body.starts_with("\nkube-proxy flags\nWarning: "),
+        "{body:?}"
+    );
+    let sep = body
+        .rsplit("\nv")
+        .next()
+        .unwrap()
+        .strip_suffix("2\n")
+        .unwrap();
+    assert!([":", ": ", "=", " "].contains(&sep), "{body:?}");
+    for path in ["/statusz", "/flagz"] {
+        assert_eq!(
+            get_with(
+                &format!("{on}{path}"),
+                "content-type",
+                Some("application/xml")
+            ),
+            (
+                406,
+                Some("text/plain; charset=utf-8".into()),
+                "not acceptable\n".into()
+            )
+        );
     }
 }
 

@@ -401,3 +401,26 @@ fn status_gauges_per_family_and_ours() {
     );
     assert!(info.ends_with("} 1"), "{info}");
 }
+
+/// component-base's `kubernetes_feature_enabled` as upstream's
+/// `TestFeatureGateMetrics` expects it (BETA, gauge, name and stage labels, GA's stage
+/// empty).
+#[test]
+fn feature_gates_are_exposed_as_component_base() {
+    let m = Metrics::new(&["IPv4"], &BuildInfo::ours());
+    m.record_feature_gates([
+        ("AllAlpha", "ALPHA", false),
+        ("KubeProxyNFTablesLocalhostNodePorts", "BETA", true),
+        ("TopologyAwareHints", "", true),
+    ]);
+    let text = m.encode(Format::Text);
+    for line in [
+        "# HELP kubernetes_feature_enabled [BETA] This metric records the data about the stage and enablement of a k8s feature.\n",
+        "# TYPE kubernetes_feature_enabled gauge\n",
+        "kubernetes_feature_enabled{name=\"AllAlpha\",stage=\"ALPHA\"} 0\n",
+        "kubernetes_feature_enabled{name=\"KubeProxyNFTablesLocalhostNodePorts\",stage=\"BETA\"} 1\n",
+        "kubernetes_feature_enabled{name=\"TopologyAwareHints\",stage=\"\"} 1\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?}");
+    }
+}

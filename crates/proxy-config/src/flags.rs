@@ -202,9 +202,10 @@ pub struct Flags {
     /// Content type of API requests: the client speaks JSON.
     #[arg(long, help_heading = NONE)]
     pub kube_api_content_type: Option<String>,
-    /// Feature gates (key=value,...): recorded in the configuration; none changes
-    /// kube-nlproxy.
-    #[arg(long, help_heading = NONE)]
+    /// Feature gates (key=value,...), as kube-proxy 1.38 reads them: unknown or locked
+    /// gates are an error; AllAlpha / AllBeta set every alpha / beta gate
+    /// (docs/feature-gates.md lists the ones that change the proxy).
+    #[arg(long, help_heading = KP)]
     pub feature_gates: Option<String>,
     /// Per-file verbosity: not supported (use -v).
     #[arg(long, help_heading = NONE)]
@@ -426,10 +427,6 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
         "the watches keep their cache current; no periodic resync",
     ),
     ("kube_api_content_type", "the API client speaks JSON"),
-    (
-        "feature_gates",
-        "recorded; no feature gate changes kube-nlproxy",
-    ),
     ("vmodule", "per-file verbosity is not supported; use -v"),
     ("log_flush_frequency", "logs are written unbuffered"),
     ("log_json_info_buffer_size", "logs are written unbuffered"),
@@ -535,6 +532,15 @@ impl Flags {
     /// Whether flag `id` (clap id, `snake_case`) was on the command line.
     pub fn was_given(&self, id: &str) -> bool {
         self.given.iter().any(|(g, _)| g == id)
+    }
+
+    /// The flags given on the command line, `kebab-case` name and value as given (several
+    /// values joined by `,`), for `/flagz`.
+    pub fn given_flags(&self) -> Vec<(String, String)> {
+        self.given
+            .iter()
+            .map(|(id, v)| (id.replace('_', "-"), v.clone()))
+            .collect()
     }
 
     /// The flags without effect that were given: name, value, what happens to them.

@@ -8,6 +8,8 @@
 //! `--config` file (watching it is the sources' `config_watch`).
 
 pub mod config;
+pub mod conntrack;
 pub mod duration;
 pub mod flags;
+pub mod gates;
 pub mod settings;

@@ -20,6 +20,7 @@ use crate::config::validate::{validate, ErrorList};
 use crate::config::{self, ConfigError};
 use crate::duration::GoDuration;
 use crate::flags::Flags;
+use crate::gates::{FeatureGates, ALLOW_SERVICE_EXTERNAL_IPS};
 use klog::go_quote;
 
 /// Everything the daemon needs, derived from one effective configuration.
@@ -45,6 +46,8 @@ pub struct Settings {
     pub bind_address_hard_fail: bool,
     /// `bindAddress` when it names an address: the node's primary IP of its family.
     pub node_ip_override: Option<IpAddr>,
+    /// The feature gates at kube-proxy 1.38's defaults, with `featureGates` applied.
+    pub gates: FeatureGates,
     /// What to log once at start (accepted-but-ignored options, notes).
     pub notices: Vec<Notice>,
 }
@@ -81,6 +84,8 @@ pub enum Notice {
     Note { msg: &'static str, detail: String },
     /// Upstream's `checkBadConfig` finding (logged as an error; the proxy goes on).
     IncompleteConfig { err: &'static str },
+    /// component-base's warning for setting a deprecated or GA feature gate.
+    FeatureGate { msg: String },
 }
 
 impl std::fmt::Display for Notice {
@@ -114,6 +119,7 @@ impl std::fmt::Display for Notice {
                 "E Kube-proxy configuration may be incomplete or incorrect err={}",
                 go_quote(err)
             ),
+            Notice::FeatureGate { msg } => write!(f, "W {msg}"),
         }
     }
 }
@@ -155,6 +161,7 @@ impl Notice {
                 err = %err,
                 "Kube-proxy configuration may be incomplete or incorrect"
             ),
+            Notice::FeatureGate { msg } => warn!("{msg}"),
         }
     }
 }
@@ -168,6 +175,9 @@ pub enum SettingsError {
     EmptyHostnameOverride,
     #[error("invalid argument {} for \"--feature-gates\" flag: {reason}", go_quote(.value))]
     FeatureGates { value: String, reason: String },
+    /// component-base's `SetFromMap` refused `featureGates` (unknown or locked gate).
+    #[error("failed complete: {0}")]
+    Gates(String),
     #[error("failed validate: {0}")]
     Invalid(#[from] ErrorList),
     #[error("couldn't determine hostname: {0}")]
@@ -411,6 +421,9 @@ pub fn effective(flags: &Flags) -> Result<(KubeProxyConfig, Vec<Notice>), Settin
         }
         c.hostname_override = h.to_lowercase();
     }
+    // Options.Complete ends with SetFromMap(featureGates); validation comes after.
+    let (_, warnings) = FeatureGates::resolve(&c.feature_gates).map_err(SettingsError::Gates)?;
+    notices.extend(warnings.into_iter().map(|msg| Notice::FeatureGate { msg }));
     for (flag, value, reason) in flags.no_effect_given() {
         if flags.config.is_none() || !CONFIG_FLAGS.contains(&flag.replace('-', "_").as_str()) {
             notices.push(Notice::FlagNoEffect {
@@ -521,13 +534,6 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
             "the userspace proxier was removed",
         );
     }
-    for (k, v) in &c.feature_gates {
-        push(
-            "featureGates",
-            format!("{k}={v}"),
-            "recorded; no feature gate changes kube-nlproxy",
-        );
-    }
     if !c.logging.vmodule.is_null() {
         push(
             "logging.vmodule",
@@ -591,6 +597,7 @@ pub fn derive(
         });
     }
     let node_name = node_name(&c.hostname_override)?;
+    let (gates, _) = FeatureGates::resolve(&c.feature_gates).map_err(SettingsError::Gates)?;
     let content_type = c.client_connection.content_type.clone();
     if content_type.contains("protobuf") {
         notices.push(Notice::Note {
@@ -619,6 +626,7 @@ pub fn derive(
         localhost_node_ports: (mode == MODE_IPTABLES || mode.is_empty())
             && c.iptables.localhost_node_ports.unwrap_or(true),
         conntrack_tcp_be_liberal: c.linux.conntrack.tcp_be_liberal,
+        allow_external_ips: gates.enabled(ALLOW_SERVICE_EXTERNAL_IPS),
     }
     .parse()?;
     let kube = KubeSettings {
@@ -642,6 +650,7 @@ pub fn derive(
         metrics_bind_address: c.metrics_bind_address.clone(),
         bind_address_hard_fail: c.bind_address_hard_fail,
         node_ip_override: Flags::bind_ip(&c.bind_address),
+        gates,
         notices,
         config: c,
     })

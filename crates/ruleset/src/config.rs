@@ -74,6 +74,10 @@ pub struct Config {
     /// `net.netfilter.nf_conntrack_tcp_be_liberal` is set: the iptables proxier then
     /// does not drop forwarded packets conntrack finds INVALID.
     pub conntrack_tcp_be_liberal: bool,
+    /// The `AllowServiceExternalIPs` feature gate (KEP-5707; on by default): off, a
+    /// Service's `spec.externalIPs` are not programmed at all.
+    #[serde(rename = "allowExternalIPs")]
+    pub allow_external_ips: bool,
 }
 
 impl Default for Config {
@@ -94,6 +98,7 @@ impl Default for Config {
             proxier: Proxier::Nftables,
             localhost_node_ports: false,
             conntrack_tcp_be_liberal: false,
+            allow_external_ips: true,
         }
     }
 }
@@ -127,6 +132,8 @@ pub struct ParsedConfig {
     pub proxier: Proxier,
     pub localhost_node_ports: bool,
     pub conntrack_tcp_be_liberal: bool,
+    /// `AllowServiceExternalIPs`: program `spec.externalIPs` (see [`Config`]).
+    pub allow_external_ips: bool,
 }
 
 fn bad(field: &str, value: &str, reason: &str) -> RulesetError {
@@ -209,6 +216,7 @@ impl Config {
             proxier: self.proxier,
             localhost_node_ports: self.localhost_node_ports,
             conntrack_tcp_be_liberal: self.conntrack_tcp_be_liberal,
+            allow_external_ips: self.allow_external_ips,
         })
     }
 }
@@ -232,6 +240,7 @@ impl Default for ParsedConfig {
             proxier: Proxier::Nftables,
             localhost_node_ports: false,
             conntrack_tcp_be_liberal: false,
+            allow_external_ips: true,
         }
     }
 }

@@ -142,3 +142,59 @@ fn ipvs_mode_uses_its_own_periods() {
         .iter()
         .any(|n| n.to_string().contains("ipvs mode")));
 }
+
+/// `--feature-gates` / `featureGates` go through component-base's SetFromMap: an unknown
+/// or locked gate ends kube-proxy with "failed complete: <SetFromMap's error>"; a
+/// deprecated or GA gate is a warning; the resolved gates reach the compiler.
+#[test]
+fn feature_gates_are_resolved_as_upstream() {
+    let err = |args: &[&str]| load(&flags(args)).unwrap_err().to_string();
+    assert_eq!(
+        err(&["--hostname-override=a", "--feature-gates=NoSuchGate=true"]),
+        "failed complete: unrecognized feature gate: NoSuchGate"
+    );
+    assert_eq!(
+        err(&["--hostname-override=a", "--feature-gates=TopologyAwareHints=false"]),
+        "failed complete: cannot set feature gate TopologyAwareHints to false, feature is locked to true"
+    );
+    // the file's featureGates, likewise
+    let p = tmp_config(
+        "gates.yaml",
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+         hostnameOverride: a\nfeatureGates:\n  Bogus: true\n",
+    );
+    assert_eq!(
+        err(&[&format!("--config={}", p.display())]),
+        "failed complete: unrecognized feature gate: Bogus"
+    );
+
+    // defaults: externalIPs programmed, no warning
+    let s = load(&flags(&["--hostname-override=a"])).unwrap();
+    assert!(s.ruleset.allow_external_ips);
+    assert!(s.gates.enabled("KubeProxyNFTablesLocalhostNodePorts"));
+    assert!(!s
+        .notices
+        .iter()
+        .any(|n| matches!(n, Notice::FeatureGate { .. })));
+
+    let s = load(&flags(&[
+        "--hostname-override=a",
+        "--feature-gates=AllowServiceExternalIPs=false,KubeProxyNFTablesLocalhostNodePorts=false",
+    ]))
+    .unwrap();
+    assert!(!s.ruleset.allow_external_ips);
+    assert!(!s.gates.enabled("KubeProxyNFTablesLocalhostNodePorts"));
+    let lines: Vec<String> = s.notices.iter().map(|n| n.to_string()).collect();
+    assert!(
+        lines.contains(
+            &"W Setting deprecated feature gate AllowServiceExternalIPs=false. It will be removed in a future release."
+                .to_string()
+        ),
+        "{lines:?}"
+    );
+    // no longer reported as "has no effect"
+    assert!(
+        !lines.iter().any(|l| l.contains("feature-gates")),
+        "{lines:?}"
+    );
+}

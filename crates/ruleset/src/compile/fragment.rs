@@ -196,8 +196,13 @@ pub fn fragment(
         }
     }
 
-    let ext_ips: Vec<IpAddr> = svc
-        .external_ips
+    // AllowServiceExternalIPs off (KEP-5707): spec.externalIPs are not programmed.
+    let external_ips: &[IpAddr] = if ctx.cfg.allow_external_ips {
+        &svc.external_ips
+    } else {
+        &[]
+    };
+    let ext_ips: Vec<IpAddr> = external_ips
         .iter()
         .chain(svc.load_balancer_ips.iter())
         .filter(|ip| IpFamily::of(ip) == ctx.fam)

@@ -201,7 +201,10 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         hard_fail: settings.bind_address_hard_fail,
         info: proxy_info(settings),
         node_ports: settings.ruleset.clone(),
-        migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
+        migrate: touches_kernel(flags).then(|| operate::migrate_options(settings)),
+        forward: (touches_kernel(flags)
+            && settings.ruleset.proxier == ruleset::config::Proxier::Iptables)
+            .then(|| operate::ForwardRules::new(&settings.ruleset)),
     };
     let cfg = EngineConfig {
         ruleset: settings.ruleset.clone(),
@@ -298,6 +301,8 @@ struct Operate {
     node_ports: ruleset::config::ParsedConfig,
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
+    /// iptables mode: `KUBE-FORWARD` in the iptables filter tables after every sync.
+    forward: Option<operate::ForwardRules>,
 }
 
 /// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
@@ -334,6 +339,9 @@ where
         }),
         operate::metrics_observer(&ops.metrics),
     ];
+    if let Some(f) = ops.forward {
+        observers.push(Box::new(f));
+    }
     if let Some(opts) = ops.migrate {
         observers.push(Box::new(operate::MigrateOnce::new(opts)));
     }

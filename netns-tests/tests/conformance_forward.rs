@@ -95,7 +95,7 @@ fn remove_our_jump(c: &Cluster) {
 #[test]
 fn service_traffic_passes_dockers_forward_drop() {
     require_root!();
-    let c = cluster(load_docker);
+    let c = cluster(|c| load_docker(&c.node_a));
     let s = c.node_a.exec_ok("iptables-nft", &["-S", "FORWARD"]);
     assert!(s.contains("-P FORWARD DROP"), "Docker's policy stays: {s}");
     assert_eq!(failures(&c), vec![], "through Docker's FORWARD DROP");

@@ -34,12 +34,16 @@ fn objects(c: &Cluster) -> Vec<Value> {
 
 /// The daemon in iptables mode on node A (after `setup` loaded the host's ruleset).
 fn cluster(setup: impl FnOnce(&Cluster)) -> Cluster {
+    cluster_in("iptables", setup)
+}
+
+fn cluster_in(mode: &'static str, setup: impl FnOnce(&Cluster)) -> Cluster {
     use_daemon();
     let mut c = Cluster::new(bins!(), &[("b1", On::B)]);
     setup(&c);
     let objs = objects(&c);
     let settings = ProxySettings {
-        mode: "iptables",
+        mode,
         ..ProxySettings::default()
     };
     c.start_proxy_with(&objs, Duration::from_secs(60), settings);
@@ -148,4 +152,19 @@ fn firewalld_strict_forward_ports_rejects_even_with_kube_forward() {
         f.iter().all(|(_, _, o)| *o != Outcome::Timeout),
         "rejected (icmpx admin-prohibited), not dropped: {f:?}"
     );
+}
+
+/// nftables mode writes nothing outside our tables, as upstream's nftables proxier: on
+/// Docker's host the forwarded service traffic is dropped by Docker's policy (the
+/// operator lets it through in `DOCKER-USER`, docs/operations.md).
+#[test]
+fn nftables_mode_writes_nothing_in_filter() {
+    require_root!();
+    let c = cluster_in("nftables", |c| load_docker(&c.node_a));
+    for program in ["iptables-nft", "ip6tables-nft"] {
+        let s = c.node_a.exec_ok(program, &["-S"]);
+        assert!(!s.contains("KUBE-FORWARD"), "{program}: {s}");
+    }
+    let f = failures(&c);
+    assert_eq!(f.len(), targets().len(), "Docker's DROP applies: {f:?}");
 }

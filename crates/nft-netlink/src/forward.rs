@@ -296,24 +296,37 @@ impl Nft {
         Ok(scan)
     }
 
-    /// Make both families' `filter` tables hold `KUBE-FORWARD` and our jump, in one
-    /// batch guarded by the generation (re-read on a concurrent change). Returns the
-    /// number of ops committed (0: everything was in place, nothing was sent).
+    /// Make each family's `filter` table hold `KUBE-FORWARD` and our jump: one batch per
+    /// family (a family the kernel cannot serve, e.g. IPv6 disabled, does not keep the
+    /// other one from being written), guarded by the generation (re-read on a
+    /// concurrent change). Returns the number of ops committed (0: everything was in
+    /// place, nothing was sent); after a failure, the other families are still tried
+    /// and the first error is returned.
     pub fn ensure_kube_forward(
         &mut self,
         families: &[Family],
         cfg: ForwardConfig,
     ) -> Result<usize, NftError> {
-        let mut n = 0;
-        self.commit_guarded(5, |nft| {
-            let mut ops = Vec::new();
-            for f in families {
-                ops.extend(plan_ensure(*f, &nft.scan_filter_forward(*f)?, cfg));
+        let mut total = 0;
+        let mut first_err = None;
+        for f in families {
+            let mut n = 0;
+            let r = self.commit_guarded(5, |nft| {
+                let ops = plan_ensure(*f, &nft.scan_filter_forward(*f)?, cfg);
+                n = ops.len();
+                Ok(ops)
+            });
+            match r {
+                Ok(_) => total += n,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
-            n = ops.len();
-            Ok(ops)
-        })?;
-        Ok(n)
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(total),
+        }
     }
 }
 

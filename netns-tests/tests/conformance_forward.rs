@@ -103,6 +103,14 @@ fn service_traffic_passes_dockers_forward_drop() {
     let s = c.node_a.exec_ok("iptables-nft", &["-S", "FORWARD"]);
     assert!(s.contains("-P FORWARD DROP"), "Docker's policy stays: {s}");
     assert_eq!(failures(&c), vec![], "through Docker's FORWARD DROP");
+    // our write outside our tables is ours for the tamper watcher too: no repair
+    let tamper: Vec<String> = c
+        .proxy()
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("another program changed our nftables tables"))
+        .collect();
+    assert!(tamper.is_empty(), "{tamper:?}");
     // control: without our jump (our table alone), Docker's policy drops it all
     remove_our_jump(&c);
     let f = failures(&c);

@@ -22,12 +22,22 @@ fn scan(ns: &Netns, f: Family) -> FilterScan {
 }
 
 fn ensure(ns: &Netns, cfg: ForwardConfig) -> usize {
-    ns.run(move || {
+    let before = generation(ns);
+    let done = ns.run(move || {
         Nft::open()
             .unwrap()
             .ensure_kube_forward(&FAMILIES, cfg)
             .expect("ensure commits")
-    })
+    });
+    // each committed batch was guarded by the generation before it (what the engine
+    // takes into its trust)
+    let mut g = before;
+    for guard in &done.guards {
+        assert_eq!(*guard, g, "{done:?}");
+        g = sync_engine::next_generation(g);
+    }
+    assert_eq!(generation(ns), g, "{done:?}");
+    done.ops
 }
 
 fn generation(ns: &Netns) -> u32 {
@@ -174,4 +184,27 @@ fn on_a_docker_host_only_our_chain_and_jump_are_added_and_cleanup_removes_only_t
     b4.sort();
     assert_eq!(after4, b4, "cleanup leaves Docker's rules intact");
     assert_eq!(rules_s(&ns, "ip6tables-nft"), before6);
+}
+
+/// Our write to the filter tables does not overflow the tamper watcher's socket (every
+/// notification of the batch can be built and read).
+#[test]
+fn the_tamper_watcher_reads_the_notifications_of_our_write() {
+    require_root!();
+    let ns = Netns::new("kfwd-watch");
+    load_docker(&ns);
+    let poll = ns.run(|| {
+        let mut w = nft_netlink::watch::Watcher::open(vec![nft_model::TableRef::new(
+            Family::Ip,
+            "kube-nlproxy",
+        )])
+        .unwrap();
+        Nft::open()
+            .unwrap()
+            .ensure_kube_forward(&FAMILIES, CFG)
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        w.poll()
+    });
+    assert!(!poll.overflow, "{poll:?}");
 }

@@ -202,9 +202,8 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         info: proxy_info(settings),
         node_ports: settings.ruleset.clone(),
         migrate: touches_kernel(flags).then(|| operate::migrate_options(settings)),
-        forward: (touches_kernel(flags)
-            && settings.ruleset.proxier == ruleset::config::Proxier::Iptables)
-            .then(|| operate::ForwardRules::new(&settings.ruleset)),
+        forward: touches_kernel(flags)
+            && settings.ruleset.proxier == ruleset::config::Proxier::Iptables,
     };
     let cfg = EngineConfig {
         ruleset: settings.ruleset.clone(),
@@ -302,7 +301,7 @@ struct Operate {
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
     /// iptables mode: `KUBE-FORWARD` in the iptables filter tables after every sync.
-    forward: Option<operate::ForwardRules>,
+    forward: bool,
 }
 
 /// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
@@ -339,8 +338,11 @@ where
         }),
         operate::metrics_observer(&ops.metrics),
     ];
-    if let Some(f) = ops.forward {
-        observers.push(Box::new(f));
+    if ops.forward {
+        observers.push(Box::new(operate::ForwardRules::new(
+            &ops.node_ports,
+            engine.side_commits(),
+        )));
     }
     if let Some(opts) = ops.migrate {
         observers.push(Box::new(operate::MigrateOnce::new(opts)));

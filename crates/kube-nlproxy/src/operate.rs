@@ -73,10 +73,12 @@ pub struct ForwardRules {
     families: Vec<nft_model::Family>,
     cfg: nft_netlink::forward::ForwardConfig,
     failures: std::sync::atomic::AtomicU64,
+    /// Our commits outside our tables, told to the engine (not a tamper).
+    side: sync_engine::SideCommits,
 }
 
 impl ForwardRules {
-    pub fn new(cfg: &ParsedConfig) -> ForwardRules {
+    pub fn new(cfg: &ParsedConfig, side: sync_engine::SideCommits) -> ForwardRules {
         ForwardRules {
             families: cfg
                 .families
@@ -91,6 +93,7 @@ impl ForwardRules {
                 drop_invalid: cfg.drops_invalid_forwarded(),
             },
             failures: std::sync::atomic::AtomicU64::new(0),
+            side,
         }
     }
 }
@@ -100,11 +103,14 @@ impl Observer for ForwardRules {
         let r = nft_netlink::Nft::open()
             .and_then(|mut n| n.ensure_kube_forward(&self.families, self.cfg));
         match r {
-            Ok(0) => {}
-            Ok(ops) => tracing::info!(
-                ops,
-                "wrote the KUBE-FORWARD chain and its jump from FORWARD (iptables filter table)"
-            ),
+            Ok(done) if done.ops == 0 => {}
+            Ok(done) => {
+                done.guards.iter().for_each(|g| self.side.committed(*g));
+                tracing::info!(
+                    ops = done.ops,
+                    "wrote the KUBE-FORWARD chain and its jump from FORWARD (iptables filter table)"
+                )
+            }
             Err(e) => {
                 // the 1st, 2nd, 4th, ... failure of a run
                 let n = self.failures.fetch_add(1, Ordering::SeqCst) + 1;

@@ -225,6 +225,16 @@ pub fn plan_ensure(family: Family, scan: &FilterScan, cfg: ForwardConfig) -> Vec
     ops
 }
 
+/// What [`Nft::ensure_kube_forward`] committed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ensured {
+    /// Ops committed (0: everything was in place).
+    pub ops: usize,
+    /// The generation that guarded each committed batch, in order (each produced the
+    /// next generation).
+    pub guards: Vec<u32>,
+}
+
 /// A rule of the filter table: where it is, and the rule if the model can read it.
 type ScannedRule = (String, u64, Option<Rule>);
 
@@ -300,24 +310,31 @@ impl Nft {
     /// family (a family the kernel cannot serve, e.g. IPv6 disabled, does not keep the
     /// other one from being written), guarded by the generation (re-read on a
     /// concurrent change). Returns the number of ops committed (0: everything was in
-    /// place, nothing was sent); after a failure, the other families are still tried
-    /// and the first error is returned.
+    /// place, nothing was sent) and the generation that guarded each committed batch;
+    /// after a failure, the other families are still tried and the first error is
+    /// returned.
     pub fn ensure_kube_forward(
         &mut self,
         families: &[Family],
         cfg: ForwardConfig,
-    ) -> Result<usize, NftError> {
-        let mut total = 0;
+    ) -> Result<Ensured, NftError> {
+        let mut done = Ensured::default();
         let mut first_err = None;
         for f in families {
-            let mut n = 0;
+            let (mut n, mut base) = (0, 0);
             let r = self.commit_guarded(5, |nft| {
+                // the guard's generation (a later change fails the guarded commit)
+                base = nft.generation()?;
                 let ops = plan_ensure(*f, &nft.scan_filter_forward(*f)?, cfg);
                 n = ops.len();
                 Ok(ops)
             });
             match r {
-                Ok(_) => total += n,
+                Ok(_) if n > 0 => {
+                    done.ops += n;
+                    done.guards.push(base);
+                }
+                Ok(_) => {}
                 Err(e) => {
                     first_err.get_or_insert(e);
                 }
@@ -325,7 +342,7 @@ impl Nft {
         }
         match first_err {
             Some(e) => Err(e),
-            None => Ok(total),
+            None => Ok(done),
         }
     }
 }

@@ -275,6 +275,28 @@ impl ProxyKind {
     }
 }
 
+static DAEMON: std::sync::Once = std::sync::Once::new();
+
+/// Make the cluster run the real daemon (KUBE_NLPROXY_BIN, else the `kube-nlproxy`
+/// binary cargo built next to the test, in the same target directory).
+pub fn use_daemon() {
+    DAEMON.call_once(|| {
+        if std::env::var_os("KUBE_NLPROXY_BIN").is_some() {
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let bin = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .map(|d| d.join("kube-nlproxy"))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| {
+                panic!("no kube-nlproxy binary next to {exe:?}: build it (cargo build -p kube-nlproxy) or set KUBE_NLPROXY_BIN")
+            });
+        std::env::set_var("KUBE_NLPROXY_BIN", bin);
+    });
+}
+
 static FILES: AtomicU64 = AtomicU64::new(0);
 
 fn temp_path(what: &str, ext: &str) -> PathBuf {

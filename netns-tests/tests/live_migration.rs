@@ -25,11 +25,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use netns_tests::cluster::*;
+use netns_tests::host_firewalls::{restore, DOCKER_FILTER_V4, DOCKER_FILTER_V6};
 use netns_tests::upstream::{iptables_mode, nftables_mode, Port};
 use netns_tests::{bins, require_root, wait_until, Netns};
 use serde_json::{json, Value};
@@ -322,40 +323,43 @@ fn prober(
     })
 }
 
-static DAEMON: Once = Once::new();
-
-/// Make the cluster run the real daemon (KUBE_NLPROXY_BIN, else the debug build).
-fn use_daemon() {
-    DAEMON.call_once(|| {
-        if std::env::var_os("KUBE_NLPROXY_BIN").is_some() {
-            return;
-        }
-        let exe = std::env::current_exe().unwrap();
-        let bin = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .map(|d| d.join("kube-nlproxy"))
-            .filter(|p| p.exists())
-            .unwrap_or_else(|| {
-                panic!("no kube-nlproxy binary next to {exe:?}: build it (cargo build -p kube-nlproxy) or set KUBE_NLPROXY_BIN")
-            });
-        std::env::set_var("KUBE_NLPROXY_BIN", bin);
-    });
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     Iptables,
     Nftables,
 }
 
-fn kube_proxy_gone(node: &Netns) -> bool {
+/// No kube-proxy chain left (but `KUBE-FORWARD` when `keep_forward`: ours in iptables
+/// mode), no kube-proxy table.
+fn kube_proxy_gone(node: &Netns, keep_forward: bool) -> bool {
     let saved = node.exec_ok("iptables-save", &[]);
     let tables = node.exec_ok("nft", &["list", "tables"]);
-    !saved.contains("KUBE-") && !tables.contains("kube-proxy")
+    !saved
+        .lines()
+        .any(|l| l.contains("KUBE-") && !(keep_forward && l.contains("KUBE-FORWARD")))
+        && !tables.contains("kube-proxy")
 }
 
-fn migrate_without_loss(mode: Mode) {
+/// The handle of `KUBE-FORWARD`'s jump in `ip filter FORWARD` and of the chain's rules.
+fn kube_forward_handles(node: &Netns) -> Vec<String> {
+    let mut out = Vec::new();
+    for chain in ["FORWARD", "KUBE-FORWARD"] {
+        let listed = node.exec_ok("nft", &["-a", "list", "chain", "ip", "filter", chain]);
+        out.extend(
+            listed
+                .lines()
+                .filter(|l| chain == "KUBE-FORWARD" || l.contains("jump KUBE-FORWARD"))
+                .filter_map(|l| l.split("# handle ").nth(1))
+                .map(|h| format!("{chain} {}", h.trim())),
+        );
+    }
+    out
+}
+
+/// `mode` is kube-proxy's; `docker`: node A also has Docker's filter table (`FORWARD`
+/// policy DROP) and the daemon runs in iptables mode, taking kube-proxy's
+/// `KUBE-FORWARD` over in place.
+fn migrate_without_loss(mode: Mode, docker: bool) {
     use_daemon();
     let mut c = Cluster::new(bins!(), &[("a1", On::A), ("a2", On::A), ("b1", On::B)]);
     let (a1, a2, b1) = (c.pod("a1").v4, c.pod("a2").v4, c.pod("b1").v4);
@@ -441,6 +445,20 @@ fn migrate_without_loss(mode: Mode) {
         }
         Mode::Nftables => c.node_a.nft(&nftables_mode(&ports)),
     }
+    if docker {
+        restore(
+            &c.node_a,
+            "iptables-nft-restore",
+            &["--noflush"],
+            DOCKER_FILTER_V4,
+        );
+        restore(
+            &c.node_a,
+            "ip6tables-nft-restore",
+            &["--noflush"],
+            DOCKER_FILTER_V6,
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let servers: Vec<_> = ["a1", "b1"]
         .iter()
@@ -481,12 +499,40 @@ fn migrate_without_loss(mode: Mode) {
         "one conntrack entry per established UDP flow: {entries_before:?}"
     );
 
-    // the takeover
+    // the takeover (watched by `nft monitor`: no delete of KUBE-FORWARD may show)
+    let handles_before = docker.then(|| kube_forward_handles(&c.node_a));
+    let mut monitor = docker.then(|| {
+        std::process::Command::new("ip")
+            // line-buffered: the events must not sit in a buffer when it is killed
+            .args([
+                "netns",
+                "exec",
+                c.node_a.name(),
+                "stdbuf",
+                "-oL",
+                "nft",
+                "monitor",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft monitor")
+    });
+    std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
-    c.start_proxy(&manifests(&ports), Duration::from_secs(30));
+    if docker {
+        let settings = ProxySettings {
+            mode: "iptables",
+            ..ProxySettings::default()
+        };
+        c.start_proxy_with(&manifests(&ports), Duration::from_secs(30), settings);
+    } else {
+        c.start_proxy(&manifests(&ports), Duration::from_secs(30));
+    }
     let ours_in = start.elapsed();
     assert!(
-        wait_until(Duration::from_secs(30), || kube_proxy_gone(&c.node_a)),
+        wait_until(Duration::from_secs(30), || kube_proxy_gone(
+            &c.node_a, docker
+        )),
         "kube-proxy's rules are still there: {}\n{}",
         c.node_a.exec_ok("iptables-save", &[]),
         c.node_a.exec_ok("nft", &["list", "tables"])
@@ -494,6 +540,37 @@ fn migrate_without_loss(mode: Mode) {
     let gone = start.elapsed();
     eprintln!("{mode:?}: our rules in after {ours_in:?}, kube-proxy's gone after {gone:?}");
     std::thread::sleep(Duration::from_secs(2));
+    if let Some(mut m) = monitor.take() {
+        let _ = m.kill();
+        let mut events = String::new();
+        let _ = std::io::Read::read_to_string(&mut m.stdout.take().unwrap(), &mut events);
+        let _ = m.wait();
+        assert!(
+            events.contains("delete chain ip filter KUBE-SERVICES"),
+            "the monitor saw the migration: {events}"
+        );
+        // kube-proxy's (IPv4) chain and jump: no event about them (the IPv6 ones, which
+        // kube-proxy's rules here do not have, are created)
+        let about_ipv4: Vec<&str> = events
+            .lines()
+            .filter(|l| l.contains(" ip filter ") && l.contains("KUBE-FORWARD"))
+            .collect();
+        assert!(
+            about_ipv4.is_empty(),
+            "KUBE-FORWARD was deleted, re-added or rewritten during the takeover: {about_ipv4:?}\n{events}"
+        );
+        assert!(
+            events.contains("add chain ip6 filter KUBE-FORWARD"),
+            "{events}"
+        );
+        assert_eq!(
+            Some(kube_forward_handles(&c.node_a)),
+            handles_before,
+            "kube-proxy's KUBE-FORWARD and jump are the same rules (same handles)"
+        );
+        let s = c.node_a.exec_ok("iptables-nft", &["-S", "FORWARD"]);
+        assert!(s.contains("-P FORWARD DROP"), "{s}");
+    }
     // Our cleanup kept the entries kube-proxy's rules had DNAT'ed (only entries that
     // were not DNAT'ed are a destination's targets): the same entries, same ids.
     let entries_after: Vec<BTreeSet<String>> = [web_port, np_port]
@@ -570,14 +647,17 @@ fn migrate_without_loss(mode: Mode) {
         "table ip nat",
         "table ip filter",
         "table ip mangle",
+        "table ip6 filter",
     ]
     .into();
     assert!(tables.is_subset(&allowed), "{tables:?}");
     let saved = c.node_a.exec_ok("iptables-save", &[]);
+    // (with Docker: Docker's rules, and KUBE-FORWARD, ours now)
+    let foreign = |l: &str| docker && (l.contains("DOCKER") || l.contains("KUBE-FORWARD"));
     assert!(
         !saved
             .lines()
-            .any(|l| l.starts_with("-A ") || l.starts_with(":KUBE-")),
+            .any(|l| (l.starts_with("-A ") || l.starts_with(":KUBE-")) && !foreign(l)),
         "iptables rules or kube-proxy chains left:\n{saved}"
     );
     // and the services still work on our rules alone
@@ -588,11 +668,20 @@ fn migrate_without_loss(mode: Mode) {
 #[test]
 fn live_migration_from_iptables_mode_loses_nothing() {
     require_root!();
-    migrate_without_loss(Mode::Iptables);
+    migrate_without_loss(Mode::Iptables, false);
+}
+
+/// kube-proxy in iptables mode on a Docker host (`FORWARD` policy DROP), taken over by
+/// the daemon in iptables mode: kube-proxy's `KUBE-FORWARD` is adopted in place (never
+/// deleted, the same rules), and no forwarded packet is lost.
+#[test]
+fn live_migration_from_iptables_mode_on_a_docker_host_keeps_kube_forward() {
+    require_root!();
+    migrate_without_loss(Mode::Iptables, true);
 }
 
 #[test]
 fn live_migration_from_nftables_mode_loses_nothing() {
     require_root!();
-    migrate_without_loss(Mode::Nftables);
+    migrate_without_loss(Mode::Nftables, false);
 }

@@ -261,7 +261,7 @@ fn kube_proxy_iptables_leftovers_are_removed_and_nothing_else_changes() {
     let report = ns.run(|| {
         Nft::open()
             .unwrap()
-            .remove_kube_proxy_leftovers(&[])
+            .remove_kube_proxy_leftovers(&[], &[])
             .expect("migration commits")
     });
     // nat: SERVICES POSTROUTING MARK-MASQ NODEPORTS PROXY-CANARY SVC SEP; filter: FORWARD
@@ -324,7 +324,7 @@ fn kube_proxy_iptables_leftovers_are_removed_and_nothing_else_changes() {
     let again = ns.run(|| {
         Nft::open()
             .unwrap()
-            .remove_kube_proxy_leftovers(&[])
+            .remove_kube_proxy_leftovers(&[], &[])
             .unwrap()
     });
     assert_eq!(again, Default::default());
@@ -361,7 +361,7 @@ COMMIT
     let report = ns.run(|| {
         Nft::open()
             .unwrap()
-            .remove_kube_proxy_leftovers(&[])
+            .remove_kube_proxy_leftovers(&[], &[])
             .unwrap()
     });
     assert_eq!(report.chains_removed, 1, "{report:?}");

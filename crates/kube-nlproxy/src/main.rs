@@ -202,7 +202,9 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         hard_fail: settings.bind_address_hard_fail,
         info: proxy_info(settings, flags),
         node_ports: settings.ruleset.clone(),
-        migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
+        migrate: touches_kernel(flags).then(|| operate::migrate_options(settings)),
+        forward: touches_kernel(flags)
+            && settings.ruleset.proxier == ruleset::config::Proxier::Iptables,
     };
     let cfg = EngineConfig {
         ruleset: settings.ruleset.clone(),
@@ -299,6 +301,8 @@ struct Operate {
     node_ports: ruleset::config::ParsedConfig,
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
+    /// iptables mode: `KUBE-FORWARD` in the iptables filter tables after every sync.
+    forward: bool,
 }
 
 /// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
@@ -352,6 +356,12 @@ where
         }),
         operate::metrics_observer(&ops.metrics),
     ];
+    if ops.forward {
+        observers.push(Box::new(operate::ForwardRules::new(
+            &ops.node_ports,
+            engine.side_commits(),
+        )));
+    }
     if let Some(opts) = ops.migrate {
         observers.push(Box::new(operate::MigrateOnce::new(opts)));
     }

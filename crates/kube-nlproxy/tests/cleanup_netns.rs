@@ -492,3 +492,33 @@ fn cleanup_removes_kube_proxys_ipvs_services_and_dummy_link() {
         .status
         .success());
 }
+
+/// On a Docker host: `--cleanup` removes the `KUBE-FORWARD` chain and jump the daemon
+/// writes in iptables mode (both families) and leaves Docker's rules and its `FORWARD`
+/// policy DROP exactly as they were.
+#[test]
+fn cleanup_removes_our_kube_forward_and_leaves_dockers_rules() {
+    use netns_tests::host_firewalls::{load_docker, rules_s};
+    require_root!();
+    let ns = Netns::new("cleanup-docker");
+    load_docker(&ns);
+    let before4 = rules_s(&ns, "iptables-nft");
+    let before6 = rules_s(&ns, "ip6tables-nft");
+    let cfg = nft_netlink::forward::ForwardConfig {
+        mark: 0x4000,
+        drop_invalid: true,
+    };
+    ns.run(move || {
+        nft_netlink::Nft::open()
+            .unwrap()
+            .ensure_kube_forward(&[nft_model::Family::Ip, nft_model::Family::Ip6], cfg)
+            .unwrap()
+    });
+    assert!(rules_s(&ns, "iptables-nft")
+        .iter()
+        .any(|l| l.contains("-j KUBE-FORWARD")));
+    let (ok, _, err) = cleanup(&ns, false);
+    assert!(ok, "{err}");
+    assert_eq!(rules_s(&ns, "iptables-nft"), before4, "{err}");
+    assert_eq!(rules_s(&ns, "ip6tables-nft"), before6, "{err}");
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 use ipvs_netlink::ipset::{kube_proxy_sets, Ipset, SetRemoval};
 use ipvs_netlink::ipvs::{kube_proxy_services, Cidr, Ipvs, VirtualService};
 use nft_model::Op;
-use nft_netlink::migrate::{plan, Leftovers};
+use nft_netlink::migrate::{plan, Keep, Leftovers};
 use rt_netlink::{Link, LinkRemoval};
 use tracing::{info, warn};
 
@@ -40,6 +40,9 @@ pub struct Options {
     pub exclude_cidrs: Vec<Cidr>,
     /// Ops for the same nftables batch, first (`--cleanup`: delete our tables).
     pub extra_ops: Vec<Op>,
+    /// kube-proxy chains we write ourselves and keep (iptables mode:
+    /// [`nft_netlink::migrate::KEEP_IN_IPTABLES_MODE`]); `--cleanup` keeps none.
+    pub keep: Keep,
 }
 
 impl Options {
@@ -59,6 +62,7 @@ impl Options {
         Options {
             exclude_cidrs,
             extra_ops,
+            keep: &[],
         }
     }
 }
@@ -105,7 +109,7 @@ impl Found {
         opts.extra_ops
             .iter()
             .cloned()
-            .chain(plan(&self.nft).ops)
+            .chain(plan(&self.nft, opts.keep).ops)
             .collect()
     }
 
@@ -113,7 +117,7 @@ impl Found {
     /// for the IPVS, link and ipset steps.
     pub fn describe(&self, opts: &Options) -> String {
         let mut out = nft_model::render::script(&self.nft_ops(opts));
-        for (chain, by) in &plan(&self.nft).kept {
+        for (chain, by) in &plan(&self.nft, opts.keep).kept {
             let _ = writeln!(
                 out,
                 "# keep iptables chain {chain}: another program's chain jumps to it ({})",
@@ -257,7 +261,8 @@ pub fn remove(opts: &Options) -> Removed {
             Err(e) => r.errors.push(format!("deleting link {IPVS_LINK}: {e}")),
         }
     }
-    match nft_netlink::Nft::open().and_then(|mut n| n.remove_kube_proxy_leftovers(&opts.extra_ops))
+    match nft_netlink::Nft::open()
+        .and_then(|mut n| n.remove_kube_proxy_leftovers(&opts.extra_ops, opts.keep))
     {
         Ok(rep) => r.nft = Some(rep),
         Err(e) => r

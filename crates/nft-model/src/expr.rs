@@ -356,6 +356,15 @@ pub enum Expr {
         data: Option<Reg>,
         timeout_ms: Option<u64>,
     },
+    /// An x_tables match run by the kernel's `nft_compat` (`match`): what iptables-nft
+    /// writes for extensions it has no native form of (`-m comment`, `-m conntrack`).
+    /// `info` is the extension's `struct xt_*_info`, host byte order, padded to 8 bytes.
+    /// Only for the rules we write outside our tables with upstream's iptables form.
+    XtMatch {
+        name: String,
+        rev: u32,
+        info: Vec<u8>,
+    },
 }
 
 impl Expr {
@@ -376,6 +385,7 @@ impl Expr {
             Expr::Reject(_) => "reject",
             Expr::Counter => "counter",
             Expr::Dynset { .. } => "dynset",
+            Expr::XtMatch { .. } => "match",
         }
     }
 }

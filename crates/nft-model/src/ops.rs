@@ -60,6 +60,12 @@ pub enum Op {
         chain: String,
         rule: Rule,
     },
+    /// Insert a rule at the head of the chain (`iptables -I`, `nft insert rule`).
+    InsertRule {
+        table: TableRef,
+        chain: String,
+        rule: Rule,
+    },
     /// Create the set (elements are not part of this operation).
     AddSet {
         table: TableRef,
@@ -96,6 +102,7 @@ impl Op {
             | Op::DeleteChain { table, .. }
             | Op::DeleteRule { table, .. }
             | Op::AddRule { table, .. }
+            | Op::InsertRule { table, .. }
             | Op::AddSet { table, .. }
             | Op::DeleteSet { table, .. }
             | Op::FlushSet { table, .. }

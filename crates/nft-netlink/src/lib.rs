@@ -6,6 +6,7 @@
 //! back to the operation that caused it and rendered as nft text. [`Nft::dump_table`]
 //! reads one table back into the model, retrying when the ruleset changed meanwhile.
 
+pub mod forward;
 pub mod migrate;
 pub mod watch;
 

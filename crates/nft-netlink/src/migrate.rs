@@ -205,12 +205,20 @@ impl Plan {
     }
 }
 
+/// kube-proxy chains (iptables table, chain) that a migration keeps because we write
+/// them ourselves: in iptables mode `filter KUBE-FORWARD` ([`crate::forward`]), adopted
+/// in place on takeover (never deleted and re-added). The jumps to a kept chain stay.
+pub type Keep = &'static [(&'static str, &'static str)];
+
+/// What iptables mode keeps: upstream's `KUBE-FORWARD` in both families' `filter`.
+pub const KEEP_IN_IPTABLES_MODE: Keep = &[("filter", crate::forward::KUBE_FORWARD_CHAIN)];
+
 /// The ops that remove kube-proxy's leftovers in one batch: the jumps to kube-proxy's
 /// iptables-nft chains from built-in chains (by handle), those chains flushed, then
 /// deleted, then kube-proxy's nftables-mode tables deleted. See [`plan_iptables`] for
-/// the chains that are kept. Pure: the same state gives the same batch.
-pub fn plan(l: &Leftovers) -> Plan {
-    let mut p = plan_iptables(&l.iptables);
+/// the chains that are kept (also those in `keep`). Pure: the same state gives the same batch.
+pub fn plan(l: &Leftovers, keep: Keep) -> Plan {
+    let mut p = plan_iptables(&l.iptables, keep);
     p.ops.extend(
         l.nft_tables
             .iter()
@@ -225,7 +233,7 @@ pub fn plan(l: &Leftovers) -> Plan {
 /// flushed, then deleted. A kube-proxy chain that a regular chain of another program
 /// references is kept with everything it reaches (the other program's rules stay
 /// byte-identical). Pure: the same scan gives the same batch.
-pub fn plan_iptables(scans: &[TableScan]) -> Plan {
+pub fn plan_iptables(scans: &[TableScan], keep: Keep) -> Plan {
     let mut deletes = Vec::new();
     let mut flushes = Vec::new();
     let mut removes = Vec::new();
@@ -236,6 +244,7 @@ pub fn plan_iptables(scans: &[TableScan]) -> Plan {
             .iter()
             .map(String::as_str)
             .filter(|c| is_kube_proxy_chain(&s.table.name, c))
+            .filter(|c| !keep.contains(&(s.table.name.as_str(), *c)))
             .collect();
         // kube-proxy chains referenced from another program's regular chains.
         let mut kept: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
@@ -380,10 +389,11 @@ impl Nft {
     pub fn remove_kube_proxy_leftovers(
         &mut self,
         extra: &[Op],
+        keep: Keep,
     ) -> Result<MigrationReport, NftError> {
         let mut report = MigrationReport::default();
         self.commit_guarded(5, |nft| {
-            let p = plan(&nft.scan_leftovers()?);
+            let p = plan(&nft.scan_leftovers()?, keep);
             report = p.report();
             Ok(extra.iter().cloned().chain(p.ops).collect())
         })?;
@@ -547,7 +557,7 @@ mod tests {
                 rule(&nat, "KUBE-SERVICES", 10, &[SVC]),
             ],
         );
-        let p = plan_iptables(&[s]);
+        let p = plan_iptables(&[s], &[]);
         assert_eq!(
             p.ops,
             vec![
@@ -575,7 +585,54 @@ mod tests {
             ]
         );
         assert!(p.kept.is_empty());
-        assert_eq!(plan(&Leftovers::default()), Plan::default());
+        assert_eq!(plan(&Leftovers::default(), &[]), Plan::default());
+    }
+
+    #[test]
+    fn iptables_mode_keeps_kube_forward_and_its_jump_and_removes_the_rest() {
+        let filter = TableRef::new(Family::Ip6, "filter");
+        let s = scan(
+            &filter,
+            &["FORWARD"],
+            &["KUBE-FORWARD", "KUBE-SERVICES", "DOCKER-USER"],
+            vec![
+                rule(&filter, "FORWARD", 2, &["KUBE-FORWARD"]),
+                rule(&filter, "FORWARD", 3, &["KUBE-SERVICES"]),
+                rule(&filter, "FORWARD", 4, &["DOCKER-USER"]),
+            ],
+        );
+        let ops = |keep| plan_iptables(std::slice::from_ref(&s), keep).ops;
+        let kept = ops(KEEP_IN_IPTABLES_MODE);
+        assert_eq!(
+            kept,
+            vec![
+                Op::DeleteRule {
+                    table: filter.clone(),
+                    chain: "FORWARD".into(),
+                    handle: 3
+                },
+                Op::FlushChain {
+                    table: filter.clone(),
+                    chain: "KUBE-SERVICES".into()
+                },
+                Op::DeleteChain {
+                    table: filter.clone(),
+                    chain: "KUBE-SERVICES".into()
+                },
+            ]
+        );
+        // --cleanup (nothing kept) and nftables mode remove it with its jump
+        let all = ops(&[]);
+        assert!(all.contains(&Op::DeleteChain {
+            table: filter.clone(),
+            chain: "KUBE-FORWARD".into()
+        }));
+        assert!(all.contains(&Op::DeleteRule {
+            table: filter.clone(),
+            chain: "FORWARD".into(),
+            handle: 2
+        }));
+        assert_eq!(all.len(), kept.len() + 3);
     }
 
     #[test]
@@ -598,7 +655,7 @@ mod tests {
                 rule(&nat, "KUBE-POSTROUTING", 4, &["KUBE-MARK-MASQ"]),
             ],
         );
-        let p = plan_iptables(&[s]);
+        let p = plan_iptables(&[s], &[]);
         assert_eq!(
             p.ops,
             vec![
@@ -648,7 +705,7 @@ mod tests {
                 TableRef::new(Family::Ip, "kube-router"),
             ],
         };
-        let p = plan(&l);
+        let p = plan(&l, &[]);
         assert_eq!(
             p.ops.last(),
             Some(&Op::DeleteTable {

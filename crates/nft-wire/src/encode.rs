@@ -233,7 +233,7 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             w.str(NFTA_CHAIN_NAME, chain);
             one(NFT_MSG_DELCHAIN, 0, w)
         }
-        Op::AddRule { table, chain, rule } => {
+        Op::AddRule { table, chain, rule } | Op::InsertRule { table, chain, rule } => {
             table_attrs(&mut w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
             let list = w.begin(NFTA_RULE_EXPRESSIONS);
@@ -250,7 +250,13 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
                     len: w.len(),
                 });
             }
-            one(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND, w)
+            // without NLM_F_APPEND (and no position) the kernel inserts at the head
+            let append = if matches!(op, Op::AddRule { .. }) {
+                NLM_F_APPEND
+            } else {
+                0
+            };
+            one(NFT_MSG_NEWRULE, NLM_F_CREATE | append, w)
         }
         Op::AddSet { table, set } => {
             encode_set(&mut w, table, set, *set_id);

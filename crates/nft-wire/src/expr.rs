@@ -56,6 +56,9 @@ mod a {
     pub const DYNSET_SREG_KEY: u16 = 4;
     pub const DYNSET_SREG_DATA: u16 = 5;
     pub const DYNSET_TIMEOUT: u16 = 6;
+    pub const MATCH_NAME: u16 = 1;
+    pub const MATCH_REV: u16 = 2;
+    pub const MATCH_INFO: u16 = 3;
 }
 
 /// Write `NFTA_DATA_VALUE` inside a nest of type `kind`.
@@ -246,6 +249,11 @@ pub fn encode_expr(w: &mut NlaWriter, e: &Expr) {
             }
         },
         Expr::Counter => {}
+        Expr::XtMatch { name, rev, info } => {
+            w.str(a::MATCH_NAME, name);
+            w.be32(a::MATCH_REV, *rev);
+            w.bytes(a::MATCH_INFO, info);
+        }
         Expr::Dynset {
             op,
             set,
@@ -352,6 +360,7 @@ const DECODERS: &[(&str, Decoder)] = &[
     ("reject", decode_reject),
     ("counter", decode_counter),
     ("dynset", decode_dynset),
+    ("match", decode_xt_match),
 ];
 
 type Decoder = fn(&Attrs) -> Result<Expr, WireError>;
@@ -529,6 +538,24 @@ fn decode_reject(at: &Attrs) -> Result<Expr, WireError> {
 
 fn decode_counter(_: &Attrs) -> Result<Expr, WireError> {
     Ok(Expr::Counter)
+}
+
+fn decode_xt_match(at: &Attrs) -> Result<Expr, WireError> {
+    let name = at
+        .get(a::MATCH_NAME)
+        .and_then(Nla::str)
+        .ok_or(WireError::Missing {
+            what: at.name,
+            attr: "name",
+        })?;
+    Ok(Expr::XtMatch {
+        name: name.to_string(),
+        rev: at.be32(a::MATCH_REV, "rev")?,
+        info: at
+            .get(a::MATCH_INFO)
+            .map(|n| n.data.to_vec())
+            .unwrap_or_default(),
+    })
 }
 
 fn decode_dynset(at: &Attrs) -> Result<Expr, WireError> {

@@ -146,6 +146,11 @@ fn every_expression_round_trips() {
             data: Some(Reg::R2),
             timeout_ms: None,
         },
+        Expr::XtMatch {
+            name: "comment".into(),
+            rev: 0,
+            info: vec![b'x'; 256],
+        },
     ];
     for e in &all {
         roundtrip_expr(e);
@@ -704,4 +709,24 @@ fn check_batch_is_the_batch_without_its_end() {
     assert!(full.bytes.starts_with(&check.bytes));
     assert_eq!(full.bytes.len() - check.bytes.len(), 20);
     assert_eq!((full.seqs, full.ack_seq), (check.seqs, check.ack_seq));
+}
+
+/// An x_tables match (`nft_compat`): name, revision (big-endian), info as given.
+#[test]
+fn xt_match_bytes() {
+    let bytes = roundtrip_expr(&Expr::XtMatch {
+        name: "conntrack".into(),
+        rev: 3,
+        info: vec![1, 2, 3, 4, 5, 6, 7, 8],
+    });
+    let elem = NlaIter::new(&bytes).next().unwrap();
+    let inner: Vec<_> = elem.nested().collect();
+    assert_eq!(inner[0].str(), Some("match"));
+    let data: Vec<_> = inner[1].nested().collect();
+    assert_eq!((data[0].kind, data[0].str()), (1, Some("conntrack")));
+    assert_eq!((data[1].kind, data[1].data), (2, &[0, 0, 0, 3][..]));
+    assert_eq!(
+        (data[2].kind, data[2].data),
+        (3, &[1, 2, 3, 4, 5, 6, 7, 8][..])
+    );
 }

@@ -125,7 +125,7 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
             }
             t.chains.remove(i);
         }
-        Op::AddRule { chain, rule, .. } => {
+        Op::AddRule { chain, rule, .. } | Op::InsertRule { chain, rule, .. } => {
             for target in rule.verdict_targets() {
                 if t.chain(target).is_none() {
                     return Err(nf(format!("chain {target}")));
@@ -136,12 +136,17 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
                     return Err(nf(format!("set {s}")));
                 }
             }
-            t.chains
+            let rules = &mut t
+                .chains
                 .iter_mut()
                 .find(|c| &c.name == chain)
                 .ok_or_else(|| nf(format!("chain {chain}")))?
-                .rules
-                .push(rule.clone());
+                .rules;
+            if matches!(op, Op::InsertRule { .. }) {
+                rules.insert(0, rule.clone());
+            } else {
+                rules.push(rule.clone());
+            }
         }
         Op::AddSet { set, .. } => match t.set(&set.name) {
             Some(s) => {

@@ -264,7 +264,8 @@ impl Compiler {
             | Op::FlushChain { chain, .. }
             | Op::DeleteChain { chain, .. }
             | Op::DeleteRule { chain, .. }
-            | Op::AddRule { chain, .. } => out.extend(
+            | Op::AddRule { chain, .. }
+            | Op::InsertRule { chain, .. } => out.extend(
                 frags()
                     .filter(|f| f.chains.iter().any(|c| &c.name == chain))
                     .map(|f| f.id.clone()),

@@ -692,6 +692,9 @@ impl<'a> Run<'a> {
                     self.write(*dreg, &v.to_ne_bytes());
                 }
                 Expr::CtSet { .. } | Expr::Counter | Expr::Dynset { .. } => {}
+                // never in our tables (only in the iptables-nft chain we keep outside
+                // them): the tracer cannot evaluate an x_tables match
+                Expr::XtMatch { .. } => return None,
                 Expr::Fib {
                     flags,
                     result,

@@ -88,6 +88,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) pending: Pending,
     /// Generations produced by our latest commits.
     pub(crate) our_gens: VecDeque<u32>,
+    /// Commits this process made outside our tables (iptables mode's `KUBE-FORWARD`).
+    pub(crate) side_commits: SideCommits,
     /// Service ports left out because the kernel refused their rules.
     pub(crate) skips: Skips,
     /// Trigger times of the EndpointSlice changes not yet synced (for the network
@@ -161,6 +163,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             per_service: status::PerService::default(),
             pending: Pending::default(),
             our_gens: VecDeque::new(),
+            side_commits: SideCommits::default(),
             skips: Skips::default(),
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
@@ -245,6 +248,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// last commit produced (nobody committed after it: e.g. our own large batch
     /// overflowed the watcher's socket).
     pub fn foreign_change(&mut self, touches: &[crate::watch::Touch], overflow: bool) {
+        self.absorb_side_commits();
         let touches: Vec<&crate::watch::Touch> = touches
             .iter()
             .filter(|t| !self.our_gens.contains(&t.genid))
@@ -298,11 +302,30 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.applied
     }
 
+    /// The handle on which this process reports its commits outside our tables.
+    pub fn side_commits(&self) -> SideCommits {
+        self.side_commits.clone()
+    }
+
+    /// Take the side commits reported since: each one made from the generation we
+    /// trust moves that trust on (it did not touch our tables, and the generation guard
+    /// proves nobody committed in between), and is ours for the watcher.
+    pub(crate) fn absorb_side_commits(&mut self) {
+        for base in self.side_commits.take() {
+            let g = crate::next_generation(base);
+            if self.trust == Some(base) {
+                self.trust = Some(g);
+            }
+            self.our_generation(g);
+        }
+    }
+
     /// The nftables watcher was just opened: whatever another program committed
     /// before it listened is only visible in the generation. One that is not our last
     /// commit's (while we trust the kernel to hold it) is handled as lost
     /// notifications: a repair.
     pub fn watcher_opened(&mut self) {
+        self.absorb_side_commits();
         let Some(ours) = self.trust else {
             return; // a verification is already due
         };
@@ -597,5 +620,28 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             n += 1;
         }
         n
+    }
+}
+
+/// Commits this process makes outside our tables, each by the generation its guard
+/// read (the commit produced the next one): the engine takes them into its trust
+/// (`Engine::absorb_side_commits`), so they are neither a tamper nor a reason to read
+/// our tables back. Cloned to whoever commits (the daemon's `KUBE-FORWARD` writer).
+#[derive(Debug, Clone, Default)]
+pub struct SideCommits(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
+
+impl SideCommits {
+    /// A commit guarded by generation `base` succeeded.
+    pub fn committed(&self, base: u32) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(base);
+        }
+    }
+
+    fn take(&self) -> Vec<u32> {
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
     }
 }

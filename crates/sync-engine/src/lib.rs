@@ -43,7 +43,7 @@ pub use k8s_openapi;
 
 use std::time::Instant;
 
-pub use engine::{Engine, Work};
+pub use engine::{Engine, SideCommits, Work};
 pub use kernel::ConntrackOpener;
 pub use kernel::{
     CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, NftKernel, SystemClock,

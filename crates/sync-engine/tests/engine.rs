@@ -648,3 +648,45 @@ fn a_stalled_source_is_stale_after_twice_the_sync_period() {
     });
     assert_eq!(e.status().snapshot().stale_source(since + period * 3), None);
 }
+
+/// A commit this process made outside our tables (reported on `side_commits`) is not a
+/// tamper: its notification schedules no repair. The same transaction unreported is a
+/// foreign change (the control).
+#[test]
+fn side_commits_outside_our_tables_are_ours() {
+    for reported in [true, false] {
+        let w = World::new();
+        let mut e = w.engine(true);
+        e.handle(Event::ServiceApplied(udp_lb()));
+        listed(&mut e);
+        e.sync().unwrap();
+        // another batch of ours, guarded by the generation of our last commit
+        let base = *w.gen.lock().unwrap();
+        *w.gen.lock().unwrap() = next_generation(base);
+        if reported {
+            e.side_commits().committed(base);
+        }
+        // the watcher's notification of that transaction (it touched no table of
+        // ours, but a foreign program's would be reported the same way)
+        e.foreign_change(
+            &[sync_engine::watch::Touch {
+                genid: next_generation(base),
+                pid: Some(1),
+                proc_name: Some("kube-nlproxy".into()),
+            }],
+            false,
+        );
+        let t0 = w.clock.now();
+        drive(&mut e, &w, t0 + Duration::from_secs(5), vec![]);
+        let st = e.status().snapshot();
+        if reported {
+            assert_eq!(
+                (st.foreign_writes, st.repairs),
+                (0, 0),
+                "reported side commit"
+            );
+        } else {
+            assert_eq!(st.foreign_writes, 1, "an unreported transaction is foreign");
+        }
+    }
+}

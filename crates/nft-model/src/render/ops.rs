@@ -62,6 +62,17 @@ pub fn op_with(op: &Op, is_map: impl Fn(&str) -> bool) -> String {
         } => {
             format!("add rule {} {chain} {}", tref(table), rule(table.family, r))
         }
+        Op::InsertRule {
+            table,
+            chain,
+            rule: r,
+        } => {
+            format!(
+                "insert rule {} {chain} {}",
+                tref(table),
+                rule(table.family, r)
+            )
+        }
         Op::AddSet { table, set } => {
             let decl: Vec<String> = set_lines(set, None, false)
                 .into_iter()

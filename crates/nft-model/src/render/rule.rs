@@ -333,6 +333,10 @@ impl Delin {
             Expr::Counter => {
                 self.push("counter packets 0 bytes 0".into());
             }
+            // nft's notation for a compat match it cannot translate
+            Expr::XtMatch { name, .. } => {
+                self.push(format!("xt match {name:?}"));
+            }
             Expr::Dynset {
                 op,
                 set,

@@ -10,4 +10,5 @@
 pub mod config;
 pub mod duration;
 pub mod flags;
+pub mod localhost;
 pub mod settings;

@@ -20,6 +20,7 @@ use crate::config::validate::{validate, ErrorList};
 use crate::config::{self, ConfigError};
 use crate::duration::GoDuration;
 use crate::flags::Flags;
+use crate::localhost;
 use klog::go_quote;
 
 /// Everything the daemon needs, derived from one effective configuration.
@@ -45,6 +46,9 @@ pub struct Settings {
     pub bind_address_hard_fail: bool,
     /// `bindAddress` when it names an address: the node's primary IP of its family.
     pub node_ip_override: Option<IpAddr>,
+    /// The families whose TCP NodePorts the userspace proxy serves on `127.0.0.1` /
+    /// `::1` (nftables mode, [`localhost::GATE`], loopback in nodePortAddresses).
+    pub localhost_proxy_families: Vec<kube_model::IpFamily>,
     /// What to log once at start (accepted-but-ignored options, notes).
     pub notices: Vec<Notice>,
 }
@@ -558,10 +562,9 @@ pub fn derive(
             detail: String::new(),
         });
     }
-    if (mode == MODE_IPTABLES || mode == MODE_IPVS) && c.iptables.localhost_node_ports == Some(true)
-    {
+    if mode == MODE_IPVS && c.iptables.localhost_node_ports == Some(true) {
         notices.push(Notice::Note {
-            msg: "localhost NodePorts are never served by kube-nlproxy",
+            msg: "localhost NodePorts are not served by kube-nlproxy in ipvs mode",
             detail: "iptables.localhostNodePorts".into(),
         });
     }
@@ -575,11 +578,7 @@ pub fn derive(
     for a in c.node_port_addresses.iter().flatten() {
         match a.as_str() {
             "all" => node_port_addresses.extend(["0.0.0.0/0".to_string(), "::/0".to_string()]),
-            "localhost" => notices.push(Notice::FieldNoEffect {
-                field: "nodePortAddresses".into(),
-                value: "localhost".into(),
-                reason: "localhost NodePorts are never served",
-            }),
+            "localhost" => node_port_addresses.extend(localhost::LOCALHOST_CIDRS.map(String::from)),
             other => node_port_addresses.push(other.to_string()),
         }
     }
@@ -590,6 +589,7 @@ pub fn derive(
             err: "nodePortAddresses is unset; NodePort connections will be accepted on all local IPs. Consider using `--nodeport-addresses primary`",
         });
     }
+    let localhost_proxy_families = localhost_proxy(&c, &node_port_addresses, &mut notices);
     let node_name = node_name(&c.hostname_override)?;
     let content_type = c.client_connection.content_type.clone();
     if content_type.contains("protobuf") {
@@ -642,9 +642,28 @@ pub fn derive(
         metrics_bind_address: c.metrics_bind_address.clone(),
         bind_address_hard_fail: c.bind_address_hard_fail,
         node_ip_override: Flags::bind_ip(&c.bind_address),
+        localhost_proxy_families,
         notices,
         config: c,
     })
+}
+
+/// The families of nftables mode's localhost NodePort proxy; a note when
+/// nodePortAddresses asks for loopback in nftables mode but the gate is off.
+fn localhost_proxy(
+    c: &KubeProxyConfig,
+    node_port_addresses: &[String],
+    notices: &mut Vec<Notice>,
+) -> Vec<kube_model::IpFamily> {
+    let nftables = c.mode == MODE_NFTABLES;
+    let gate = localhost::gate_enabled(c);
+    if nftables && !gate && !localhost::proxy_families(true, true, node_port_addresses).is_empty() {
+        notices.push(Notice::Note {
+            msg: "localhost NodePorts are not served: the feature gate is off",
+            detail: localhost::GATE.into(),
+        });
+    }
+    localhost::proxy_families(nftables, gate, node_port_addresses)
 }
 
 /// Load the config file (if any), apply the flags, validate, derive the settings.

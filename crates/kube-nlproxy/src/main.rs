@@ -39,6 +39,7 @@ const OUR_CRATES: &[&str] = &[
     "klog",
     "sync_engine",
     "ops_server",
+    "localhost_proxy",
     "proxy_status",
     "ruleset",
     "kube_model",
@@ -201,6 +202,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         hard_fail: settings.bind_address_hard_fail,
         info: proxy_info(settings),
         node_ports: settings.ruleset.clone(),
+        localhost: settings.localhost_proxy_families.clone(),
         migrate: touches_kernel(flags).then(|| operate::leftover_options(settings, Vec::new())),
     };
     let cfg = EngineConfig {
@@ -209,6 +211,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         sync_period: settings.sync_period,
         watch_tamper: touches_kernel(flags),
         conntrack_cleanup: touches_kernel(flags),
+        localhost_node_port_families: settings.localhost_proxy_families.clone(),
         ..EngineConfig::default()
     };
     match &flags.render_to {
@@ -296,6 +299,8 @@ struct Operate {
     hard_fail: bool,
     info: ops_server::ProxyInfo,
     node_ports: ruleset::config::ParsedConfig,
+    /// The families of nftables mode's localhost NodePort proxy.
+    localhost: Vec<kube_model::IpFamily>,
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
 }
@@ -350,6 +355,7 @@ where
                 hard_fail: ops.hard_fail,
                 info: ops.info.clone(),
                 node_ports: ops.node_ports.clone(),
+                localhost: ops.localhost.clone(),
             },
         );
     }

@@ -321,6 +321,8 @@ pub struct ProxySettings {
     pub cluster_cidrs: Vec<String>,
     /// `masqueradeAll` (of the mode's section).
     pub masquerade_all: bool,
+    /// `featureGates` (the daemon only).
+    pub feature_gates: Vec<(&'static str, bool)>,
 }
 
 impl Default for ProxySettings {
@@ -331,6 +333,7 @@ impl Default for ProxySettings {
             localhost_node_ports: None,
             cluster_cidrs: vec![CLUSTER_CIDR4.into(), CLUSTER_CIDR6.into()],
             masquerade_all: false,
+            feature_gates: Vec::new(),
         }
     }
 }
@@ -802,6 +805,12 @@ fn daemon_config(s: &ProxySettings) -> String {
     );
     if let Some(l) = s.localhost_node_ports {
         text.push_str(&format!("  localhostNodePorts: {l}\n"));
+    }
+    if !s.feature_gates.is_empty() {
+        text.push_str("featureGates:\n");
+        for (gate, on) in &s.feature_gates {
+            text.push_str(&format!("  {gate}: {on}\n"));
+        }
     }
     if let Some(a) = &s.node_port_addresses {
         let list: Vec<String> = a.iter().map(|c| format!("\"{c}\"")).collect();

@@ -843,6 +843,7 @@ pub fn run(bins: Bins, s: &Scenario) -> Option<Vec<CaseResult>> {
             Vec::new()
         },
         masquerade_all: s.masquerade_all,
+        feature_gates: Vec::new(),
     };
     let mut out = Vec::new();
     for (i, st) in s.steps.iter().enumerate() {

@@ -998,3 +998,190 @@ fn dual_stack_service_serves_ipv6_like_ipv4() {
         );
     }
 }
+
+/// The metrics the daemon in node A serves (its metricsBindAddress, 127.0.0.1:10249).
+fn scrape(c: &Cluster) -> String {
+    let (code, body) = http_get(&c.node_a, sa("127.0.0.1", 10249), "/metrics")
+        .unwrap_or_else(|e| panic!("scrape: {e}"));
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Behaviour 2d: localhost NodePorts in nftables mode (upstream 1.38: gate
+/// `KubeProxyNFTablesLocalhostNodePorts`, beta and on; `localhost` in
+/// nodePortAddresses): a userspace TCP proxy on 127.0.0.1 and ::1 connects node A's
+/// clients to the endpoints directly (both pods reached, IPv4 and IPv6); UDP NodePorts
+/// are not proxied; externalTrafficPolicy Local uses the local endpoints only (no
+/// listener without one); no rule makes 127.0.0.0/8 reachable from elsewhere (a
+/// neighbour routing it to node A gets nothing, `route_localnet` stays 0); the
+/// listener closes when the NodePort goes; the metrics are upstream's families. With
+/// the gate off nothing listens (negative control of the gate).
+#[test]
+fn localhost_node_ports_in_nftables_mode_userspace_proxy() {
+    require_root!();
+    if !daemon_only("localhost NodePorts in nftables mode (the daemon's userspace proxy)") {
+        return;
+    }
+    const NP: u16 = 30087;
+    const NP_LOCAL: u16 = 30088;
+    let objects = |c: &Cluster, with_np: bool| {
+        let mut objs = Vec::new();
+        if with_np {
+            objs.push(Svc::new("np", &refs(&dual(10))).node_port(NP).to_json());
+        } else {
+            objs.push(Svc::new("np", &refs(&dual(10))).to_json());
+        }
+        objs.extend(ready_slices(c, "np", &["a2", "b1"]));
+        let mut local = Svc::new("np-local", &refs(&dual(11))).node_port(NP_LOCAL);
+        local.etp_local = true;
+        objs.push(local.to_json());
+        // only a remote endpoint: no local one, so no listener
+        objs.extend(ready_slices(c, "np-local", &["b1"]));
+        objs
+    };
+    let settings = |gate: Option<bool>| ProxySettings {
+        mode: "nftables",
+        node_port_addresses: Some(vec![
+            NODE_PORT_CIDR4.into(),
+            NODE_PORT_CIDR6.into(),
+            "localhost".into(),
+        ]),
+        feature_gates: gate
+            .map(|on| vec![("KubeProxyNFTablesLocalhostNodePorts", on)])
+            .unwrap_or_default(),
+        ..ProxySettings::default()
+    };
+
+    // the gate off: nothing on localhost
+    {
+        let mut c = Cluster::new(bins!(), &[("a2", On::A), ("b1", On::B)]);
+        let objs = objects(&c, true);
+        c.start_proxy_with(&objs, Duration::from_secs(60), settings(Some(false)));
+        for lo in [sa("127.0.0.1", NP), sa("::1", NP)] {
+            let o = probe(&c.node_a, Proto::Tcp, lo, None, REFUSE_TIMEOUT);
+            assert_eq!(o, Outcome::Refused, "gate off: {lo}: {o:?}");
+        }
+        let m = scrape(&c);
+        assert!(
+            !m.contains("kubeproxy_nftables_localhost_nodeport_listeners{"),
+            "gate off: no proxy, no series: {m}"
+        );
+    }
+
+    // the gate at its default (on)
+    let mut c = Cluster::new(bins!(), &[("a2", On::A), ("b1", On::B)]);
+    c.serve(NODE_A, "lo-service", &[UNUSED_PORT]);
+    let objs = objects(&c, true);
+    c.start_proxy_with(&objs, Duration::from_secs(60), settings(None));
+    for lo in ["127.0.0.1", "::1"] {
+        let dst = sa(lo, NP);
+        let got = c.node_a.run(move || {
+            (0..40)
+                .map(|_| probe_here(Proto::Tcp, dst, None, REPLY_TIMEOUT))
+                .collect::<Vec<_>>()
+        });
+        let pods: BTreeSet<String> = got
+            .iter()
+            .map(|o| {
+                o.pod()
+                    .unwrap_or_else(|| panic!("TCP {dst}: {o:?}"))
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(pods.len(), 2, "TCP {dst}: both endpoints: {got:?}");
+        let o = probe(&c.node_a, Proto::Udp, dst, None, REFUSE_TIMEOUT);
+        assert_eq!(o, Outcome::Refused, "UDP {dst}: not proxied: {o:?}");
+        let o = probe(
+            &c.node_a,
+            Proto::Tcp,
+            sa(lo, NP_LOCAL),
+            None,
+            REFUSE_TIMEOUT,
+        );
+        assert_eq!(
+            o,
+            Outcome::Refused,
+            "ETP Local without a local endpoint: {lo}: {o:?}"
+        );
+    }
+    let m = scrape(&c);
+    for f in ["IPv4", "IPv6"] {
+        assert_eq!(
+            sample(
+                &m,
+                &format!("kubeproxy_nftables_localhost_nodeport_listeners{{ip_family=\"{f}\"}}")
+            ),
+            Some(1.0),
+            "{f}: one listener (the ETP Local one has no local endpoint): {m}"
+        );
+        assert_eq!(
+            sample(&m, &format!("kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{{ip_family=\"{f}\"}}")),
+            Some(0.0),
+            "{m}"
+        );
+    }
+    assert!(m.contains("# TYPE kubeproxy_nftables_localhost_nodeport_listeners gauge\n"));
+    assert!(m.contains(
+        "# TYPE kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total counter\n"
+    ));
+
+    // no remote access to localhost: a neighbour routing 127.0.0.0/8 but 127.0.0.1 (its
+    // own) to node A; 127.0.0.5 is a loopback address of node A's
+    let route_localnet = c
+        .node_a
+        .exec_ok("sysctl", &["-n", "net.ipv4.conf.all.route_localnet"]);
+    assert_eq!(
+        route_localnet.trim(),
+        "0",
+        "nftables mode never sets route_localnet"
+    );
+    c.client.ip(&[
+        "route",
+        "del",
+        "local",
+        "127.0.0.0/8",
+        "dev",
+        "lo",
+        "table",
+        "local",
+    ]);
+    c.client
+        .ip(&["route", "add", "127.0.0.0/8", "via", NODE_A4]);
+    c.client.sysctl("net.ipv4.conf.all.route_localnet", "1");
+    for dst in [sa("127.0.0.5", NP), sa("127.0.0.5", UNUSED_PORT)] {
+        let o = probe(&c.client, Proto::Tcp, dst, None, DROP_TIMEOUT);
+        assert!(
+            o.pod().is_none(),
+            "remote access to node A's localhost {dst}: {o:?}"
+        );
+        assert_ne!(o, Outcome::Refused, "node A answered for {dst}: {o:?}");
+    }
+
+    // the NodePort goes (the service stays, as a ClusterIP): its listeners close
+    c.apply(&objects(&c, false), Duration::from_secs(60));
+    for lo in [sa("127.0.0.1", NP), sa("::1", NP)] {
+        let closed = (0..50)
+            .any(|_| probe(&c.node_a, Proto::Tcp, lo, None, REFUSE_TIMEOUT) == Outcome::Refused);
+        assert!(
+            closed,
+            "{lo}: the listener of a deleted NodePort still accepts"
+        );
+    }
+    let m = scrape(&c);
+    for f in ["IPv4", "IPv6"] {
+        assert_eq!(
+            sample(
+                &m,
+                &format!("kubeproxy_nftables_localhost_nodeport_listeners{{ip_family=\"{f}\"}}")
+            ),
+            Some(0.0),
+            "{f}: {m}"
+        );
+    }
+}

@@ -39,6 +39,7 @@ const OUR_CRATES: &[&str] = &[
     "klog",
     "sync_engine",
     "ops_server",
+    "localhost_proxy",
     "proxy_status",
     "ruleset",
     "kube_model",
@@ -202,6 +203,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         hard_fail: settings.bind_address_hard_fail,
         info: proxy_info(settings, flags),
         node_ports: settings.ruleset.clone(),
+        localhost: settings.localhost_proxy_families.clone(),
         migrate: touches_kernel(flags).then(|| operate::migrate_options(settings)),
         forward: touches_kernel(flags)
             && settings.ruleset.proxier == ruleset::config::Proxier::Iptables,
@@ -212,6 +214,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         sync_period: settings.sync_period,
         watch_tamper: touches_kernel(flags),
         conntrack_cleanup: touches_kernel(flags),
+        localhost_node_port_families: settings.localhost_proxy_families.clone(),
         ..EngineConfig::default()
     };
     match &flags.render_to {
@@ -299,6 +302,8 @@ struct Operate {
     hard_fail: bool,
     info: ops_server::ProxyInfo,
     node_ports: ruleset::config::ParsedConfig,
+    /// The families of nftables mode's localhost NodePort proxy.
+    localhost: Vec<kube_model::IpFamily>,
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
     /// iptables mode: `KUBE-FORWARD` in the iptables filter tables after every sync.
@@ -378,6 +383,7 @@ where
                 hard_fail: ops.hard_fail,
                 info: ops.info.clone(),
                 node_ports: ops.node_ports.clone(),
+                localhost: ops.localhost.clone(),
             },
         );
     }

@@ -199,6 +199,8 @@ pub struct Servers {
     /// The ruleset's configuration (nodePortAddresses, local addresses), for the
     /// health-check node ports.
     pub node_ports: ParsedConfig,
+    /// The families whose TCP NodePorts nftables mode's localhost proxy serves.
+    pub localhost: Vec<kube_model::IpFamily>,
 }
 
 /// Start the health and metrics servers and the health-check node port reconciler on
@@ -246,11 +248,22 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
         limits,
     );
     let (status, metrics) = (s.status, s.metrics);
-    // The engine's status changes wake the reconciler (a thread of its own waits for
+    // The engine's status changes wake the reconcilers (a thread of its own waits for
     // them: a blocking wait on the runtime would hold its shutdown back).
     let changed = Arc::new(tokio::sync::Notify::new());
+    let localhost_changed = Arc::new(tokio::sync::Notify::new());
+    if !s.localhost.is_empty() {
+        start_localhost_proxy(
+            rt,
+            &s.localhost,
+            &status,
+            &metrics,
+            localhost_changed.clone(),
+        );
+    }
     {
         let (status, changed) = (status.clone(), changed.clone());
+        let localhost_changed = localhost_changed.clone();
         let spawned = std::thread::Builder::new()
             .name("status-follow".into())
             .spawn(move || {
@@ -258,6 +271,7 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
                 loop {
                     seen = status.wait_change(seen, IDLE_RECHECK);
                     changed.notify_one();
+                    localhost_changed.notify_one();
                 }
             });
         if let Err(e) = spawned {
@@ -285,6 +299,34 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
         }
     });
 }
+
+/// nftables mode's localhost NodePorts: the userspace proxy's listeners follow the
+/// NodePorts the engine's status lists, reconciled at each status change (`changed`).
+fn start_localhost_proxy(
+    rt: &tokio::runtime::Runtime,
+    families: &[kube_model::IpFamily],
+    status: &StatusHandle,
+    metrics: &Arc<Metrics>,
+    changed: Arc<tokio::sync::Notify>,
+) {
+    let observer: Arc<dyn proxy_status::LocalhostObserver> = metrics.clone();
+    let mut proxies = localhost_proxy::LocalhostProxies::new(families, observer);
+    let status = status.clone();
+    rt.spawn(async move {
+        loop {
+            proxies.sync(&status.snapshot());
+            // a port another program holds is tried again at the next change, or soon
+            tokio::select! {
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(LOCALHOST_RETRY) => {}
+            }
+        }
+    });
+}
+
+/// How often the localhost proxy tries again without a status change (a port that could
+/// not be bound; upstream tries at its next sync).
+const LOCALHOST_RETRY: Duration = Duration::from_secs(30);
 
 /// The longest the health-check ports and the status gauges wait for a change.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);

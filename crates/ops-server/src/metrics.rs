@@ -99,6 +99,8 @@ pub struct Metrics {
     service_pending: Arc<Family>,
     service_total: Arc<Family>,
     no_local: Arc<Family>,
+    localhost_listeners: Arc<Family>,
+    localhost_failures: Arc<Family>,
     healthz: Arc<Family>,
     livez: Arc<Family>,
     pub(crate) sync_failures: Arc<Family>,
@@ -186,6 +188,16 @@ impl Metrics {
                 "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
                 "Number of services with a Local traffic policy and no endpoints",
                 &["ip_family", "traffic_policy"],
+            )),
+            localhost_listeners: r.register(Desc::gauge(
+                "kubeproxy_nftables_localhost_nodeport_listeners",
+                "Number of active localhost NodePort userspace proxy listeners.",
+                FAMILY,
+            )),
+            localhost_failures: r.register(Desc::counter(
+                "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+                "Number of localhost NodePort userspace proxy listener creation failures.",
+                FAMILY,
             )),
             healthz: r.register(Desc::counter(
                 "kubeproxy_proxy_healthz_total",
@@ -459,6 +471,19 @@ pub(crate) fn unix(t: SystemTime) -> f64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// The localhost NodePort proxy's families (nftables mode): the series of a family
+/// appear once its proxy runs, as upstream's proxy sets them at its first sync.
+impl proxy_status::LocalhostObserver for Metrics {
+    fn listeners(&self, family: kube_model::IpFamily, n: usize) {
+        let f = family.k8s_name();
+        self.localhost_failures.touch(&[f]);
+        self.localhost_listeners.set(&[f], n as f64);
+    }
+    fn listener_failed(&self, family: kube_model::IpFamily) {
+        self.localhost_failures.inc(&[family.k8s_name()]);
     }
 }
 

@@ -424,3 +424,51 @@ fn feature_gates_are_exposed_as_component_base() {
         assert!(text.contains(line), "missing {line:?}");
     }
 }
+
+/// nftables mode's localhost NodePort proxy (KEP-6032): the families of
+/// `pkg/proxy/metrics`, their series appearing once a family's proxy runs.
+const LOCALHOST: &[(&str, &str, &str, &str)] = &[
+    (
+        "kubeproxy_nftables_localhost_nodeport_listeners",
+        "gauge",
+        "[ALPHA] Number of active localhost NodePort userspace proxy listeners.",
+        "ip_family",
+    ),
+    (
+        "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+        "counter",
+        "[ALPHA] Number of localhost NodePort userspace proxy listener creation failures.",
+        "ip_family",
+    ),
+];
+
+#[test]
+fn localhost_node_port_families_follow_the_proxy() {
+    use proxy_status::LocalhostObserver;
+    let m = metrics();
+    let text = m.encode(Format::Text);
+    assert!(
+        !text.contains("kubeproxy_nftables_localhost_nodeport_listeners{"),
+        "no series before a proxy runs"
+    );
+    m.listeners(IpFamily::V4, 0);
+    m.listener_failed(IpFamily::V6);
+    m.listeners(IpFamily::V4, 2);
+    let text = m.encode(Format::Text);
+    check_families(&text, LOCALHOST);
+    assert_eq!(
+        value(
+            &text,
+            "kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv4\"}"
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&text, "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{ip_family=\"IPv4\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&text, "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{ip_family=\"IPv6\"}"),
+        Some(1.0)
+    );
+}

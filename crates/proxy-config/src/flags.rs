@@ -81,7 +81,8 @@ pub struct Flags {
     pub masquerade_all: Option<bool>,
     /// CIDRs (comma-separated) and/or the keywords primary, all, localhost: the node
     /// addresses NodePorts are served on (default: primary in nftables mode, all in
-    /// iptables mode; localhost is never served).
+    /// iptables mode; localhost: 127.0.0.0/8 and ::1/128, served by the iptables rules
+    /// (IPv4) or the nftables mode's userspace TCP proxy).
     #[arg(long, value_delimiter = ',', help_heading = KP)]
     pub nodeport_addresses: Option<Vec<String>>,
     /// How local (pod) traffic is recognised: ClusterCIDR, NodeCIDR, BridgeInterface or
@@ -175,8 +176,9 @@ pub struct Flags {
     /// Show metrics hidden since that version: no metric is hidden.
     #[arg(long, help_heading = NONE)]
     pub show_hidden_metrics_for_version: Option<String>,
-    /// Localhost NodePorts: never served (CVE-2020-8558).
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = NONE)]
+    /// iptables mode: IPv4 NodePorts on 127.0.0.1 when nodePortAddresses holds loopback
+    /// (route_localnet, with the rules against CVE-2020-8558).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = KP)]
     pub iptables_localhost_nodeports: Option<bool>,
     /// IPVS scheduler: no IPVS.
     #[arg(long, help_heading = NONE)]
@@ -408,10 +410,6 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
     (
         "show_hidden_metrics_for_version",
         "kube-nlproxy hides no metric",
-    ),
-    (
-        "iptables_localhost_nodeports",
-        "localhost NodePorts are never served",
     ),
     ("ipvs_scheduler", "kube-nlproxy has no IPVS mode"),
     (

@@ -12,4 +12,5 @@ pub mod conntrack;
 pub mod duration;
 pub mod flags;
 pub mod gates;
+pub mod localhost;
 pub mod settings;

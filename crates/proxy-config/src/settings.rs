@@ -20,7 +20,10 @@ use crate::config::validate::{validate, ErrorList};
 use crate::config::{self, ConfigError};
 use crate::duration::GoDuration;
 use crate::flags::Flags;
-use crate::gates::{FeatureGates, ALLOW_SERVICE_EXTERNAL_IPS};
+use crate::gates::{
+    FeatureGates, ALLOW_SERVICE_EXTERNAL_IPS, KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS,
+};
+use crate::localhost;
 use klog::go_quote;
 
 /// Everything the daemon needs, derived from one effective configuration.
@@ -48,6 +51,10 @@ pub struct Settings {
     pub node_ip_override: Option<IpAddr>,
     /// The feature gates at kube-proxy 1.38's defaults, with `featureGates` applied.
     pub gates: FeatureGates,
+    /// The families whose TCP NodePorts the userspace proxy serves on `127.0.0.1` /
+    /// `::1` (nftables mode, the `KubeProxyNFTablesLocalhostNodePorts` gate, loopback in
+    /// nodePortAddresses).
+    pub localhost_proxy_families: Vec<kube_model::IpFamily>,
     /// What to log once at start (accepted-but-ignored options, notes).
     pub notices: Vec<Notice>,
 }
@@ -564,10 +571,9 @@ pub fn derive(
             detail: String::new(),
         });
     }
-    if (mode == MODE_IPTABLES || mode == MODE_IPVS) && c.iptables.localhost_node_ports == Some(true)
-    {
+    if mode == MODE_IPVS && c.iptables.localhost_node_ports == Some(true) {
         notices.push(Notice::Note {
-            msg: "localhost NodePorts are never served by kube-nlproxy",
+            msg: "localhost NodePorts are not served by kube-nlproxy in ipvs mode",
             detail: "iptables.localhostNodePorts".into(),
         });
     }
@@ -581,11 +587,7 @@ pub fn derive(
     for a in c.node_port_addresses.iter().flatten() {
         match a.as_str() {
             "all" => node_port_addresses.extend(["0.0.0.0/0".to_string(), "::/0".to_string()]),
-            "localhost" => notices.push(Notice::FieldNoEffect {
-                field: "nodePortAddresses".into(),
-                value: "localhost".into(),
-                reason: "localhost NodePorts are never served",
-            }),
+            "localhost" => node_port_addresses.extend(localhost::LOCALHOST_CIDRS.map(String::from)),
             other => node_port_addresses.push(other.to_string()),
         }
     }
@@ -598,6 +600,12 @@ pub fn derive(
     }
     let node_name = node_name(&c.hostname_override)?;
     let (gates, _) = FeatureGates::resolve(&c.feature_gates).map_err(SettingsError::Gates)?;
+    let localhost_proxy_families = localhost_proxy(
+        c.mode == MODE_NFTABLES,
+        gates.enabled(KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS),
+        &node_port_addresses,
+        &mut notices,
+    );
     let content_type = c.client_connection.content_type.clone();
     if content_type.contains("protobuf") {
         notices.push(Notice::Note {
@@ -651,9 +659,27 @@ pub fn derive(
         bind_address_hard_fail: c.bind_address_hard_fail,
         node_ip_override: Flags::bind_ip(&c.bind_address),
         gates,
+        localhost_proxy_families,
         notices,
         config: c,
     })
+}
+
+/// The families of nftables mode's localhost NodePort proxy; a note when
+/// nodePortAddresses asks for loopback in nftables mode but the gate is off.
+fn localhost_proxy(
+    nftables: bool,
+    gate: bool,
+    node_port_addresses: &[String],
+    notices: &mut Vec<Notice>,
+) -> Vec<kube_model::IpFamily> {
+    if nftables && !gate && !localhost::proxy_families(true, true, node_port_addresses).is_empty() {
+        notices.push(Notice::Note {
+            msg: "localhost NodePorts are not served: the feature gate is off",
+            detail: KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS.into(),
+        });
+    }
+    localhost::proxy_families(nftables, gate, node_port_addresses)
 }
 
 /// Load the config file (if any), apply the flags, validate, derive the settings.

@@ -150,6 +150,30 @@ pub struct HealthCheck {
     pub local_endpoints: usize,
 }
 
+/// One TCP NodePort the localhost NodePort proxy serves (nftables mode,
+/// `KubeProxyNFTablesLocalhostNodePorts`): on `127.0.0.1` or `::1` of `family`, to the
+/// endpoints upstream's proxier hands its userspace proxy (the cluster endpoints, the
+/// local ones with externalTrafficPolicy Local; never empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalhostNodePort {
+    pub family: IpFamily,
+    pub node_port: u16,
+    /// `namespace/name:port`, for the logs.
+    pub service_port: String,
+    pub endpoints: Vec<std::net::SocketAddr>,
+    /// ClientIP session affinity timeout in seconds (None: no affinity).
+    pub affinity_timeout: Option<u32>,
+}
+
+/// Metrics hooks of the localhost NodePort proxy (kube-proxy's
+/// `kubeproxy_nftables_localhost_nodeport_*`), which `ops-server` implements.
+pub trait LocalhostObserver: Send + Sync {
+    /// The listeners of `family` now open.
+    fn listeners(&self, _family: IpFamily, _n: usize) {}
+    /// A listener of `family` could not be opened.
+    fn listener_failed(&self, _family: IpFamily) {}
+}
+
 /// A service port left out of the rules because the kernel refused them (retried with a
 /// backoff, and at once when its Service changes).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,6 +229,9 @@ pub struct Status {
     pub node_primary_ips: Vec<std::net::IpAddr>,
     /// Services with a healthCheckNodePort, and their endpoints on this node.
     pub health_checks: BTreeMap<ServiceKey, HealthCheck>,
+    /// TCP NodePorts served on localhost by the userspace proxy, per service (only
+    /// services with one; empty unless the engine is told the families to serve).
+    pub localhost_node_ports: BTreeMap<ServiceKey, Vec<LocalhostNodePort>>,
     /// Services with a Local internal / external traffic policy that have ready
     /// endpoints but none on this node (kube-proxy's `no_local_endpoints_total`).
     pub no_local_internal: usize,

@@ -49,8 +49,8 @@ pub use kernel::{
     CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, NftKernel, SystemClock,
 };
 pub use proxy_status::{
-    CleanupReport, FilterWork, ForeignWriter, HealthCheck, NodeHealth, Observer, SkippedPort,
-    Status, StatusHandle, SyncReport,
+    CleanupReport, FilterWork, ForeignWriter, HealthCheck, LocalhostNodePort, NodeHealth, Observer,
+    SkippedPort, Status, StatusHandle, SyncReport,
 };
 pub use run::{channel, real_engine, run, EventReceiver, EventSender};
 
@@ -127,6 +127,11 @@ pub struct EngineConfig {
     pub repair_initial: Duration,
     pub repair_max: Duration,
     pub repair_quiet: Duration,
+    /// The IP families whose TCP NodePorts the localhost NodePort proxy serves (nftables
+    /// mode with `KubeProxyNFTablesLocalhostNodePorts` and loopback in
+    /// nodePortAddresses): the engine then publishes them in the status
+    /// (`Status::localhost_node_ports`). Empty by default.
+    pub localhost_node_port_families: Vec<kube_model::IpFamily>,
 }
 
 impl Default for EngineConfig {
@@ -144,6 +149,7 @@ impl Default for EngineConfig {
             repair_initial: Duration::from_millis(250),
             repair_max: Duration::from_secs(30),
             repair_quiet: Duration::from_secs(60),
+            localhost_node_port_families: Vec::new(),
         }
     }
 }

@@ -25,14 +25,21 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
         // Only the services that changed are looked at again.
         let node = self.cfg.ruleset.node_name.clone();
-        let checks: Vec<(ServiceKey, Option<crate::HealthCheck>)> =
-            std::mem::take(&mut self.status_dirty)
-                .into_iter()
-                .map(|k| {
-                    let hc = self.per_service.refresh(&self.cluster, &k, &node);
-                    (k, hc)
-                })
-                .collect();
+        let families = &self.cfg.localhost_node_port_families;
+        type Checks = (
+            ServiceKey,
+            Option<crate::HealthCheck>,
+            Vec<crate::LocalhostNodePort>,
+        );
+        let checks: Vec<Checks> = std::mem::take(&mut self.status_dirty)
+            .into_iter()
+            .map(|k| {
+                let hc = self.per_service.refresh(&self.cluster, &k, &node);
+                let lnp =
+                    crate::status::localhost_node_ports_of(&self.cluster, &k, &node, families);
+                (k, hc, lnp)
+            })
+            .collect();
         let no_local_internal = self.per_service.no_local_internal;
         let no_local_external = self.per_service.no_local_external;
         let no_local = self.per_service.no_local_by_family();
@@ -45,7 +52,12 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             s.queued_since_wall = None;
             s.consecutive_failures = 0;
             s.last_report = Some(r);
-            for (k, hc) in checks {
+            for (k, hc, lnp) in checks {
+                if lnp.is_empty() {
+                    s.localhost_node_ports.remove(&k);
+                } else {
+                    s.localhost_node_ports.insert(k.clone(), lnp);
+                }
                 match hc {
                     Some(hc) => s.health_checks.insert(k, hc),
                     None => s.health_checks.remove(&k),

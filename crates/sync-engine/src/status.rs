@@ -4,9 +4,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube_model::{Cluster, IpFamily, ServiceKey, TrafficPolicy};
+use kube_model::{
+    categorize, resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey, TrafficPolicy,
+};
 
-use crate::HealthCheck;
+use crate::{HealthCheck, LocalhostNodePort};
 
 /// (internal, external): whether the service has that traffic policy Local, ready
 /// endpoints, and none of them on this node (kube-proxy's `no_local_endpoints_total`).
@@ -86,6 +88,61 @@ pub fn health_check_of(cluster: &Cluster, key: &ServiceKey, node: &str) -> Optio
         node_port: np,
         local_endpoints: v4.len().max(v6.len()),
     })
+}
+
+/// The TCP NodePorts of a service that the localhost NodePort proxy serves in
+/// `families`, as upstream's nftables proxier hands them to its userspace proxy
+/// (`pkg/proxy/localnodeportproxy`): endpoints categorised as for the rules (topology,
+/// serving-and-terminating fallback), the local ones with externalTrafficPolicy Local;
+/// a NodePort without such an endpoint is left out (its listener closes).
+pub fn localhost_node_ports_of(
+    cluster: &Cluster,
+    key: &ServiceKey,
+    node: &str,
+    families: &[IpFamily],
+) -> Vec<LocalhostNodePort> {
+    let mut out = Vec::new();
+    let Some(svc) = cluster.services.get(key) else {
+        return out;
+    };
+    if families.is_empty() {
+        return out;
+    }
+    let zone = cluster.node.as_ref().and_then(|n| n.zone.as_deref());
+    let slices: Vec<_> = cluster.slices_of(key).collect();
+    for port in &svc.ports {
+        let Some(node_port) = port.node_port else {
+            continue;
+        };
+        if port.protocol != Protocol::Tcp {
+            continue;
+        }
+        for family in families {
+            if svc.cluster_ip(*family).is_none() {
+                continue;
+            }
+            let cat = categorize(&resolve_endpoints(&slices, port, *family), node, zone);
+            let eps = if svc.external_traffic_policy == TrafficPolicy::Local {
+                cat.local
+            } else {
+                cat.cluster
+            };
+            if eps.is_empty() {
+                continue;
+            }
+            out.push(LocalhostNodePort {
+                family: *family,
+                node_port,
+                service_port: format!("{key}:{}", port.name),
+                endpoints: eps
+                    .iter()
+                    .map(|e| std::net::SocketAddr::new(e.addr, e.port))
+                    .collect(),
+                affinity_timeout: svc.affinity_timeout,
+            });
+        }
+    }
+    out
 }
 
 /// What one service adds to the `no_local` counts.

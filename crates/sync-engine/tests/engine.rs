@@ -690,3 +690,77 @@ fn side_commits_outside_our_tables_are_ours() {
         }
     }
 }
+
+/// nftables mode's localhost NodePorts: the engine publishes the TCP NodePorts with
+/// their endpoints for the families it is told (cluster endpoints; with
+/// externalTrafficPolicy Local the local ones, none: left out), never UDP ones, and
+/// drops them when the NodePort goes.
+#[test]
+fn status_lists_tcp_node_ports_for_the_localhost_proxy() {
+    let w = World::new();
+    let mut cfg = w.config(true);
+    cfg.localhost_node_port_families = vec![kube_model::IpFamily::V4];
+    let mut e = w.engine_with(cfg);
+    let tcp = |policy: &str, node_port: Option<u16>| -> k8s_openapi::api::core::v1::Service {
+        let mut svc: serde_json::Value = serde_json::to_value(udp_lb()).unwrap();
+        svc["spec"]["ports"] = json!([
+            {"name": "p", "port": 53, "protocol": "UDP", "nodePort": 30053},
+            {"name": "t", "port": 80, "protocol": "TCP", "nodePort": node_port}
+        ]);
+        svc["spec"]["externalTrafficPolicy"] = json!(policy);
+        serde_json::from_value(svc).unwrap()
+    };
+    let both: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "dns-1", "namespace": "ns1", "labels": {"kubernetes.io/service-name": "dns"}},
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["198.18.1.5"], "nodeName": "node-a", "conditions": {"ready": true}},
+            {"addresses": ["198.18.2.5"], "nodeName": "node-b", "conditions": {"ready": true}}
+        ],
+        "ports": [{"name": "p", "port": 5353, "protocol": "UDP"}, {"name": "t", "port": 8080, "protocol": "TCP"}]
+    }))
+    .unwrap();
+    e.handle(Event::ServiceApplied(tcp("Cluster", Some(30080))));
+    e.handle(Event::SliceApplied(both));
+    listed(&mut e);
+    e.sync().unwrap();
+    let listed_ports = |e: &Engine<FakeNft, FakeCt, FakeClock>| {
+        e.status()
+            .snapshot()
+            .localhost_node_ports
+            .values()
+            .flatten()
+            .map(|n| {
+                (
+                    n.node_port,
+                    n.endpoints
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed_ports(&e),
+        vec![(
+            30080,
+            vec!["198.18.1.5:8080".to_string(), "198.18.2.5:8080".to_string()]
+        )],
+        "the TCP NodePort with the cluster endpoints; not the UDP one"
+    );
+    e.handle(Event::ServiceApplied(tcp("Local", Some(30080))));
+    e.sync().unwrap();
+    assert_eq!(
+        listed_ports(&e),
+        vec![(30080, vec!["198.18.1.5:8080".to_string()])],
+        "externalTrafficPolicy Local: the local endpoint only"
+    );
+    let mut svc: serde_json::Value = serde_json::to_value(tcp("Cluster", None)).unwrap();
+    svc["spec"]["type"] = json!("ClusterIP");
+    svc["spec"]["ports"] = json!([{"name": "t", "port": 80, "protocol": "TCP"}]);
+    e.handle(Event::ServiceApplied(serde_json::from_value(svc).unwrap()));
+    e.sync().unwrap();
+    assert!(listed_ports(&e).is_empty(), "the NodePort went");
+}

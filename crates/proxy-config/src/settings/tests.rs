@@ -198,3 +198,43 @@ fn feature_gates_are_resolved_as_upstream() {
         "{lines:?}"
     );
 }
+
+/// nftables mode's localhost NodePorts: `localhost` in nodePortAddresses selects both
+/// families (and is no NodePort address of the rules: loopback is never in
+/// nodeport-ips), the gate at its 1.38 default; the gate off selects none, with a note;
+/// iptables mode never runs the proxy.
+#[test]
+fn localhost_node_ports_follow_mode_gate_and_node_port_addresses() {
+    use kube_model::IpFamily;
+    let run = |args: &[&str]| {
+        let mut a = vec!["--hostname-override=a"];
+        a.extend_from_slice(args);
+        load(&flags(&a)).unwrap()
+    };
+    let s = run(&[
+        "--proxy-mode=nftables",
+        "--nodeport-addresses=primary,localhost",
+    ]);
+    assert_eq!(s.localhost_proxy_families, vec![IpFamily::V4, IpFamily::V6]);
+    let s = run(&["--proxy-mode=nftables", "--nodeport-addresses=127.0.0.1/32"]);
+    assert_eq!(s.localhost_proxy_families, vec![IpFamily::V4]);
+    let s = run(&["--proxy-mode=nftables", "--nodeport-addresses=all"]);
+    assert!(s.localhost_proxy_families.is_empty());
+    let s = run(&[
+        "--proxy-mode=nftables",
+        "--nodeport-addresses=localhost",
+        "--feature-gates=KubeProxyNFTablesLocalhostNodePorts=false",
+    ]);
+    assert!(s.localhost_proxy_families.is_empty());
+    let notes: Vec<String> = s.notices.iter().map(ToString::to_string).collect();
+    assert!(
+        notes.iter().any(|n| n.contains("the feature gate is off")),
+        "{notes:?}"
+    );
+    let s = run(&["--proxy-mode=iptables", "--nodeport-addresses=localhost"]);
+    assert!(s.localhost_proxy_families.is_empty());
+    assert!(
+        s.ruleset.localhost_node_ports_v4(),
+        "iptables mode: by rules"
+    );
+}

@@ -4,7 +4,6 @@
 
 use kube_model::{parse_cidr_sloppy, IpFamily};
 
-
 /// `nodePortAddresses`' `localhost` keyword: the loopback CIDRs of both families.
 pub const LOCALHOST_CIDRS: [&str; 2] = ["127.0.0.0/8", "::1/128"];
 

@@ -66,6 +66,35 @@ impl Default for Env {
     }
 }
 
+impl Env {
+    /// The proxier settings as an `NlproxyConfig` document (JSON): the one description
+    /// of the environment that the comparison and the kernel tests both read.
+    pub fn config_json(&self) -> String {
+        let list = |v: &[String]| {
+            v.iter()
+                .map(|s| format!("\"{s}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let cidrs = |v: &[(IpAddr, u8)]| {
+            list(
+                &v.iter()
+                    .map(|(a, l)| format!("{a}/{l}"))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        format!(
+            "{{\"kind\": \"NlproxyConfig\", \"nodeName\": \"{}\", \"families\": [\"IPv4\", \"IPv6\"], \
+             \"masqueradeAll\": {}, \"clusterCIDRs\": [{}], \"serviceCIDRs\": [{}], \"localAddresses\": [{}]}}",
+            self.node_name,
+            self.masquerade_all,
+            cidrs(&self.cluster_cidrs),
+            cidrs(&self.service_cidrs),
+            list(&self.local_addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>()),
+        )
+    }
+}
+
 pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().expect("literal address")
 }

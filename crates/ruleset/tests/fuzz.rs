@@ -22,16 +22,7 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 pub fn config(case: &Case) -> Config {
-    let cidr = |v: &[(std::net::IpAddr, u8)]| v.iter().map(|(a, l)| format!("{a}/{l}")).collect();
-    Config {
-        node_name: case.env.node_name.clone(),
-        families: vec!["IPv4".into(), "IPv6".into()],
-        masquerade_all: case.env.masquerade_all,
-        cluster_cidrs: cidr(&case.env.cluster_cidrs),
-        service_cidrs: cidr(&case.env.service_cidrs),
-        local_addresses: case.env.local_addrs.iter().map(|a| a.to_string()).collect(),
-        ..Config::default()
-    }
+    serde_json::from_str(&case.env.config_json()).expect("the environment's NlproxyConfig")
 }
 
 pub fn cluster(case: &Case) -> Cluster {

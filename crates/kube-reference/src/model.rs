@@ -380,7 +380,7 @@ impl Model {
         }
     }
 
-    fn from_local_pod(&self, src: &IpAddr) -> bool {
+    fn is_local_pod(&self, src: &IpAddr) -> bool {
         self.env.cluster_cidrs.iter().any(|c| cidr_contains(c, src))
     }
 
@@ -464,7 +464,7 @@ impl Model {
                 Verdict::Reject
             };
         }
-        let masq = self.env.masquerade_all || !self.from_local_pod(&p.src);
+        let masq = self.env.masquerade_all || !self.is_local_pod(&p.src);
         self.dnat(eps, p, masq)
     }
 
@@ -480,7 +480,7 @@ impl Model {
             };
         }
         // Local: pods and the node itself short-circuit to the cluster-wide endpoints
-        if self.from_local_pod(&p.src) {
+        if self.is_local_pod(&p.src) {
             return self.dnat(&sp.cluster_eps, p, false);
         }
         if p.origin == Origin::Node || self.env.local_addrs.contains(&p.src) {

@@ -177,6 +177,14 @@ fn compiled_clusters_agree_with_the_reference() {
         let compiled = compile(&cluster(&case), &config(&case)).expect("config is valid");
         let mut rng = Rng::new(case.seed ^ 0x5eed);
         failures.extend(compare(&case, &compiled.tables, &mut rng, max, "full"));
+        if (i + 1) % 10_000 == 0 {
+            eprintln!(
+                "fuzz: {} cases, {:?}, {} disagreements",
+                i + 1,
+                started.elapsed(),
+                failures.len()
+            );
+        }
         if failures.len() > 50 {
             break;
         }

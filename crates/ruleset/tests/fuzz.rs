@@ -7,9 +7,9 @@
 //! way: a bug that the incremental compiler shares with a fresh compile, or element data
 //! a batch gets wrong, shows as a verdict the reference does not give.
 //!
-//! `FUZZ_CASES` (default 150) cases from `FUZZ_SEED` (default: from the clock, printed);
+//! `FUZZ_CASES` (default 60) cases from `FUZZ_SEED` (default: from the clock, printed);
 //! every failure names its seed: `FUZZ_SEED=<seed> FUZZ_CASES=1` reproduces it.
-//! `FUZZ_PROBES` bounds the packets per case (default 120, 0 = all).
+//! `FUZZ_PROBES` bounds the packets per case (default 60, 0 = all).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -169,8 +169,8 @@ fn start_seed() -> u64 {
 #[test]
 fn compiled_clusters_agree_with_the_reference() {
     let seed = start_seed();
-    let cases = env_u64("FUZZ_CASES").unwrap_or(150);
-    let max = env_u64("FUZZ_PROBES").unwrap_or(120) as usize;
+    let cases = env_u64("FUZZ_CASES").unwrap_or(60);
+    let max = env_u64("FUZZ_PROBES").unwrap_or(60) as usize;
     eprintln!("fuzz: FUZZ_SEED={seed} FUZZ_CASES={cases}");
     let mut failures = Vec::new();
     let started = std::time::Instant::now();
@@ -198,8 +198,8 @@ fn compiled_clusters_agree_with_the_reference() {
 #[test]
 fn incremental_change_sequences_agree_with_the_reference() {
     let seed = start_seed().wrapping_add(1 << 32);
-    let cases = env_u64("FUZZ_CASES").unwrap_or(150) / 5;
-    let max = env_u64("FUZZ_PROBES").unwrap_or(120) as usize / 2;
+    let cases = env_u64("FUZZ_CASES").unwrap_or(60) / 5;
+    let max = env_u64("FUZZ_PROBES").unwrap_or(60) as usize / 2;
     eprintln!("fuzz (changes): FUZZ_SEED={seed} FUZZ_CASES={cases}");
     let mut failures = Vec::new();
     for i in 0..cases {

@@ -269,7 +269,11 @@ pub fn service_from_k8s(
         "externalTrafficPolicy",
         warnings,
     );
-    if service_type == ServiceType::ClusterIp {
+    // externalTrafficPolicy applies to externally accessible services: NodePort,
+    // LoadBalancer, and ClusterIP with externalIPs (upstream's ExternallyAccessible)
+    if service_type == ServiceType::ClusterIp
+        && spec.external_ips.as_deref().unwrap_or(&[]).is_empty()
+    {
         external_traffic_policy = TrafficPolicy::Cluster;
     }
     let internal_traffic_policy = policy(

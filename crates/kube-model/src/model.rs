@@ -113,7 +113,8 @@ pub struct Service {
     /// loadBalancerSourceRanges (type LoadBalancer only).
     pub source_ranges: Vec<Cidr>,
     pub ports: Vec<ServicePort>,
-    /// Local only for NodePort and LoadBalancer services.
+    /// Local only for externally accessible services (NodePort, LoadBalancer, ClusterIP
+    /// with external IPs).
     pub external_traffic_policy: TrafficPolicy,
     pub internal_traffic_policy: TrafficPolicy,
     /// ClientIP session affinity timeout in seconds, when affinity is on.

@@ -662,3 +662,39 @@ fn localhost_node_ports_in_iptables_mode() {
     let t = c.trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30080).from_host());
     assert!(t.targets().is_empty(), "{t}");
 }
+
+#[test]
+fn etp_local_applies_to_the_external_ips_of_a_cluster_ip_service() {
+    // fuzz finding (seed 2): upstream's ExternallyAccessible counts a ClusterIP service
+    // with externalIPs, so its externalTrafficPolicy Local holds on the external IPs
+    let c = case("etp-local-external-ips");
+    let t = c.trace(&Packet::sctp(OUTSIDE, "198.18.250.70", 8080));
+    assert_eq!(t.targets(), set(&["198.18.1.15:17247"]), "{t}");
+    assert!(t.none_masqueraded(), "{t}");
+    let t = c.trace(&Packet::sctp(POD, "198.18.250.70", 8080).on("veth1"));
+    assert_eq!(
+        t.targets(),
+        set(&["198.18.1.15:17247", "198.18.2.23:17247"]),
+        "{t}"
+    );
+    assert!(t.none_masqueraded(), "{t}");
+    // the ClusterIP follows internalTrafficPolicy (Cluster)
+    let t = c.trace(&Packet::sctp(POD, "198.18.100.70", 8080));
+    assert_eq!(t.targets().len(), 2, "{t}");
+}
+
+#[test]
+fn node_ports_and_external_ips_only_in_the_services_families() {
+    // fuzz finding (seed 1): a single-stack service is not the other family's at all
+    let c = case("node-port-one-family");
+    let t = c.trace(&Packet::udp(OUTSIDE, NODE, 30111));
+    assert_eq!(t.fate(), Some(Fate::Local), "{t}");
+    let t = c.trace(&Packet::udp("2001:db8:300::1", "2001:db8:200::1", 30111));
+    assert_eq!(t.fate(), Some(Fate::Reject), "{t}");
+    let t = c.trace(&Packet::tcp("2001:db8:300::1", "2001:db8:200::1", 30112));
+    assert_eq!(t.fate(), Some(Fate::Local), "{t}");
+    let t = c.trace(&Packet::tcp("2001:db8:300::1", "2001:db8:250::12", 80));
+    assert_eq!(t.fate(), Some(Fate::Out), "{t}");
+    let t = c.trace(&Packet::tcp(OUTSIDE, NODE, 30112));
+    assert_eq!(t.fate(), Some(Fate::Reject), "{t}");
+}

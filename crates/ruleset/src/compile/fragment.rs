@@ -208,7 +208,11 @@ pub fn fragment(
         .filter(|ip| IpFamily::of(ip) == ctx.fam)
         .copied()
         .collect();
-    if !ext_ips.is_empty() || port.node_port.is_some() {
+    // a service without a ClusterIP of this family is not this family's at all: its
+    // NodePorts and external IPs are served only by the families it has (upstream's
+    // service change tracker skips it, GetClusterIPByFamily)
+    let of_family = svc.cluster_ip(ctx.fam).is_some();
+    if of_family && (!ext_ips.is_empty() || port.node_port.is_some()) {
         let local = svc.external_traffic_policy == TrafficPolicy::Local;
         let list = if local { &cat.local } else { &cat.cluster };
         let route = if local {

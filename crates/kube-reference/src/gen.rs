@@ -1,0 +1,726 @@
+//! Random legal clusters.
+//!
+//! "Legal" as the API server's validation defines it (upstream
+//! `pkg/apis/core/validation/validation.go` `ValidateService*`, and
+//! `pkg/apis/discovery/validation`): ports unique by name and by (port, protocol), names
+//! required when a service has several ports; NodePorts in 30000-32767 and unique in the
+//! cluster (allocator); ClusterIPs from the service CIDRs, unique, one per family in the
+//! order of `ipFamilies`, as `ipFamilyPolicy` allows; `externalTrafficPolicy` only on
+//! externally accessible services (NodePort, LoadBalancer, ClusterIP with externalIPs),
+//! `healthCheckNodePort` only for LoadBalancer + Local; `loadBalancerSourceRanges` only on
+//! LoadBalancer; affinity timeout 1..=86400; slices of at most 100 endpoints whose
+//! addresses match `addressType`, ports unique by name.
+//!
+//! One constraint the API server does not make: external and LoadBalancer IPs are unique
+//! across services (two services on the same IP and port make upstream's whole
+//! transaction fail; kube-nlproxy skips one of them, see docs/fuzzing.md).
+//!
+//! Every address is from 198.18.0.0/15 or 2001:db8::/32.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::rng::Rng;
+
+/// The fixed surroundings of every case: the node and the proxier's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Env {
+    pub node_name: String,
+    pub zone: String,
+    /// The node's primary IPs (first InternalIP of each family).
+    pub node_ips: Vec<IpAddr>,
+    /// Every local address of the host (primary ones included).
+    pub local_addrs: Vec<IpAddr>,
+    /// `clusterCIDR` (the local-traffic detector: ClusterCIDR).
+    pub cluster_cidrs: Vec<(IpAddr, u8)>,
+    /// `spec.podCIDRs` of the node.
+    pub pod_cidrs: Vec<(IpAddr, u8)>,
+    /// The service CIDRs (traffic to an unallocated address in them is dropped).
+    pub service_cidrs: Vec<(IpAddr, u8)>,
+    /// `masqueradeAll`.
+    pub masquerade_all: bool,
+}
+
+impl Default for Env {
+    fn default() -> Env {
+        Env {
+            node_name: "node-a".into(),
+            zone: "zone-a".into(),
+            node_ips: vec![ip("198.18.200.1"), ip("2001:db8:200::1")],
+            local_addrs: vec![
+                ip("198.18.200.1"),
+                ip("2001:db8:200::1"),
+                ip("198.18.201.1"),
+                ip("2001:db8:201::1"),
+            ],
+            cluster_cidrs: vec![(ip("198.18.0.0"), 20), (ip("2001:db8::"), 48)],
+            pod_cidrs: vec![(ip("198.18.1.0"), 24), (ip("2001:db8:0:1::"), 64)],
+            service_cidrs: vec![(ip("198.18.100.0"), 24), (ip("2001:db8:100::"), 112)],
+            masquerade_all: false,
+        }
+    }
+}
+
+impl Env {
+    /// The proxier settings as an `NlproxyConfig` document (JSON): the one description
+    /// of the environment that the comparison and the kernel tests both read.
+    pub fn config_json(&self) -> String {
+        let list = |v: &[String]| {
+            v.iter()
+                .map(|s| format!("\"{s}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let cidrs = |v: &[(IpAddr, u8)]| {
+            list(
+                &v.iter()
+                    .map(|(a, l)| format!("{a}/{l}"))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        format!(
+            "{{\"kind\": \"NlproxyConfig\", \"nodeName\": \"{}\", \"families\": [\"IPv4\", \"IPv6\"], \
+             \"masqueradeAll\": {}, \"clusterCIDRs\": [{}], \"serviceCIDRs\": [{}], \"localAddresses\": [{}]}}",
+            self.node_name,
+            self.masquerade_all,
+            cidrs(&self.cluster_cidrs),
+            cidrs(&self.service_cidrs),
+            list(&self.local_addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>()),
+        )
+    }
+}
+
+pub(crate) fn ip(s: &str) -> IpAddr {
+    s.parse().expect("literal address")
+}
+
+/// One generated case: the objects as the API server would hand them out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Case {
+    pub seed: u64,
+    pub env: Env,
+    pub services: Vec<core::Service>,
+    pub slices: Vec<discovery::EndpointSlice>,
+    pub node: core::Node,
+}
+
+/// Address pools, per family (index 0 IPv4, 1 IPv6).
+pub(crate) fn v4(a: u8, b: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(198, 18, a, b))
+}
+pub(crate) fn v6(group: u16, last: u16) -> IpAddr {
+    IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, group, 0, 0, 0, 0, last))
+}
+/// A pod address: `local` ones in the node's pod CIDR, others on another node.
+pub(crate) fn pod_ip(fam: usize, local: bool, n: u16) -> IpAddr {
+    let n = n % 250 + 1;
+    if fam == 0 {
+        v4(if local { 1 } else { 2 }, n as u8)
+    } else {
+        IpAddr::V6(Ipv6Addr::new(
+            0x2001,
+            0xdb8,
+            0,
+            if local { 1 } else { 2 },
+            0,
+            0,
+            0,
+            n,
+        ))
+    }
+}
+/// An address of a client outside the cluster.
+pub(crate) fn outside_ip(fam: usize, n: u16) -> IpAddr {
+    if fam == 0 {
+        IpAddr::V4(Ipv4Addr::new(
+            198,
+            19,
+            (n / 250) as u8 % 4,
+            (n % 250) as u8 + 1,
+        ))
+    } else {
+        v6(0x300 + (n / 250) % 4, n % 250 + 1)
+    }
+}
+pub(crate) fn family_of(a: &IpAddr) -> usize {
+    usize::from(a.is_ipv6())
+}
+
+const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+const COMMON_PORTS: [i32; 6] = [53, 80, 443, 8080, 3868, 9000];
+
+/// Cluster-wide allocators (unique ClusterIPs, NodePorts, external IPs).
+#[derive(Debug, Default)]
+pub(crate) struct Alloc {
+    cluster_ips: [BTreeSet<u16>; 2],
+    node_ports: BTreeSet<i32>,
+    vips: BTreeSet<IpAddr>,
+}
+
+impl Alloc {
+    pub(crate) fn of(services: &[core::Service]) -> Alloc {
+        let mut a = Alloc::default();
+        for s in services {
+            let Some(spec) = &s.spec else { continue };
+            for c in spec.cluster_ips.iter().flatten() {
+                if let Ok(ip) = c.parse::<IpAddr>() {
+                    a.cluster_ips[family_of(&ip)].insert(last16(&ip));
+                }
+            }
+            for p in spec.ports.iter().flatten() {
+                a.node_ports.extend(p.node_port);
+            }
+            a.node_ports.extend(spec.health_check_node_port);
+            for e in spec.external_ips.iter().flatten() {
+                a.vips.extend(e.parse::<IpAddr>().ok());
+            }
+            let st = s.status.as_ref().and_then(|s| s.load_balancer.as_ref());
+            for i in st.and_then(|l| l.ingress.as_ref()).into_iter().flatten() {
+                a.vips
+                    .extend(i.ip.as_deref().and_then(|x| x.parse::<IpAddr>().ok()));
+            }
+        }
+        a
+    }
+    fn cluster_ip(&mut self, rng: &mut Rng, fam: usize) -> IpAddr {
+        loop {
+            let n = rng.range(1, 254) as u16;
+            if self.cluster_ips[fam].insert(n) {
+                return if fam == 0 {
+                    v4(100, n as u8)
+                } else {
+                    v6(0x100, n)
+                };
+            }
+        }
+    }
+    fn node_port(&mut self, rng: &mut Rng) -> i32 {
+        loop {
+            let n = rng.range(30000, 32767) as i32;
+            if self.node_ports.insert(n) {
+                return n;
+            }
+        }
+    }
+    fn vip(&mut self, rng: &mut Rng, fam: usize, lb: bool) -> IpAddr {
+        loop {
+            let n = rng.range(1, 254) as u16;
+            let a = match (fam, lb) {
+                (0, false) => v4(250, n as u8),
+                (0, true) => v4(251, n as u8),
+                (_, false) => v6(0x250, n),
+                (_, true) => v6(0x251, n),
+            };
+            if self.vips.insert(a) {
+                return a;
+            }
+        }
+    }
+}
+
+/// A slice's endpoints (none when the list is absent).
+pub fn endpoints(sl: &discovery::EndpointSlice) -> &[discovery::Endpoint] {
+    sl.endpoints.as_deref().unwrap_or(&[])
+}
+
+fn last16(a: &IpAddr) -> u16 {
+    match a {
+        IpAddr::V4(v) => u16::from(v.octets()[3]),
+        IpAddr::V6(v) => v.segments()[7],
+    }
+}
+
+/// Generate the case of `seed`.
+pub fn generate(seed: u64) -> Case {
+    let mut rng = Rng::new(seed);
+    let env = Env::default();
+    let mut alloc = Alloc::default();
+    let n = rng.range(1, 6);
+    let mut services = Vec::new();
+    let mut slices = Vec::new();
+    for i in 0..n {
+        let svc = service(&mut rng, &mut alloc, &format!("svc{i}"));
+        slices.extend(slices_for(&mut rng, &env, &svc));
+        services.push(svc);
+    }
+    Case {
+        seed,
+        node: node(&env),
+        env,
+        services,
+        slices,
+    }
+}
+
+/// The proxier's Node object.
+pub fn node(env: &Env) -> core::Node {
+    let addr = |t: &str, a: &str| core::NodeAddress {
+        type_: t.into(),
+        address: a.into(),
+    };
+    core::Node {
+        metadata: ObjectMeta {
+            name: Some(env.node_name.clone()),
+            labels: Some(BTreeMap::from([(
+                "topology.kubernetes.io/zone".to_string(),
+                env.zone.clone(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(core::NodeSpec {
+            pod_cidrs: Some(
+                env.pod_cidrs
+                    .iter()
+                    .map(|(a, l)| format!("{a}/{l}"))
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        status: Some(core::NodeStatus {
+            addresses: Some(vec![
+                addr("InternalIP", "198.18.200.1"),
+                addr("InternalIP", "2001:db8:200::1"),
+                addr("ExternalIP", "198.18.201.1"),
+                addr("ExternalIP", "2001:db8:201::1"),
+                addr("Hostname", &env.node_name),
+            ]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A random source range for family `fam`: everything, nested and overlapping blocks,
+/// host routes, the node's own address and its block.
+fn source_range(rng: &mut Rng, fam: usize) -> String {
+    let opts4 = [
+        "0.0.0.0/0",
+        "198.19.0.0/16",
+        "198.19.0.0/24",
+        "198.19.1.0/24",
+        "198.19.0.0/23",
+        "198.19.0.1/32",
+        "198.19.2.5/32",
+        "198.18.200.1/32",
+        "198.18.200.0/24",
+        "198.18.0.0/15",
+        "198.18.1.0/24",
+    ];
+    let opts6 = [
+        "::/0",
+        "2001:db8:300::/48",
+        "2001:db8:300::/64",
+        "2001:db8:301::/64",
+        "2001:db8:300::1/128",
+        "2001:db8:200::1/128",
+        "2001:db8:200::/64",
+        "2001:db8::/32",
+        "2001:db8::/48",
+    ];
+    if fam == 0 {
+        rng.pick(&opts4).to_string()
+    } else {
+        rng.pick(&opts6).to_string()
+    }
+}
+
+/// Port names: IANA service names (lower case, a letter, at most 15 characters).
+fn port_name(i: usize) -> String {
+    ["http", "dns", "metrics", "grpc", "p-4", "p-5"][i % 6].to_string()
+}
+
+/// One random legal Service named `name` in namespace `ns1`.
+pub(crate) fn service(rng: &mut Rng, alloc: &mut Alloc, name: &str) -> core::Service {
+    let kind = rng.below(100);
+    let type_ = match kind {
+        0..=34 => "ClusterIP",
+        35..=59 => "NodePort",
+        60..=94 => "LoadBalancer",
+        _ => "ExternalName",
+    };
+    let headless = type_ == "ClusterIP" && rng.chance(8);
+    let mut spec = core::ServiceSpec {
+        type_: Some(type_.into()),
+        ..Default::default()
+    };
+    if type_ == "ExternalName" {
+        spec.external_name = Some("db.example.test".into());
+    }
+    // families
+    let (policy, fams): (&str, Vec<usize>) = match rng.below(6) {
+        0 | 1 => ("SingleStack", vec![0]),
+        2 => ("SingleStack", vec![1]),
+        3 => ("PreferDualStack", vec![0, 1]),
+        4 => ("RequireDualStack", vec![1, 0]),
+        _ => ("PreferDualStack", vec![0]), // a single-stack cluster's answer to Prefer
+    };
+    if type_ != "ExternalName" {
+        spec.ip_family_policy = Some(policy.into());
+        spec.ip_families = Some(
+            fams.iter()
+                .map(|f| ["IPv4", "IPv6"][*f].to_string())
+                .collect(),
+        );
+        if headless {
+            spec.cluster_ip = Some("None".into());
+            spec.cluster_ips = Some(vec!["None".into()]);
+        } else {
+            let ips: Vec<String> = fams
+                .iter()
+                .map(|f| alloc.cluster_ip(rng, *f).to_string())
+                .collect();
+            spec.cluster_ip = Some(ips[0].clone());
+            spec.cluster_ips = Some(ips);
+        }
+    }
+    // ports
+    let nports = if rng.chance(70) {
+        1
+    } else {
+        rng.range(2, 4) as usize
+    };
+    let with_node_ports = match type_ {
+        "NodePort" => true,
+        "LoadBalancer" => {
+            let alloc_np = rng.chance(85);
+            if !alloc_np {
+                spec.allocate_load_balancer_node_ports = Some(false);
+            }
+            alloc_np
+        }
+        _ => false,
+    };
+    let mut used: BTreeSet<(i32, &str)> = BTreeSet::new();
+    let mut ports = Vec::new();
+    let mut i = 0;
+    while ports.len() < nports {
+        let proto = *rng.pick(&PROTOCOLS);
+        let port = if rng.chance(70) {
+            *rng.pick(&COMMON_PORTS)
+        } else {
+            rng.range(1, 65535) as i32
+        };
+        if !used.insert((port, proto)) {
+            continue;
+        }
+        let name = if nports == 1 && rng.chance(50) {
+            None
+        } else {
+            Some(port_name(i))
+        };
+        i += 1;
+        ports.push(core::ServicePort {
+            name,
+            protocol: Some(proto.into()),
+            port,
+            target_port: Some(IntOrString::Int(rng.range(1, 65535) as i32)),
+            node_port: with_node_ports.then(|| alloc.node_port(rng)),
+            ..Default::default()
+        });
+        // the same port number for another protocol (DNS over TCP and UDP)
+        if ports.len() < nports && rng.chance(20) {
+            let other = if proto == "UDP" { "TCP" } else { "UDP" };
+            if used.insert((port, other)) {
+                ports.push(core::ServicePort {
+                    name: Some(port_name(i)),
+                    protocol: Some(other.into()),
+                    port,
+                    target_port: Some(IntOrString::Int(rng.range(1, 65535) as i32)),
+                    node_port: with_node_ports.then(|| alloc.node_port(rng)),
+                    ..Default::default()
+                });
+                i += 1;
+            }
+        }
+    }
+    if ports.len() > 1 {
+        for (j, p) in ports.iter_mut().enumerate() {
+            p.name.get_or_insert_with(|| port_name(j + 10));
+        }
+    }
+    spec.ports = Some(ports);
+    if type_ != "ExternalName" && !headless {
+        // external IPs (any family: those of a family the service lacks are ignored)
+        if rng.chance(30) {
+            let k = rng.range(1, 2);
+            spec.external_ips = Some(
+                (0..k)
+                    .map(|_| {
+                        let f = if rng.chance(80) {
+                            *rng.pick(&fams)
+                        } else {
+                            rng.below(2) as usize
+                        };
+                        alloc.vip(rng, f, false).to_string()
+                    })
+                    .collect(),
+            );
+        }
+        let externally = type_ != "ClusterIP" || spec.external_ips.is_some();
+        if externally {
+            let local = rng.chance(45);
+            spec.external_traffic_policy = Some(if local { "Local" } else { "Cluster" }.into());
+            if local && type_ == "LoadBalancer" {
+                spec.health_check_node_port = Some(alloc.node_port(rng));
+            }
+        }
+        if rng.chance(25) {
+            spec.internal_traffic_policy = Some("Local".into());
+        } else {
+            spec.internal_traffic_policy = Some("Cluster".into());
+        }
+        if rng.chance(25) {
+            spec.session_affinity = Some("ClientIP".into());
+            let t = match rng.below(3) {
+                0 => 1,
+                1 => 86400,
+                _ => rng.range(1, 86400) as i32,
+            };
+            spec.session_affinity_config = Some(core::SessionAffinityConfig {
+                client_ip: Some(core::ClientIPConfig {
+                    timeout_seconds: Some(t),
+                }),
+            });
+        } else {
+            spec.session_affinity = Some("None".into());
+        }
+        if rng.chance(15) {
+            spec.traffic_distribution = Some("PreferClose".into());
+        }
+    }
+    let mut status = None;
+    if type_ == "LoadBalancer" {
+        if rng.chance(50) {
+            let k = rng.range(1, 4);
+            spec.load_balancer_source_ranges = Some(
+                (0..k)
+                    .map(|_| {
+                        let f = if rng.chance(85) {
+                            *rng.pick(&fams)
+                        } else {
+                            rng.below(2) as usize
+                        };
+                        source_range(rng, f)
+                    })
+                    .collect(),
+            );
+        }
+        if rng.chance(85) {
+            let k = rng.range(1, 2);
+            let ingress = (0..k)
+                .map(|_| {
+                    let f = *rng.pick(&fams);
+                    core::LoadBalancerIngress {
+                        ip: Some(alloc.vip(rng, f, true).to_string()),
+                        ip_mode: match rng.below(6) {
+                            0 => Some("Proxy".into()),
+                            1 | 2 => Some("VIP".into()),
+                            _ => None,
+                        },
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            status = Some(core::ServiceStatus {
+                load_balancer: Some(core::LoadBalancerStatus {
+                    ingress: Some(ingress),
+                }),
+                ..Default::default()
+            });
+        }
+    }
+    core::Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns1".into()),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status,
+    }
+}
+
+/// The service's slices: 0..=3 per family it has, ports matched by name (a few
+/// unmatched), endpoints local and remote with every condition combination, hints, and
+/// sometimes an endpoint repeated from another slice.
+pub(crate) fn slices_for(
+    rng: &mut Rng,
+    env: &Env,
+    svc: &core::Service,
+) -> Vec<discovery::EndpointSlice> {
+    let spec = svc.spec.as_ref().expect("generated with a spec");
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Vec::new();
+    }
+    let name = svc.metadata.name.clone().expect("named");
+    let fams: Vec<usize> = spec
+        .ip_families
+        .iter()
+        .flatten()
+        .map(|f| usize::from(f == "IPv6"))
+        .collect();
+    let mut out: Vec<discovery::EndpointSlice> = Vec::new();
+    let mut counter = 0u16;
+    for fam in fams {
+        let nslices = rng.below(4);
+        for j in 0..nslices {
+            let mut ports = Vec::new();
+            for p in spec.ports.iter().flatten() {
+                if rng.chance(85) {
+                    ports.push(discovery::EndpointPort {
+                        name: Some(p.name.clone().unwrap_or_default()),
+                        protocol: p.protocol.clone(),
+                        port: Some(rng.range(1, 65535) as i32),
+                        ..Default::default()
+                    });
+                }
+            }
+            if rng.chance(10) {
+                ports.push(discovery::EndpointPort {
+                    name: Some("unused".into()),
+                    protocol: Some("TCP".into()),
+                    port: Some(9999),
+                    ..Default::default()
+                });
+            }
+            let neps = if rng.chance(3) {
+                rng.range(20, 100)
+            } else {
+                rng.below(6)
+            };
+            let mut eps: Vec<discovery::Endpoint> = Vec::new();
+            let mut addrs = BTreeSet::new();
+            for _ in 0..neps {
+                if !out.is_empty() && rng.chance(10) {
+                    // the same endpoint in two slices (same conditions, as a controller
+                    // writes it while it moves an endpoint between slices)
+                    let prev = rng.pick(&out);
+                    if prev.address_type == ["IPv4", "IPv6"][fam] && !endpoints(prev).is_empty() {
+                        let e = rng.pick(endpoints(prev)).clone();
+                        if addrs.insert(e.addresses[0].clone()) {
+                            eps.push(e);
+                        }
+                        continue;
+                    }
+                }
+                counter += 1;
+                let local = rng.chance(45);
+                let addr = pod_ip(fam, local, counter.wrapping_mul(7) + rng.below(3) as u16);
+                if !addrs.insert(addr.to_string()) {
+                    continue;
+                }
+                let node_name = match rng.below(5) {
+                    0 => None,
+                    _ if local => Some(env.node_name.clone()),
+                    _ => Some("node-b".into()),
+                };
+                let zone = match rng.below(3) {
+                    0 => None,
+                    1 => Some("zone-a".to_string()),
+                    _ => Some("zone-b".to_string()),
+                };
+                let hints = match rng.below(4) {
+                    0 => Some(discovery::EndpointHints {
+                        for_zones: Some(vec![discovery::ForZone {
+                            name: zone.clone().unwrap_or_else(|| "zone-b".into()),
+                        }]),
+                        for_nodes: None,
+                    }),
+                    1 => Some(discovery::EndpointHints {
+                        for_zones: Some(vec![discovery::ForZone {
+                            name: "zone-a".into(),
+                        }]),
+                        for_nodes: rng.chance(50).then(|| {
+                            vec![discovery::ForNode {
+                                name: node_name.clone().unwrap_or_else(|| "node-b".into()),
+                            }]
+                        }),
+                    }),
+                    _ => None,
+                };
+                eps.push(discovery::Endpoint {
+                    addresses: vec![addr.to_string()],
+                    conditions: Some(discovery::EndpointConditions {
+                        ready: rng.tristate(),
+                        serving: rng.tristate(),
+                        terminating: rng.tristate(),
+                    }),
+                    node_name,
+                    zone,
+                    hints,
+                    ..Default::default()
+                });
+            }
+            out.push(discovery::EndpointSlice {
+                metadata: ObjectMeta {
+                    name: Some(format!("{name}-{}{j}", ["v4", "v6"][fam])),
+                    namespace: Some("ns1".into()),
+                    labels: Some(BTreeMap::from([(
+                        "kubernetes.io/service-name".to_string(),
+                        name.clone(),
+                    )])),
+                    ..Default::default()
+                },
+                address_type: ["IPv4", "IPv6"][fam].into(),
+                endpoints: Some(eps),
+                ports: Some(ports),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_reproduces_its_case() {
+        let a = generate(42);
+        let b = generate(42);
+        assert_eq!(a.services, b.services);
+        assert_eq!(a.slices, b.slices);
+    }
+
+    #[test]
+    fn generated_objects_are_legal() {
+        for seed in 0..2000 {
+            let c = generate(seed);
+            let mut node_ports = BTreeSet::new();
+            for s in &c.services {
+                let spec = s.spec.as_ref().unwrap();
+                let ports = spec.ports.as_ref().unwrap();
+                let names: BTreeSet<_> = ports.iter().map(|p| p.name.clone()).collect();
+                assert_eq!(names.len(), ports.len(), "seed {seed}: unique port names");
+                if ports.len() > 1 {
+                    assert!(ports.iter().all(|p| p.name.is_some()), "seed {seed}");
+                }
+                for p in ports {
+                    if let Some(np) = p.node_port {
+                        assert!((30000..=32767).contains(&np));
+                        assert!(node_ports.insert(np), "seed {seed}: nodePort {np} twice");
+                    }
+                }
+                if let Some(t) = spec
+                    .session_affinity_config
+                    .as_ref()
+                    .and_then(|c| c.client_ip.as_ref())
+                    .and_then(|c| c.timeout_seconds)
+                {
+                    assert!((1..=86400).contains(&t));
+                }
+            }
+            for sl in &c.slices {
+                assert!(endpoints(sl).len() <= 100);
+                for e in endpoints(sl) {
+                    let a: IpAddr = e.addresses[0].parse().unwrap();
+                    assert_eq!(a.is_ipv6(), sl.address_type == "IPv6");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! Test support for the fuzzer (docs/fuzzing.md), never linked by product crates.
+//!
+//! - [`gen`]: random *legal* clusters (Services, EndpointSlices, the Node) as the API
+//!   server's validation defines them, from a seed ([`rng::Rng`], splitmix64).
+//! - [`changes`]: random change sequences over a generated cluster.
+//! - [`model`]: an independent reference of kube-proxy's (nftables mode) verdict for the
+//!   first packet of a connection, written from upstream's proxier, endpoint slice cache
+//!   and topology code. It reads the Kubernetes objects itself and shares no code with
+//!   `kube-model` or `ruleset`.
+//! - [`packets`]: the packets to ask about: every service IP and port, unused ports,
+//!   NodePorts, sources inside and outside source ranges, from a pod, the node, outside.
+//!
+//! Addresses only from 198.18.0.0/15 and 2001:db8::/32.
+
+pub mod changes;
+pub mod gen;
+pub mod model;
+pub mod packets;
+pub mod rng;
+
+pub use gen::{generate, Case, Env};
+pub use model::{Model, Verdict};
+pub use packets::{Origin, Probe};
+pub use rng::Rng;

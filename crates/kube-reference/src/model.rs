@@ -1,0 +1,501 @@
+//! The reference: kube-proxy's (nftables mode) verdict for the first packet of a
+//! connection, written from upstream's sources (`pkg/proxy/nftables/proxier.go`,
+//! `pkg/proxy/servicechangetracker.go`/`serviceport.go`, `pkg/proxy/endpointslicecache.go`,
+//! `pkg/proxy/topology.go`, `pkg/apis/core/v1/helper`'s `ExternallyAccessible`). It
+//! reads the Kubernetes objects itself and shares nothing with `kube-model`/`ruleset`.
+//!
+//! The order of the checks is the order of upstream's hooks for a new connection:
+//! firewall (loadBalancerSourceRanges, before DNAT), the NAT dispatch (service IPs,
+//! NodePorts on the primary node IPs), then the filter checks after DNAT (no usable
+//! endpoints: reject; a Local policy without a local endpoint: drop; a ClusterIP on a
+//! port no service uses: reject; an unallocated address of a service CIDR: drop).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+
+use crate::gen::{family_of, Case, Env};
+use crate::packets::{Origin, Probe};
+
+/// What kube-proxy does with the packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// DNAT to one of these endpoints; the value: whether the source is masqueraded.
+    Dnat(BTreeMap<SocketAddr, bool>),
+    Reject,
+    Drop,
+    /// No rule of the proxy applies: routed or delivered as usual.
+    NoMatch,
+}
+
+/// An endpoint as upstream's endpoint slice cache keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ep {
+    addr: SocketAddr,
+    local: bool,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+    zone_hints: BTreeSet<String>,
+    node_hints: BTreeSet<String>,
+}
+
+/// One service port as one family's proxier sees it.
+#[derive(Debug, Clone)]
+struct SvcPort {
+    proto: u8,
+    port: u16,
+    cluster_ip: IpAddr,
+    /// External IPs and LoadBalancer VIPs of the family (reached as "external").
+    external: Vec<IpAddr>,
+    lb_vips: Vec<IpAddr>,
+    source_ranges: Vec<(IpAddr, u8)>,
+    node_port: Option<u16>,
+    etp_local: bool,
+    itp_local: bool,
+    cluster_eps: Vec<Ep>,
+    local_eps: Vec<Ep>,
+    has_any: bool,
+}
+
+/// The reference model of one case.
+#[derive(Debug, Clone)]
+pub struct Model {
+    env: Env,
+    /// Per family (0 IPv4, 1 IPv6).
+    ports: [Vec<SvcPort>; 2],
+    cluster_ips: [BTreeSet<IpAddr>; 2],
+}
+
+pub fn cidr_contains(c: &(IpAddr, u8), a: &IpAddr) -> bool {
+    match (c.0, a) {
+        (IpAddr::V4(n), IpAddr::V4(x)) => {
+            let m = if c.1 == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(c.1))
+            };
+            u32::from(n) & m == u32::from(*x) & m
+        }
+        (IpAddr::V6(n), IpAddr::V6(x)) => {
+            let m = if c.1 == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(c.1))
+            };
+            u128::from(n) & m == u128::from(*x) & m
+        }
+        _ => false,
+    }
+}
+
+/// Parse `a.b.c.d/n` (the API server accepts only canonical forms of ranges in new
+/// objects; anything else is ignored as upstream's parser ignores it).
+fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
+    let (a, l) = s.trim().split_once('/')?;
+    let a: IpAddr = a.parse().ok()?;
+    let l: u8 = l.parse().ok()?;
+    (l <= if a.is_ipv4() { 32 } else { 128 }).then_some((a, l))
+}
+
+fn proto_number(p: Option<&str>) -> u8 {
+    match p {
+        Some("UDP") => 17,
+        Some("SCTP") => 132,
+        _ => 6,
+    }
+}
+
+impl Model {
+    pub fn new(case: &Case) -> Model {
+        Model::of(&case.env, &case.services, &case.slices)
+    }
+
+    pub fn of(env: &Env, services: &[core::Service], slices: &[discovery::EndpointSlice]) -> Model {
+        let mut m = Model {
+            env: env.clone(),
+            ports: [Vec::new(), Vec::new()],
+            cluster_ips: [BTreeSet::new(), BTreeSet::new()],
+        };
+        for svc in services {
+            for fam in 0..2 {
+                m.add_service(fam, svc, slices);
+            }
+        }
+        m
+    }
+
+    fn add_service(
+        &mut self,
+        fam: usize,
+        svc: &core::Service,
+        slices: &[discovery::EndpointSlice],
+    ) {
+        let Some(spec) = &svc.spec else { return };
+        let type_ = spec.type_.as_deref().unwrap_or("ClusterIP");
+        if type_ == "ExternalName" {
+            return;
+        }
+        // the service's ClusterIP of this family (headless: none); no ClusterIP of the
+        // family, no service in this family's proxier at all
+        let ips: Vec<String> = match &spec.cluster_ips {
+            Some(v) if !v.is_empty() => v.clone(),
+            _ => spec.cluster_ip.iter().cloned().collect(),
+        };
+        let Some(cluster_ip) = ips
+            .iter()
+            .filter_map(|s| s.parse::<IpAddr>().ok())
+            .find(|a| family_of(a) == fam)
+        else {
+            return;
+        };
+        self.cluster_ips[fam].insert(cluster_ip);
+        let of_fam = |v: &[String]| -> Vec<IpAddr> {
+            v.iter()
+                .filter_map(|s| s.parse::<IpAddr>().ok())
+                .filter(|a| family_of(a) == fam)
+                .collect()
+        };
+        let external_ips = of_fam(spec.external_ips.as_deref().unwrap_or(&[]));
+        let mut lb_vips = Vec::new();
+        if let Some(ing) = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+        {
+            for i in ing {
+                if i.ip_mode.as_deref() == Some("Proxy") {
+                    continue;
+                }
+                if let Some(a) = i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) {
+                    if family_of(&a) == fam {
+                        lb_vips.push(a);
+                    }
+                }
+            }
+        }
+        let source_ranges: Vec<(IpAddr, u8)> = spec
+            .load_balancer_source_ranges
+            .iter()
+            .flatten()
+            .filter_map(|s| parse_cidr(s))
+            .filter(|c| family_of(&c.0) == fam)
+            .collect();
+        let externally_accessible = type_ == "LoadBalancer"
+            || type_ == "NodePort"
+            || (type_ == "ClusterIP" && !spec.external_ips.as_deref().unwrap_or(&[]).is_empty());
+        let etp_local =
+            externally_accessible && spec.external_traffic_policy.as_deref() == Some("Local");
+        let itp_local = spec.internal_traffic_policy.as_deref() == Some("Local");
+        let name = svc.metadata.name.as_deref().unwrap_or("");
+        let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
+        for p in spec.ports.iter().flatten() {
+            let proto = proto_number(p.protocol.as_deref());
+            let pname = p.name.clone().unwrap_or_default();
+            let eps = self.endpoints(
+                fam,
+                ns,
+                name,
+                &pname,
+                p.protocol.as_deref().unwrap_or("TCP"),
+                slices,
+            );
+            let node_port = p.node_port.filter(|n| *n > 0).map(|n| n as u16);
+            let mut sp = SvcPort {
+                proto,
+                port: p.port as u16,
+                cluster_ip,
+                external: external_ips.clone(),
+                lb_vips: lb_vips.clone(),
+                source_ranges: source_ranges.clone(),
+                node_port,
+                etp_local,
+                itp_local,
+                cluster_eps: Vec::new(),
+                local_eps: Vec::new(),
+                has_any: false,
+            };
+            let externally =
+                node_port.is_some() || !sp.lb_vips.is_empty() || !sp.external.is_empty();
+            self.categorize(
+                &mut sp,
+                &eps,
+                externally,
+                spec.traffic_distribution.is_some(),
+            );
+            self.ports[fam].push(sp);
+        }
+    }
+
+    /// The endpoint slice cache: slices of the service and family, the port matched by
+    /// name and protocol, each endpoint once (a local copy preferred).
+    fn endpoints(
+        &self,
+        fam: usize,
+        ns: &str,
+        svc: &str,
+        pname: &str,
+        proto: &str,
+        slices: &[discovery::EndpointSlice],
+    ) -> Vec<Ep> {
+        let mut set: BTreeMap<SocketAddr, Ep> = BTreeMap::new();
+        for sl in slices {
+            if sl.metadata.namespace.as_deref().unwrap_or("default") != ns {
+                continue;
+            }
+            let owner = sl
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("kubernetes.io/service-name"));
+            if owner.map(String::as_str) != Some(svc) {
+                continue;
+            }
+            if sl.address_type != ["IPv4", "IPv6"][fam] {
+                continue;
+            }
+            for port in sl.ports.iter().flatten() {
+                if port.name.as_deref().unwrap_or("") != pname
+                    || port.protocol.as_deref().unwrap_or("TCP") != proto
+                {
+                    continue;
+                }
+                let Some(num) = port.port else { continue };
+                for e in crate::gen::endpoints(sl) {
+                    let Some(a) = e.addresses.first().and_then(|s| s.parse::<IpAddr>().ok()) else {
+                        continue;
+                    };
+                    if family_of(&a) != fam {
+                        continue;
+                    }
+                    let c = e.conditions.clone().unwrap_or_default();
+                    let local = e.node_name.as_deref() == Some(self.env.node_name.as_str());
+                    let hints = e.hints.clone().unwrap_or_default();
+                    let ep = Ep {
+                        addr: SocketAddr::new(a, num as u16),
+                        local,
+                        ready: c.ready.unwrap_or(true),
+                        serving: c.serving.unwrap_or(true),
+                        terminating: c.terminating.unwrap_or(false),
+                        zone_hints: hints
+                            .for_zones
+                            .iter()
+                            .flatten()
+                            .map(|z| z.name.clone())
+                            .collect(),
+                        node_hints: hints
+                            .for_nodes
+                            .iter()
+                            .flatten()
+                            .map(|n| n.name.clone())
+                            .collect(),
+                    };
+                    if !set.contains_key(&ep.addr) || local {
+                        set.insert(ep.addr, ep);
+                    }
+                }
+            }
+        }
+        set.into_values().collect()
+    }
+
+    /// Upstream's CategorizeEndpoints: the cluster-wide and node-local endpoint lists.
+    fn categorize(&self, sp: &mut SvcPort, eps: &[Ep], externally: bool, _dist: bool) {
+        let uses_cluster = !sp.itp_local || externally;
+        let uses_local = sp.itp_local || (sp.etp_local && externally);
+        if uses_cluster {
+            let mode = self.topology_mode(eps);
+            let mut c: Vec<Ep> = eps
+                .iter()
+                .filter(|e| e.ready)
+                .filter(|e| match mode {
+                    Topology::None => true,
+                    Topology::Node => e.node_hints.contains(&self.env.node_name),
+                    Topology::Zone => e.zone_hints.contains(&self.env.zone),
+                })
+                .cloned()
+                .collect();
+            if c.is_empty() {
+                c = eps
+                    .iter()
+                    .filter(|e| e.serving && e.terminating)
+                    .cloned()
+                    .collect();
+            }
+            sp.has_any = !c.is_empty();
+            sp.cluster_eps = c;
+        }
+        if !uses_local {
+            return;
+        }
+        let mut local_ready = false;
+        let mut local_st = false;
+        for e in eps {
+            if e.ready {
+                sp.has_any = true;
+                local_ready |= e.local;
+            } else if e.serving && e.terminating {
+                sp.has_any = true;
+                local_st |= e.local;
+            }
+        }
+        sp.local_eps = if local_ready {
+            eps.iter().filter(|e| e.local && e.ready).cloned().collect()
+        } else if local_st {
+            eps.iter()
+                .filter(|e| e.local && e.serving && e.terminating)
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+    }
+
+    fn topology_mode(&self, eps: &[Ep]) -> Topology {
+        let mut for_node = false;
+        let mut all_node = true;
+        let mut for_zone = false;
+        let mut all_zone = true;
+        for e in eps.iter().filter(|e| e.ready) {
+            if e.node_hints.is_empty() {
+                all_node = false;
+            } else if e.node_hints.contains(&self.env.node_name) {
+                for_node = true;
+            }
+            if e.zone_hints.is_empty() {
+                all_zone = false;
+            } else if e.zone_hints.contains(&self.env.zone) {
+                for_zone = true;
+            }
+        }
+        if all_node && for_node {
+            Topology::Node
+        } else if all_zone && for_zone {
+            Topology::Zone
+        } else {
+            Topology::None
+        }
+    }
+
+    fn is_local_pod(&self, src: &IpAddr) -> bool {
+        self.env.cluster_cidrs.iter().any(|c| cidr_contains(c, src))
+    }
+
+    /// The verdict for `p`.
+    pub fn verdict(&self, p: &Probe) -> Verdict {
+        let fam = family_of(&p.dst);
+        let ports = &self.ports[fam];
+        let matches = |sp: &&SvcPort| sp.proto == p.proto && sp.port == p.dport;
+        // 1. firewall (prerouting/output, before DNAT): LB VIPs with source ranges
+        if let Some(sp) = ports
+            .iter()
+            .filter(matches)
+            .find(|sp| sp.lb_vips.contains(&p.dst) && !sp.source_ranges.is_empty())
+        {
+            let node_ip = self.env.node_ips.iter().find(|a| family_of(a) == fam);
+            let allow_from_node =
+                node_ip.is_some_and(|n| sp.source_ranges.iter().any(|c| cidr_contains(c, n)));
+            let allowed = sp.source_ranges.iter().any(|c| cidr_contains(c, &p.src))
+                || (allow_from_node && sp.lb_vips.contains(&p.src));
+            if !allowed {
+                return Verdict::Drop;
+            }
+        }
+        // 2. dispatch
+        if let Some(sp) = ports
+            .iter()
+            .filter(matches)
+            .find(|sp| sp.cluster_ip == p.dst)
+        {
+            return self.internal(sp, p);
+        }
+        if let Some(sp) = ports
+            .iter()
+            .filter(matches)
+            .find(|sp| sp.external.contains(&p.dst) || sp.lb_vips.contains(&p.dst))
+        {
+            return self.external(sp, p);
+        }
+        let node_ip = self.env.node_ips.iter().find(|a| family_of(a) == fam);
+        if node_ip == Some(&p.dst) {
+            if let Some(sp) = ports
+                .iter()
+                .find(|sp| sp.proto == p.proto && sp.node_port == Some(p.dport))
+            {
+                return self.external(sp, p);
+            }
+        }
+        // 3. cluster IPs on ports no service uses, unallocated service addresses
+        if self.cluster_ips[fam].contains(&p.dst) {
+            return Verdict::Reject;
+        }
+        if self
+            .env
+            .service_cidrs
+            .iter()
+            .any(|c| cidr_contains(c, &p.dst))
+        {
+            return Verdict::Drop;
+        }
+        Verdict::NoMatch
+    }
+
+    fn dnat(&self, eps: &[Ep], p: &Probe, masq: bool) -> Verdict {
+        Verdict::Dnat(
+            eps.iter()
+                .map(|e| (e.addr, masq || e.addr.ip() == p.src))
+                .collect(),
+        )
+    }
+
+    fn internal(&self, sp: &SvcPort, p: &Probe) -> Verdict {
+        let eps = if sp.itp_local {
+            &sp.local_eps
+        } else {
+            &sp.cluster_eps
+        };
+        if eps.is_empty() {
+            return if sp.has_any {
+                Verdict::Drop
+            } else {
+                Verdict::Reject
+            };
+        }
+        let masq = self.env.masquerade_all || !self.is_local_pod(&p.src);
+        self.dnat(eps, p, masq)
+    }
+
+    fn external(&self, sp: &SvcPort, p: &Probe) -> Verdict {
+        if !sp.has_any {
+            return Verdict::Reject;
+        }
+        if !sp.etp_local {
+            return if sp.cluster_eps.is_empty() {
+                Verdict::Reject
+            } else {
+                self.dnat(&sp.cluster_eps, p, true)
+            };
+        }
+        // Local: pods and the node itself short-circuit to the cluster-wide endpoints
+        if self.is_local_pod(&p.src) {
+            return self.dnat(&sp.cluster_eps, p, false);
+        }
+        if p.origin == Origin::Node || self.env.local_addrs.contains(&p.src) {
+            return self.dnat(&sp.cluster_eps, p, true);
+        }
+        if sp.local_eps.is_empty() {
+            return Verdict::Drop;
+        }
+        self.dnat(&sp.local_eps, p, false)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    None,
+    Zone,
+    Node,
+}

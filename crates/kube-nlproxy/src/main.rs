@@ -690,7 +690,12 @@ fn dry_run(settings: &Settings, rx: Receiver) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    /// Every crate of the workspace under `crates/` logs at our verbosities.
+    /// Crates under `crates/` the daemon never links (test support): they log nothing
+    /// of the daemon's.
+    const TEST_SUPPORT: &[&str] = &["kube_reference"];
+
+    /// Every crate of the workspace under `crates/` the daemon links logs at our
+    /// verbosities.
     #[test]
     fn every_crate_of_ours_is_listed() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -702,7 +707,8 @@ mod tests {
             .filter_map(|l| l.strip_suffix("\","))
         {
             let name = dir.replace('-', "_");
-            if !super::OUR_CRATES.contains(&name.as_str()) {
+            if !super::OUR_CRATES.contains(&name.as_str()) && !TEST_SUPPORT.contains(&name.as_str())
+            {
                 missing.push(name);
             }
         }

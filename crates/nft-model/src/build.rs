@@ -344,6 +344,11 @@ fn mark_rewrite(mask: u32, xor: u32) -> Vec<Expr> {
 
 /// `meta mark & <bits> == 0` (`invert`: `!= 0`)
 pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
+    mark_cmp(bits, if set { CmpOp::Neq } else { CmpOp::Eq }, 0)
+}
+
+/// `meta mark & <mask> <op> <value>` (iptables-nft's `-m mark --mark v/m` is `Eq`).
+pub fn mark_cmp(mask: u32, op: CmpOp, value: u32) -> Vec<Expr> {
     vec![
         Expr::Meta {
             key: MetaKey::Mark,
@@ -353,13 +358,13 @@ pub fn mark_test(bits: u32, set: bool) -> Vec<Expr> {
             sreg: Reg::R1,
             dreg: Reg::R1,
             len: 4,
-            mask: bits.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
             xor: 0u32.to_ne_bytes().to_vec(),
         },
         Expr::Cmp {
             sreg: Reg::R1,
-            op: if set { CmpOp::Neq } else { CmpOp::Eq },
-            data: 0u32.to_ne_bytes().to_vec(),
+            op,
+            data: value.to_ne_bytes().to_vec(),
         },
     ]
 }

@@ -30,8 +30,7 @@
 
 use crate::{Nft, NftError};
 use nft_model::{
-    BaseHook, ChainType, CmpOp, Expr, Family, Hook, MetaKey, Op, Policy, Reg, Rule, TableRef,
-    Verdict,
+    BaseHook, ChainType, CmpOp, Expr, Family, Hook, Op, Policy, Rule, TableRef, Verdict,
 };
 use nft_wire::consts::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE};
 use nft_wire::encode::dump_request;
@@ -95,28 +94,6 @@ fn ctstate_match(states: u16) -> Expr {
     }
 }
 
-/// `-m mark --mark m/m`, native as iptables-nft writes it.
-fn mark_match(mark: u32) -> Vec<Expr> {
-    vec![
-        Expr::Meta {
-            key: MetaKey::Mark,
-            dreg: Reg::R1,
-        },
-        Expr::Bitwise {
-            sreg: Reg::R1,
-            dreg: Reg::R1,
-            len: 4,
-            mask: mark.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        },
-        Expr::Cmp {
-            sreg: Reg::R1,
-            op: CmpOp::Eq,
-            data: mark.to_ne_bytes().to_vec(),
-        },
-    ]
-}
-
 /// iptables-nft puts a counter before the verdict of every rule.
 fn with_verdict(mut exprs: Vec<Expr>, v: Verdict) -> Rule {
     exprs.push(Expr::Counter);
@@ -134,7 +111,8 @@ pub fn kube_forward_rules(cfg: ForwardConfig) -> Vec<Rule> {
         ));
     }
     let mut marked = vec![comment_match(FORWARDING_RULES_COMMENT)];
-    marked.extend(mark_match(cfg.mark));
+    // `-m mark --mark m/m`, native as iptables-nft writes it
+    marked.extend(nft_model::build::mark_cmp(cfg.mark, CmpOp::Eq, cfg.mark));
     rules.push(with_verdict(marked, Verdict::Accept));
     rules.push(with_verdict(
         vec![

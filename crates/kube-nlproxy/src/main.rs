@@ -43,6 +43,7 @@ const OUR_CRATES: &[&str] = &[
     "proxy_status",
     "ruleset",
     "kube_model",
+    "kube_proto",
     "nft_netlink",
     "nft_wire",
     "nft_model",

@@ -9,6 +9,7 @@
 //! - [`daemon_binary!`] and [`Daemon`]: the `kube-nlproxy` binary cargo built for the
 //!   test, run as a child process and killed on drop.
 
+pub mod proto;
 pub mod scale;
 
 use std::collections::BTreeMap;

@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use integration::proto;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::networking::v1 as networking;
@@ -16,7 +17,6 @@ use k8s_pb::api::core::v1 as pcore;
 use k8s_pb::api::discovery::v1 as pdisc;
 use k8s_pb::api::networking::v1 as pnet;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
-use k8s_pb::apimachinery::pkg::runtime as prt;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use kube_model::{lean, manifest};
 use kube_proto::{envelope, FromProto, ListItem, ListReader, WatchEvent, WatchReader};
@@ -25,243 +25,104 @@ use serde_json::Value;
 
 // ------------------------------------------------------------------ k8s-openapi -> k8s-pb
 
-fn s(v: &Option<String>) -> Option<String> {
-    v.clone()
-}
+// The API double's encoders (integration::proto, k8s-pb), with fields the proxy does not
+// read added, and the resourceVersion set.
 
-fn meta(
-    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    rv: &str,
-) -> pmeta::ObjectMeta {
-    let mut annotations = m.annotations.clone().unwrap_or_default();
-    // noise the proxy must skip
-    annotations.insert(
+fn noisy(m: &mut pmeta::ObjectMeta, rv: &str) {
+    m.resource_version = Some(rv.into());
+    m.uid = Some("5f0c6b7e-0000-4000-8000-000000000001".into());
+    m.generation = Some(3);
+    m.creation_timestamp = Some(pmeta::Time {
+        seconds: Some(1_700_000_000),
+        nanos: Some(0),
+    });
+    m.annotations.insert(
         "kubectl.kubernetes.io/last-applied-configuration".into(),
         "{\"big\":true}".into(),
     );
-    pmeta::ObjectMeta {
-        name: s(&m.name),
-        namespace: s(&m.namespace),
-        uid: Some("5f0c6b7e-0000-4000-8000-000000000001".into()),
-        resource_version: Some(rv.into()),
-        generation: Some(3),
-        creation_timestamp: Some(pmeta::Time {
-            seconds: Some(1_700_000_000),
-            nanos: Some(0),
-        }),
-        deletion_timestamp: m.deletion_timestamp.as_ref().map(|t| pmeta::Time {
-            seconds: Some(t.0.as_second()),
-            nanos: Some(t.0.subsec_nanosecond()),
-        }),
-        labels: m.labels.clone().unwrap_or_default(),
-        annotations,
-        finalizers: vec!["example.com/keep".into()],
-        managed_fields: vec![pmeta::ManagedFieldsEntry {
-            manager: Some("kubectl".into()),
-            operation: Some("Apply".into()),
-            api_version: Some("v1".into()),
-            fields_type: Some("FieldsV1".into()),
-            ..Default::default()
-        }],
+    m.finalizers.push("example.com/keep".into());
+    m.managed_fields.push(pmeta::ManagedFieldsEntry {
+        manager: Some("kubectl".into()),
+        operation: Some("Apply".into()),
+        api_version: Some("v1".into()),
+        fields_type: Some("FieldsV1".into()),
         ..Default::default()
-    }
+    });
 }
 
 fn pb_service(o: &core::Service, rv: &str) -> pcore::Service {
-    let spec = o.spec.as_ref().map(|s| pcore::ServiceSpec {
-        ports: s
-            .ports
-            .iter()
-            .flatten()
-            .map(|p| pcore::ServicePort {
-                name: p.name.clone(),
-                protocol: p.protocol.clone(),
-                app_protocol: Some("http".into()),
-                port: Some(p.port),
-                target_port: Some(IntOrString {
-                    r#type: Some(0),
-                    int_val: Some(8080),
-                    str_val: None,
-                }),
-                node_port: p.node_port,
-            })
-            .collect(),
-        selector: [("app".to_string(), "x".to_string())].into(),
-        cluster_ip: s.cluster_ip.clone(),
-        cluster_ips: s.cluster_ips.clone().unwrap_or_default(),
-        r#type: s.type_.clone(),
-        external_ips: s.external_ips.clone().unwrap_or_default(),
-        session_affinity: s.session_affinity.clone(),
-        load_balancer_ip: Some("198.19.255.1".into()),
-        load_balancer_source_ranges: s.load_balancer_source_ranges.clone().unwrap_or_default(),
-        external_name: None,
-        external_traffic_policy: s.external_traffic_policy.clone(),
-        health_check_node_port: s.health_check_node_port,
-        publish_not_ready_addresses: Some(false),
-        session_affinity_config: s.session_affinity_config.as_ref().map(|c| {
-            pcore::SessionAffinityConfig {
-                client_ip: c.client_ip.as_ref().map(|c| pcore::ClientIpConfig {
-                    timeout_seconds: c.timeout_seconds,
-                }),
-            }
-        }),
-        ip_families: s.ip_families.clone().unwrap_or_default(),
-        ip_family_policy: Some("SingleStack".into()),
-        allocate_load_balancer_node_ports: Some(true),
-        load_balancer_class: None,
-        internal_traffic_policy: s.internal_traffic_policy.clone(),
-        traffic_distribution: s.traffic_distribution.clone(),
-    });
-    let status = o.status.as_ref().map(|st| pcore::ServiceStatus {
-        load_balancer: st
-            .load_balancer
-            .as_ref()
-            .map(|lb| pcore::LoadBalancerStatus {
-                ingress: lb
-                    .ingress
-                    .iter()
-                    .flatten()
-                    .map(|i| pcore::LoadBalancerIngress {
-                        ip: i.ip.clone(),
-                        hostname: Some("lb.example.com".into()),
-                        ip_mode: i.ip_mode.clone(),
-                        ports: vec![],
-                    })
-                    .collect(),
-            }),
-        conditions: vec![pmeta::Condition {
+    let mut p = proto::service(o);
+    noisy(p.metadata.get_or_insert_with(Default::default), rv);
+    if let Some(s) = p.spec.as_mut() {
+        s.selector.insert("app".into(), "x".into());
+        s.load_balancer_ip = Some("198.19.255.1".into());
+        s.publish_not_ready_addresses = Some(false);
+        for port in &mut s.ports {
+            port.app_protocol = Some("http".into());
+            port.target_port = Some(IntOrString {
+                r#type: Some(0),
+                int_val: Some(8080),
+                str_val: None,
+            });
+        }
+    }
+    if let Some(st) = p.status.as_mut() {
+        st.conditions.push(pmeta::Condition {
             r#type: Some("Ready".into()),
             status: Some("True".into()),
             ..Default::default()
-        }],
-    });
-    pcore::Service {
-        metadata: Some(meta(&o.metadata, rv)),
-        spec,
-        status,
+        });
+        for i in st
+            .load_balancer
+            .iter_mut()
+            .flat_map(|lb| lb.ingress.iter_mut())
+        {
+            i.hostname = Some("lb.example.com".into());
+        }
     }
+    p
 }
 
 fn pb_slice(o: &discovery::EndpointSlice, rv: &str) -> pdisc::EndpointSlice {
-    pdisc::EndpointSlice {
-        metadata: Some(meta(&o.metadata, rv)),
-        address_type: Some(o.address_type.clone()),
-        endpoints: o
-            .endpoints
-            .iter()
-            .flatten()
-            .map(|e| pdisc::Endpoint {
-                addresses: e.addresses.clone(),
-                conditions: e.conditions.as_ref().map(|c| pdisc::EndpointConditions {
-                    ready: c.ready,
-                    serving: c.serving,
-                    terminating: c.terminating,
-                }),
-                hostname: Some("pod-0".into()),
-                target_ref: Some(pcore::ObjectReference {
-                    kind: Some("Pod".into()),
-                    name: Some("pod-0".into()),
-                    ..Default::default()
-                }),
-                deprecated_topology: [("a".to_string(), "b".to_string())].into(),
-                node_name: e.node_name.clone(),
-                zone: e.zone.clone(),
-                hints: e.hints.as_ref().map(|h| pdisc::EndpointHints {
-                    for_zones: h
-                        .for_zones
-                        .iter()
-                        .flatten()
-                        .map(|z| pdisc::ForZone {
-                            name: Some(z.name.clone()),
-                        })
-                        .collect(),
-                    for_nodes: h
-                        .for_nodes
-                        .iter()
-                        .flatten()
-                        .map(|n| pdisc::ForNode {
-                            name: Some(n.name.clone()),
-                        })
-                        .collect(),
-                }),
-            })
-            .collect(),
-        ports: o
-            .ports
-            .iter()
-            .flatten()
-            .map(|p| pdisc::EndpointPort {
-                name: p.name.clone(),
-                protocol: p.protocol.clone(),
-                port: p.port,
-                app_protocol: Some("http".into()),
-            })
-            .collect(),
+    let mut p = proto::slice(o);
+    noisy(p.metadata.get_or_insert_with(Default::default), rv);
+    for e in &mut p.endpoints {
+        e.hostname = Some("pod-0".into());
+        e.target_ref = Some(pcore::ObjectReference {
+            kind: Some("Pod".into()),
+            name: Some("pod-0".into()),
+            ..Default::default()
+        });
+        e.deprecated_topology.insert("a".into(), "b".into());
     }
+    for port in &mut p.ports {
+        port.app_protocol = Some("http".into());
+    }
+    p
 }
 
 fn pb_node(o: &core::Node, rv: &str) -> pcore::Node {
-    pcore::Node {
-        metadata: Some(meta(&o.metadata, rv)),
-        spec: o.spec.as_ref().map(|s| pcore::NodeSpec {
-            pod_cidr: s.pod_cidr.clone(),
-            pod_cid_rs: s.pod_cidrs.clone().unwrap_or_default(),
-            provider_id: Some("kind://node".into()),
-            unschedulable: s.unschedulable,
-            taints: s
-                .taints
-                .iter()
-                .flatten()
-                .map(|t| pcore::Taint {
-                    key: Some(t.key.clone()),
-                    value: t.value.clone(),
-                    effect: Some(t.effect.clone()),
-                    time_added: None,
-                })
-                .collect(),
-            ..Default::default()
-        }),
-        status: o.status.as_ref().map(|st| pcore::NodeStatus {
-            phase: Some("Running".into()),
-            addresses: st
-                .addresses
-                .iter()
-                .flatten()
-                .map(|a| pcore::NodeAddress {
-                    r#type: Some(a.type_.clone()),
-                    address: Some(a.address.clone()),
-                })
-                .collect(),
-            volumes_in_use: vec!["kubernetes.io/csi/x".into()],
-            ..Default::default()
-        }),
+    let mut p = proto::node(o);
+    noisy(p.metadata.get_or_insert_with(Default::default), rv);
+    if let Some(s) = p.spec.as_mut() {
+        s.provider_id = Some("kind://node".into());
     }
+    if let Some(st) = p.status.as_mut() {
+        st.phase = Some("Running".into());
+        st.volumes_in_use.push("kubernetes.io/csi/x".into());
+    }
+    p
 }
 
 fn pb_cidr(o: &networking::ServiceCIDR, rv: &str) -> pnet::ServiceCIDR {
-    pnet::ServiceCIDR {
-        metadata: Some(meta(&o.metadata, rv)),
-        spec: o.spec.as_ref().map(|s| pnet::ServiceCIDRSpec {
-            cidrs: s.cidrs.clone().unwrap_or_default(),
-        }),
-        status: Some(pnet::ServiceCIDRStatus { conditions: vec![] }),
-    }
+    let mut p = proto::service_cidr(o);
+    noisy(p.metadata.get_or_insert_with(Default::default), rv);
+    p.status = Some(pnet::ServiceCIDRStatus { conditions: vec![] });
+    p
 }
 
-/// `k8s\0` + runtime.Unknown, as apimachinery's protobuf serializer writes an object.
 fn enveloped(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
-    let u = prt::Unknown {
-        type_meta: Some(prt::TypeMeta {
-            api_version: Some(api_version.into()),
-            kind: Some(kind.into()),
-        }),
-        raw: Some(raw),
-        content_encoding: Some(String::new()),
-        content_type: Some(String::new()),
-    };
-    let mut out = b"k8s\0".to_vec();
-    out.extend(u.encode_to_vec());
-    out
+    proto::envelope(api_version, kind, &raw)
 }
 
 // ------------------------------------------------------------------ comparison
@@ -500,6 +361,20 @@ fn read_list(body: &[u8], piece: usize) -> (Option<String>, Vec<core::Service>) 
 fn a_list_is_read_item_by_item_in_pieces_of_any_size() {
     let svcs = services(40);
     let body = service_list(&svcs, "4242");
+    // the API double's list (items spliced as bytes) is k8s-pb's ServiceList, byte for byte
+    let items: Vec<Vec<u8>> = svcs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| pb_service(s, &format!("{i}")).encode_to_vec())
+        .collect();
+    let spliced = proto::list(
+        "v1",
+        "ServiceList",
+        "4242",
+        None,
+        items.iter().map(Vec::as_slice),
+    );
+    assert_eq!(spliced, body);
     let want: Vec<Value> = svcs
         .iter()
         .map(|s| {
@@ -553,14 +428,7 @@ fn a_truncated_or_foreign_list_is_an_error_never_a_panic() {
 }
 
 fn frame(ty: &str, object: Vec<u8>) -> Vec<u8> {
-    let e = pmeta::WatchEvent {
-        r#type: Some(ty.into()),
-        object: Some(prt::RawExtension { raw: Some(object) }),
-    };
-    let body = e.encode_to_vec();
-    let mut out = (body.len() as u32).to_be_bytes().to_vec();
-    out.extend(body);
-    out
+    proto::watch_frame(ty, &object)
 }
 
 #[test]

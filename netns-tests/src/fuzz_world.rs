@@ -76,6 +76,23 @@ pub struct World {
     servers: Vec<JoinHandle<()>>,
 }
 
+/// Sets the flag when dropped, unless disarmed.
+struct StopOnDrop(Option<Arc<AtomicBool>>);
+
+impl StopOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            s.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Drop for World {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -456,6 +473,8 @@ impl World {
 
         // servers: endpoints where their address lives, the node's own addresses, the sink
         let stop = Arc::new(AtomicBool::new(false));
+        // a panic before the world exists (a bind failing) stops the servers started
+        let guard = StopOnDrop(Some(stop.clone()));
         let mut at_l: Vec<Listen> = Vec::new();
         let mut at_pod: BTreeMap<IpAddr, Vec<Listen>> = BTreeMap::new();
         let mut l_addrs = BTreeSet::new();
@@ -506,6 +525,7 @@ impl World {
         for (a, list) in at_pod {
             servers.push(serve(&pods[&a], list, stop.clone()));
         }
+        guard.disarm();
         World {
             node,
             ext,

@@ -131,7 +131,21 @@ fn a_sample_of_packets_sent_for_real_agrees_with_model_and_tracer() {
     let started = Instant::now();
     let mut tally = Tally::default();
     for i in 0..cases {
-        run_case(seed.wrapping_add(i), max, Batch::AsCompiled, &mut tally);
+        let s = seed.wrapping_add(i);
+        // a panic building the world (a bind, an `ip` command) names the seed too
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_case(s, max, Batch::AsCompiled, &mut tally)
+        }));
+        if let Err(e) = r {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            tally.failures.push(format!(
+                "FUZZ_SEED={s} FUZZ_PACKET_CASES=1: panicked: {msg}"
+            ));
+        }
         if (i + 1) % 50 == 0 {
             eprintln!(
                 "fuzz packets: {} cases, {:?}: {}",

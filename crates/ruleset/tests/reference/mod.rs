@@ -1,9 +1,9 @@
 //! Judging compiled tables by `kube_reference::Model` (docs/fuzzing.md): a generated
 //! case as `kube-model` converts it, a probe as the tracer's packet, the tracer's
 //! outcomes as a verdict, and the comparison of every sampled probe. Shared by the
-//! fuzzer (`fuzz.rs`), the property tests (`incremental.rs`, `prop.rs`) and the
-//! packet sample of `netns-tests` (`fuzz_packets.rs`, by `#[path]`), so that one
-//! mapping of probes and verdicts serves them all.
+//! fuzzer (`fuzz.rs`), the property tests (`incremental.rs`, `prop.rs`) and, by
+//! `#[path]`, `netns-tests`' kernel acceptance (`fuzz_kernel.rs`) and packet sample
+//! (`fuzz_packets.rs`), so that one mapping of cases, probes and verdicts serves them all.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

@@ -13,6 +13,7 @@ pub mod churn;
 pub mod cluster;
 pub mod ct;
 pub mod engine;
+pub mod fuzz_world;
 pub mod host_firewalls;
 pub mod oracle;
 pub mod sample;

@@ -7,23 +7,14 @@
 //! `FUZZ_KERNEL_CASES` (default 100) cases from `FUZZ_SEED` (default: the clock; printed,
 //! and named in every failure), `FUZZ_STEPS` (default 8) changes each.
 
-use kube_model::{Cluster, ServiceKey};
-use kube_reference::{changes, generate, Case, Rng};
+#[path = "../../crates/ruleset/tests/reference/mod.rs"]
+mod reference;
+
+use kube_reference::{changes, generate, Rng};
 use netns_tests::{require_root, Netns};
 use nft_netlink::Nft;
-use ruleset::{compile, diff, Changes, Compiler, Config};
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-fn config(case: &Case) -> Config {
-    serde_json::from_str(&case.env.config_json()).expect("the environment's NlproxyConfig")
-}
-
-fn cluster(case: &Case) -> Cluster {
-    Cluster::from_objects(&case.services, &case.slices, Some(&case.node)).0
-}
+use reference::{changes as step_changes, cluster, config, env_u64, start_seed};
+use ruleset::{compile, diff, Compiler};
 
 /// Commit `ops`; the refusal as a message naming the seed.
 fn commit(nft: &mut Nft, ops: &[nft_model::Op], seed: u64, what: &str) -> Result<(), String> {
@@ -50,12 +41,7 @@ fn run_case(nft: &mut Nft, seed: u64, steps: usize) -> Result<(), String> {
         .into_iter()
         .enumerate()
     {
-        let mut ch = Changes::default();
-        for (ns, name) in &step.services {
-            ch.services
-                .insert(ServiceKey::new(ns.clone(), name.clone()));
-        }
-        let up = compiler.update(&cluster(&step.case), &ch);
+        let up = compiler.update(&cluster(&step.case), &step_changes(&step));
         commit(nft, &up.ops, seed, &format!("step {n} ({})", step.what))?;
         compiler.confirm();
     }
@@ -65,12 +51,7 @@ fn run_case(nft: &mut Nft, seed: u64, steps: usize) -> Result<(), String> {
 #[test]
 fn generated_clusters_and_their_changes_commit() {
     require_root!();
-    let seed = env_u64("FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1)
-    });
+    let seed = start_seed();
     let cases = env_u64("FUZZ_KERNEL_CASES").unwrap_or(100);
     let steps = env_u64("FUZZ_STEPS").unwrap_or(8) as usize;
     eprintln!("fuzz kernel: FUZZ_SEED={seed} FUZZ_KERNEL_CASES={cases}");

@@ -151,7 +151,12 @@ impl Model {
         else {
             return;
         };
-        self.cluster_ips[fam].insert(cluster_ip);
+        // upstream fills its cluster-ips set from the service ports (`svcPortMap`): a
+        // service without ports (illegal, but what excluding every port of one leaves,
+        // see the property tests) has none
+        if spec.ports.as_ref().is_some_and(|p| !p.is_empty()) {
+            self.cluster_ips[fam].insert(cluster_ip);
+        }
         let of_fam = |v: &[String]| -> Vec<IpAddr> {
             v.iter()
                 .filter_map(|s| s.parse::<IpAddr>().ok())

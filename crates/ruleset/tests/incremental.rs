@@ -1,11 +1,17 @@
-//! The incremental compiler against the full one: random change sequences applied one
-//! change at a time give exactly the tables a fresh compile of the final state gives;
-//! every returned batch turns the previous tables into the new ones (per
-//! `ruleset::apply`); conflicts and conntrack cleanup inputs equal what the whole
-//! tables and the whole model say; and only the changed service's ports are recompiled.
-//! Plus the shape's promise: the frequent changes are element operations only.
+//! The incremental compiler judged by the reference model (docs/fuzzing.md): random
+//! change sequences of generated legal clusters (`kube-reference`), each step's batch
+//! played onto the tables as last committed, and the packets of the step's cluster
+//! traced through the result must get `kube_reference::Model`'s verdicts; as an extra
+//! check the result equals a fresh compile. Also: conflicts and conntrack cleanup inputs
+//! equal what the whole tables and the whole model say, only the changed service's ports
+//! are recompiled, excluded ports are left out as the model of the services without them
+//! says; and the shape's promise: the frequent changes are element operations only.
+//! Node changes and two services claiming one destination are inputs the model cannot
+//! take (its environment is fixed, and it leaves such conflicts out): one property keeps
+//! a fresh compile as its reference for them (docs/fuzzing.md, "property tests").
 
 mod common;
+mod reference;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -18,6 +24,8 @@ use proptest::prelude::*;
 use ruleset::incremental::served_destinations;
 use ruleset::names::PortId;
 use ruleset::{apply, compile_parsed, Changes, Compiler, ParsedConfig};
+
+use kube_reference::{changes as ref_changes, generate, Model, Rng};
 
 fn parsed() -> ParsedConfig {
     let mut cfg = config();
@@ -39,13 +47,15 @@ fn snapshot(c: &Cluster) -> Snapshot {
     for svc in c.services.values() {
         let slices: Vec<_> = c.slices_of(&svc.key).collect();
         for p in svc.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
-            let eps: BTreeSet<_> = resolve_endpoints(&slices, p, IpFamily::V4)
-                .into_iter()
-                .filter(|e| e.ready || e.serving)
-                .map(|e| (e.addr, e.port))
-                .collect();
-            if !eps.is_empty() {
-                out.insert((svc.key.clone(), p.name.clone(), IpFamily::V4), eps);
+            for fam in [IpFamily::V4, IpFamily::V6] {
+                let eps: BTreeSet<_> = resolve_endpoints(&slices, p, fam)
+                    .into_iter()
+                    .filter(|e| e.ready || e.serving)
+                    .map(|e| (e.addr, e.port))
+                    .collect();
+                if !eps.is_empty() {
+                    out.insert((svc.key.clone(), p.name.clone(), fam), eps);
+                }
             }
         }
     }
@@ -59,15 +69,106 @@ fn stale(old: &Snapshot, new: &Snapshot) -> BTreeSet<(IpAddr, u16)> {
         .collect()
 }
 
+/// The service ports of `c` whose service is in `keys`.
+fn ports_of(c: &Cluster, keys: &BTreeSet<ServiceKey>) -> usize {
+    keys.iter()
+        .filter_map(|k| c.services.get(k))
+        .map(|s| s.ports.len())
+        .sum()
+}
+
+/// Probes traced per step of the model-judged properties.
+const PROBES: usize = 24;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Every change's batch, played onto the tables as last committed (also when earlier
+    /// batches were not: then no [`Compiler::confirm`], and the batch covers everything
+    /// since the last confirmed one), leaves tables that give the reference model's
+    /// verdicts for the step's cluster; and (extra) a fresh compile's tables.
+    #[test]
+    fn incremental_updates_agree_with_the_reference(
+        seed in any::<u64>(),
+        commits in prop::collection::vec(prop::bool::weighted(0.8), 1..10),
+    ) {
+        let start = generate(seed);
+        let cfg = reference::config(&start).parse().expect("config is valid");
+        let mut c = reference::cluster(&start);
+        let mut comp = Compiler::new(cfg.clone(), &c);
+        let mut committed = comp.tables();
+        let mut prev = committed.clone();
+        let mut rng = Rng::new(seed ^ 0x1c4e);
+        let bad = reference::compare(&start, &committed, &mut rng, PROBES, "start");
+        prop_assert!(bad.is_empty(), "{}", bad.join("\n"));
+        let steps = ref_changes::sequence(&start, &mut rng.fork(), commits.len());
+        for (n, (step, commit)) in steps.iter().zip(&commits).enumerate() {
+            let before = c.clone();
+            c = reference::cluster(&step.case);
+            let ch = reference::changes(step);
+            let upd = comp.update(&c, &ch);
+            let mut cur = committed.clone();
+            apply(&mut cur, &upd.ops).map_err(|e| {
+                TestCaseError::fail(format!(
+                    "seed {seed} step {n} ({}): {e}\n{}",
+                    step.what,
+                    nft_model::render::script(&upd.ops)
+                ))
+            })?;
+            // the reference: the model's verdicts on what the kernel would hold
+            let what = format!("step {n} ({})", step.what);
+            let bad = reference::compare(&step.case, &cur, &mut rng, PROBES, &what);
+            prop_assert!(bad.is_empty(), "{}", bad.join("\n"));
+            // extra: the same tables as a fresh compile
+            let fresh = compile_parsed(&c, &cfg);
+            prop_assert_eq!(canon(&cur), canon(&fresh.tables), "seed {} {}", seed, what);
+            if *commit {
+                comp.confirm();
+                committed = cur;
+            }
+            let whole = Compiler::new(cfg.clone(), &c);
+            let mut got = comp.conflicts();
+            let mut want = whole.conflicts();
+            got.sort();
+            want.sort();
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(comp.errors(), whole.errors());
+            let newly: BTreeSet<_> = served_destinations(&fresh.tables)
+                .difference(&served_destinations(&prev))
+                .copied()
+                .collect();
+            prop_assert_eq!(upd.became_served(), newly, "served, seed {} {}", seed, what);
+            prop_assert_eq!(
+                upd.stopped_serving(),
+                stale(&snapshot(&before), &snapshot(&c)),
+                "stale, seed {} {}", seed, what
+            );
+            prop_assert_eq!(
+                upd.started_serving(),
+                stale(&snapshot(&c), &snapshot(&before)),
+                "started, seed {} {}", seed, what
+            );
+            // the changed service's ports only (its old and its new ones, in each family)
+            let bound = 2 * (ports_of(&before, &ch.services) + ports_of(&c, &ch.services));
+            prop_assert!(
+                upd.recompiled <= bound,
+                "seed {} {}: {} ports recompiled, at most {}", seed, what, upd.recompiled, bound
+            );
+            prev = fresh.tables;
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 250, ..ProptestConfig::default() })]
 
-    /// Every change's batch turns the tables as last committed into a fresh compile of
-    /// the new state, also when earlier batches were not committed (refused, failed:
-    /// then no [`Compiler::confirm`]): the batch covers everything since the last
-    /// confirmed one.
+    /// Node changes (its name, zone, address) and two services claiming one destination,
+    /// among the other changes: inputs the reference model cannot take (its environment
+    /// is fixed; such conflicts are kept out of it), so the reference here is a fresh
+    /// compile. Every change's batch turns the tables as last committed into a fresh
+    /// compile of the new state, also when earlier batches were not committed.
     #[test]
-    fn incremental_updates_equal_a_fresh_compile(
+    fn node_changes_and_conflicts_equal_a_fresh_compile(
         changes in prop::collection::vec((change(), prop::bool::weighted(0.8)), 1..30)
     ) {
         let cfg = parsed();
@@ -134,44 +235,67 @@ fn without(c: &Cluster, ex: &BTreeSet<PortId>) -> Cluster {
     c
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 120, ..ProptestConfig::default() })]
-
-    /// Excluded service ports (the engine skips ports the kernel refuses) are left out
-    /// exactly as a fresh compile of the cluster without them, through changes and
-    /// exclusions coming and going; every batch applies.
-    #[test]
-    fn excluded_ports_equal_a_compile_without_them(
-        steps in prop::collection::vec(
-            (change(), prop::collection::btree_set((0u32..6, any::<bool>()), 0..3)),
-            1..20,
-        )
-    ) {
-        let cfg = parsed();
-        let mut c = cluster(0);
-        let mut comp = Compiler::new(cfg.clone(), &c);
-        let mut cur = comp.tables();
-        for (ch, ex) in &steps {
-            play(&mut c, ch);
-            let ex: BTreeSet<PortId> = ex
-                .iter()
-                .map(|(i, other)| PortId {
-                    service: service(*i).key,
-                    port_name: if *other { "other" } else { "http" }.into(),
+/// The case's objects without the excluded service ports, as the model should see them.
+fn model_without(case: &kube_reference::Case, ex: &BTreeSet<PortId>) -> Model {
+    let mut services = case.services.clone();
+    for s in &mut services {
+        let key = ServiceKey::new(
+            s.metadata.namespace.clone().unwrap_or_default(),
+            s.metadata.name.clone().unwrap_or_default(),
+        );
+        if let Some(ports) = s.spec.as_mut().and_then(|sp| sp.ports.as_mut()) {
+            ports.retain(|p| {
+                !ex.contains(&PortId {
+                    service: key.clone(),
+                    port_name: p.name.clone().unwrap_or_default(),
                 })
-                .collect();
-            let mut services: BTreeSet<ServiceKey> = comp.set_excluded(ex.clone());
-            services.extend(ch.service());
-            let upd = comp.update(&c, &Changes {
-                services,
-                node: matches!(ch, Change::Node { .. }),
             });
-            let fresh = compile_parsed(&without(&c, &ex), &cfg);
-            prop_assert_eq!(&comp.tables(), &fresh.tables, "after {:?} without {:?}", ch, ex);
-            apply(&mut cur, &upd.ops).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            comp.confirm();
-            prop_assert_eq!(canon(&cur), canon(&fresh.tables));
         }
+    }
+    Model::of(&case.env, &services, &case.slices)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Excluded service ports (the engine skips ports the kernel refuses) are left out:
+    /// through changes and exclusions coming and going (about one port in six), every
+    /// batch applies and the tables give the verdicts of the reference model of the
+    /// services without those ports; (extra) they equal a fresh compile of the cluster
+    /// without them.
+    #[test]
+    fn excluded_ports_agree_with_the_reference_without_them(
+        seed in any::<u64>(),
+        picks in prop::collection::vec(any::<u64>(), 1..10),
+    ) {
+        let start = generate(seed);
+        let cfg = reference::config(&start).parse().expect("config is valid");
+        let mut comp = Compiler::new(cfg.clone(), &reference::cluster(&start));
+        let mut cur = comp.tables();
+        let mut rng = Rng::new(seed ^ 0xe8c1);
+        let steps = ref_changes::sequence(&start, &mut rng.fork(), picks.len());
+        for (n, (step, pick)) in steps.iter().zip(&picks).enumerate() {
+            let c = reference::cluster(&step.case);
+            let mut r = Rng::new(*pick);
+            let ex: BTreeSet<PortId> = c
+                .services
+                .iter()
+                .flat_map(|(k, s)| s.ports.iter().map(move |p| PortId::new(k, p)))
+                .filter(|_| r.chance(17))
+                .collect();
+            let mut ch = reference::changes(step);
+            ch.services.extend(comp.set_excluded(ex.clone()));
+            let upd = comp.update(&c, &ch);
+            apply(&mut cur, &upd.ops).map_err(|e| TestCaseError::fail(format!("seed {seed} step {n}: {e}")))?;
+            comp.confirm();
+            let what = format!("step {n} ({}) without {ex:?}", step.what);
+            let model = model_without(&step.case, &ex);
+            let bad = reference::compare_with(&step.case, &model, &cur, &mut rng, PROBES, &what);
+            prop_assert!(bad.is_empty(), "{}", bad.join("\n"));
+            let fresh = compile_parsed(&without(&c, &ex), &cfg);
+            prop_assert_eq!(canon(&cur), canon(&fresh.tables), "seed {} {}", seed, what);
+        }
+        let c = reference::cluster(&steps.last().expect("one step at least").case);
         let fresh = Compiler::with_excluded(cfg.clone(), &c, comp.excluded().clone());
         prop_assert_eq!(fresh.tables(), comp.tables());
     }

@@ -1,13 +1,16 @@
-//! Property tests: random sequences of object changes, applied as diffs one after
-//! another, give the same ruleset as compiling the final state from scratch; every batch
-//! is one the kernel would accept (per `ruleset::apply`). Random malformed Kubernetes
-//! objects never panic the model or the compiler.
+//! Property tests: random change sequences of generated legal clusters
+//! (`kube-reference`), each state compiled from scratch and its diff played onto the
+//! tables the previous diffs left: the result gives the reference model's verdicts
+//! (`kube_reference::Model`, docs/fuzzing.md) and (extra) equals the compiled tables;
+//! every batch is one the kernel would accept (per `ruleset::apply`). Random malformed
+//! Kubernetes objects never panic the model or the compiler.
 
 mod common;
+mod reference;
 
-use common::changes::{change, play};
 use common::model::*;
 use kube_model::Cluster;
+use kube_reference::{changes, generate, Rng};
 use nft_model::Table;
 use proptest::prelude::*;
 use ruleset::{apply, compile, diff};
@@ -17,26 +20,36 @@ fn canon(t: &[Table]) -> Vec<Table> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn diffs_compose_to_a_fresh_compile(changes in prop::collection::vec(change(), 1..25)) {
-        let cfg = config();
-        let mut c = cluster(0);
+    fn diffs_compose_to_tables_that_agree_with_the_reference(
+        seed in any::<u64>(),
+        steps in 1usize..10,
+    ) {
+        let start = generate(seed);
+        let cfg = reference::config(&start);
+        let mut rng = Rng::new(seed ^ 0xd1ff);
         let mut cur: Vec<Table> = Vec::new();
-        for ch in &changes {
-            play(&mut c, ch);
-            let new = compile(&c, &cfg).unwrap().tables;
+        let mut cases = vec![("start".to_string(), start.clone())];
+        cases.extend(
+            changes::sequence(&start, &mut rng.fork(), steps)
+                .into_iter()
+                .map(|s| (s.what, s.case)),
+        );
+        for (n, (what, case)) in cases.iter().enumerate() {
+            let new = compile(&reference::cluster(case), &cfg).unwrap().tables;
             for t in &new {
                 t.validate().unwrap();
             }
             let ops = diff(&cur, &new);
-            apply(&mut cur, &ops).map_err(|e| TestCaseError::fail(format!("{e}\n{}", nft_model::render::script(&ops))))?;
-            prop_assert_eq!(canon(&cur), canon(&new));
+            apply(&mut cur, &ops).map_err(|e| TestCaseError::fail(format!("seed {seed} step {n}: {e}\n{}", nft_model::render::script(&ops))))?;
+            let what = format!("step {n} ({what})");
+            let bad = reference::compare(case, &cur, &mut rng, 24, &what);
+            prop_assert!(bad.is_empty(), "{}", bad.join("\n"));
+            prop_assert_eq!(canon(&cur), canon(&new), "seed {} {}", seed, what);
             prop_assert!(diff(&new, &new).is_empty());
         }
-        let fresh = compile(&c, &cfg).unwrap().tables;
-        prop_assert_eq!(canon(&cur), canon(&fresh));
     }
 }
 

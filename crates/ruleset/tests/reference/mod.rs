@@ -1,0 +1,187 @@
+//! Judging compiled tables by `kube_reference::Model` (docs/fuzzing.md): a generated
+//! case as `kube-model` converts it, a probe as the tracer's packet, the tracer's
+//! outcomes as a verdict, and the comparison of every sampled probe. Shared by the
+//! fuzzer (`fuzz.rs`), the property tests (`incremental.rs`, `prop.rs`) and, by
+//! `#[path]`, `netns-tests`' kernel acceptance (`fuzz_kernel.rs`) and packet sample
+//! (`fuzz_packets.rs`), so that one mapping of cases, probes and verdicts serves them all.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use kube_model::Cluster;
+use kube_reference::{Case, Model, Origin, Probe, Rng, Verdict};
+use ruleset::trace::{Fate, Trace};
+use ruleset::{Config, Packet};
+
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// `FUZZ_SEED`, else the clock (printed by the callers).
+pub fn start_seed() -> u64 {
+    env_u64("FUZZ_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1)
+    })
+}
+
+pub fn config(case: &Case) -> Config {
+    serde_json::from_str(&case.env.config_json()).expect("the environment's NlproxyConfig")
+}
+
+pub fn cluster(case: &Case) -> Cluster {
+    let (c, mut errors) = Cluster::from_objects(&case.services, &case.slices, Some(&case.node));
+    // slices of a headless service name a service the model leaves out: not an error
+    errors.retain(|e| !matches!(e, kube_model::ObjectError::MissingService { .. }));
+    assert!(
+        errors.is_empty(),
+        "seed {}: kube-model refused a legal object: {errors:?}",
+        case.seed
+    );
+    c
+}
+
+/// The changed services of a step as the incremental compiler's input.
+pub fn changes(step: &kube_reference::changes::Step) -> ruleset::Changes {
+    let mut ch = ruleset::Changes::default();
+    for (ns, name) in &step.services {
+        ch.services
+            .insert(kube_model::ServiceKey::new(ns.clone(), name.clone()));
+    }
+    ch
+}
+
+pub fn packet(p: &Probe) -> Packet {
+    Packet {
+        src: p.src,
+        dst: p.dst,
+        proto: p.proto,
+        sport: 40000,
+        dport: p.dport,
+        iif: match p.origin {
+            Origin::Pod => Some("veth1".into()),
+            Origin::External => Some("eth0".into()),
+            Origin::Node => None,
+        },
+        local_origin: p.origin == Origin::Node,
+        mark: 0,
+    }
+}
+
+/// The tracer's outcomes as a verdict (an `Err` when they fit none).
+pub fn observed(t: &Trace) -> Result<Verdict, String> {
+    if t.outcomes.is_empty() {
+        return Err("no outcome".into());
+    }
+    if t.outcomes.iter().any(|o| o.dnat.is_some()) {
+        let mut m = BTreeMap::new();
+        for o in &t.outcomes {
+            let Some((a, port)) = o.dnat else {
+                return Err("some paths DNAT, others not".into());
+            };
+            if o.fate != Fate::Out {
+                return Err(format!("DNAT then {:?}", o.fate));
+            }
+            let k = SocketAddr::new(a, port);
+            if m.insert(k, o.masquerade).is_some_and(|v| v != o.masquerade) {
+                return Err(format!("{k} masqueraded on some paths only"));
+            }
+        }
+        return Ok(Verdict::Dnat(m));
+    }
+    match t.fate() {
+        Some(Fate::Reject) => Ok(Verdict::Reject),
+        Some(Fate::Drop) => Ok(Verdict::Drop),
+        Some(Fate::Local) | Some(Fate::Out) => Ok(Verdict::NoMatch),
+        None => Err(format!("several fates {:?}", t.fates())),
+    }
+}
+
+/// The tracer's verdict for `p` through `tables`.
+pub fn traced(case: &Case, tables: &[nft_model::Table], p: &Probe) -> Result<Verdict, String> {
+    observed(&ruleset::trace(tables, &case.env.local_addrs, &packet(p)))
+}
+
+/// Deliberate differences between kube-nlproxy and upstream, by name, with the
+/// predicate that recognises them (docs/fuzzing.md). None so far.
+pub fn excluded(_case: &Case, _p: &Probe) -> Option<&'static str> {
+    None
+}
+
+/// Compare `max` sampled probes of `case` (all when 0) traced through `tables` with
+/// the model of `case`; the disagreements as messages naming the seed.
+pub fn compare(
+    case: &Case,
+    tables: &[nft_model::Table],
+    rng: &mut Rng,
+    max: usize,
+    what: &str,
+) -> Vec<String> {
+    compare_with(case, &Model::new(case), tables, rng, max, what)
+}
+
+/// [`compare`] against a given model (of `case`'s objects or of a variant of them).
+pub fn compare_with(
+    case: &Case,
+    model: &Model,
+    tables: &[nft_model::Table],
+    rng: &mut Rng,
+    max: usize,
+    what: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in kube_reference::packets::probes(case, rng, max) {
+        if excluded(case, &p).is_some() {
+            continue;
+        }
+        let want = model.verdict(&p);
+        let t = ruleset::trace(tables, &case.env.local_addrs, &packet(&p));
+        match observed(&t) {
+            Ok(got) if got == want => {}
+            got => {
+                let objects = if out.is_empty() {
+                    dump(case)
+                } else {
+                    String::new()
+                };
+                out.push(format!(
+                    "seed {} {what}: {p}: model {want:?}, ruleset {got:?}\n{t}{objects}",
+                    case.seed
+                ))
+            }
+        }
+    }
+    out
+}
+
+/// `FUZZ_DUMP=1`: the case's objects (JSON), printed with its first disagreement.
+pub fn dump(case: &Case) -> String {
+    if std::env::var_os("FUZZ_DUMP").is_none() {
+        return String::new();
+    }
+    let mut s = String::new();
+    for o in &case.services {
+        s.push_str(&serde_json::to_string(o).unwrap_or_default());
+        s.push('\n');
+    }
+    for o in &case.slices {
+        s.push_str(&serde_json::to_string(o).unwrap_or_default());
+        s.push('\n');
+    }
+    s
+}
+
+/// Panic with the first disagreements, naming the seed.
+pub fn report(failures: &[String], cases: u64, seed: u64) {
+    if !failures.is_empty() {
+        let shown: Vec<&str> = failures.iter().take(5).map(String::as_str).collect();
+        panic!(
+            "{} disagreements in {cases} cases from FUZZ_SEED={seed}; first ones:\n{}",
+            failures.len(),
+            shown.join("\n")
+        );
+    }
+}

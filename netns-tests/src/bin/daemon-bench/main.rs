@@ -19,7 +19,9 @@
 //! one EndpointSlice of M endpoints, shaped as the API server returns them); addresses
 //! only from 198.18.0.0/15.
 
+mod observer;
 mod options;
+mod probe;
 mod report;
 mod scenarios;
 

@@ -8,7 +8,9 @@ use netns_tests::bench_cluster::*;
 use serde_json::json;
 
 use super::*;
+use crate::observer::{Expect, Observer};
 use crate::options::Opts;
+use crate::probe::{first_reaching, Probe};
 use crate::report::*;
 
 pub fn e2e(o: &Opts) {
@@ -24,7 +26,7 @@ pub fn e2e(o: &Opts) {
     }
     header(
         "e2e",
-        &format!("{n} x {m} via the API double, client -- node (daemon) -- server namespaces: the probed service's slice switched to the other server address; from the double's apply to a new TCP connection from the client to the ClusterIP answered by the new endpoint (new connection every ~1 ms)"),
+        &format!("{n} x {m} via the API double, client -- node (daemon) -- server namespaces: the probed service's slice switched to the other server address; from the double's write of the watch event to the start of the first new TCP connection from the client to the ClusterIP answered by the new endpoint (a new connection every ~0.3 ms, probe.rs), and to the kernel holding it (nftables monitor)"),
     );
     let line = topology();
     identity_server(&line.server);
@@ -47,6 +49,7 @@ pub fn e2e(o: &Opts) {
     let Some((d, _)) = running_daemon(o, &line.router, &api) else {
         return;
     };
+    let obs = Observer::open(&line.router).expect("open the nftables monitor");
     let ok = line.client.run(move || {
         let end = Instant::now() + Duration::from_secs(30);
         while Instant::now() < end {
@@ -77,36 +80,43 @@ pub fn e2e(o: &Opts) {
         let new = if r % 2 == 0 { SERVER_B } else { SERVER_A };
         d.wait_quiet(SPACING);
         let from = d.count();
-        let want = new.to_string();
-        let probe = line.client.spawn(move || {
-            let end = Instant::now() + Duration::from_secs(10);
-            let mut tries = 0u32;
-            while Instant::now() < end {
-                tries += 1;
-                if who(vip).as_deref() == Some(want.as_str()) {
-                    return Some((Instant::now(), tries));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            None
-        });
+        obs.clear();
+        let probe = Probe::tcp(&line.client, vip, Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
         let t0 = Instant::now();
-        api.apply(slice_to(new));
-        let seen = probe.join().expect("probe");
+        let rv = api.apply(slice_to(new));
+        let sent = api.sent_at(rv, Duration::from_secs(10));
+        let seen = obs.wait(
+            t0,
+            &Expect {
+                add: true,
+                addr: new.parse().expect("an address"),
+            },
+            Duration::from_secs(10),
+        );
+        // attempts go on after the kernel holds it: the new endpoint answers one of them
+        std::thread::sleep(Duration::from_millis(100));
+        let shots = probe.finish();
         let ack = d
             .wait_sync(from, Duration::from_secs(5))
             .and_then(|(_, _, s)| s.event_to_ack_ms);
-        match seen {
-            Some((t, tries)) => {
-                let e = ms(t - t0);
+        let reached = sent.and_then(|s| first_reaching(&shots, s, new).map(|t| (s, t)));
+        match (reached, seen) {
+            (Some((s, t)), Some(k)) => {
+                let e = ms(t.saturating_duration_since(s));
                 println!(
-                    "   run {r}: event sent -> new endpoint reached {e:.1} ms ({tries} connections; the engine's event->ACK {} ms)  [load {}]",
+                    "   run {r}: event sent -> new endpoint reached {e:.1} ms ({} connections; the kernel held it after {:.3} ms; the daemon's event->ACK {} ms)  [load {}]",
+                    shots.len(),
+                    ms(k.committed.saturating_duration_since(s)),
                     ack.map_or("?".into(), |a| format!("{a:.3}")),
                     loadavg()
                 );
                 e2e_ms.push(e);
             }
-            None => println!("   run {r}: the new endpoint was not reached within 10 s"),
+            _ => println!(
+                "   run {r}: the new endpoint was not reached within 10 s (kernel seen: {})",
+                seen.is_some()
+            ),
         }
     }
     let med = median(&e2e_ms);

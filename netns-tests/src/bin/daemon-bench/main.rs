@@ -6,7 +6,8 @@
 //!
 //! Usage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M]
 //!                     [--seconds S] [--source manifests|api|both]
-//!                     [--daemon-arg ARG]... SCENARIO...
+//!                     [--daemon-arg ARG]... [--shape uniform|prod] [--seed N]
+//!                     SCENARIO...
 //!
 //! Scenarios: `cold` (start until the first batch is committed, from a manifests file and
 //! from the API-server double), `peers` (ours vs `nft -f` vs `iptables-restore` at 4k),
@@ -15,15 +16,17 @@
 //! endpoint), `churn` (100 endpoint changes/s: latency, CPU, RSS), `idle` (no change:
 //! wakeups per second and CPU of the daemon left alone), or `all`.
 //!
-//! The synthetic cluster is `integration::scale` (N services of one TCP port, each with
-//! one EndpointSlice of M endpoints, shaped as the API server returns them); addresses
-//! only from 198.18.0.0/15.
+//! The cluster is `integration::scale` (`--shape uniform`, the default: N services of
+//! one TCP port, each with one EndpointSlice of M endpoints, shaped as the API server
+//! returns them) or the production shape of `shape` (`--shape prod`, from `--seed`);
+//! addresses only from 198.18.0.0/15 and 2001:db8::/32.
 
 mod observer;
 mod options;
 mod probe;
 mod report;
 mod scenarios;
+mod shape;
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +44,7 @@ fn main() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... cold|peers|change|e2e|churn|idle|all ...");
+            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] cold|peers|change|e2e|churn|idle|all ...");
             std::process::exit(2);
         }
     };

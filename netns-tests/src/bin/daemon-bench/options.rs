@@ -12,6 +12,10 @@ pub struct Opts {
     /// Extra arguments for the daemon run from the API double (`--daemon-arg`).
     pub daemon_args: Vec<String>,
     pub scenarios: Vec<String>,
+    /// The cluster: `uniform` (`integration::scale`) or `prod` (`shape`).
+    pub shape: String,
+    /// The production shape's seed.
+    pub seed: u64,
 }
 
 pub fn parse_args() -> Result<Opts, String> {
@@ -24,6 +28,8 @@ pub fn parse_args() -> Result<Opts, String> {
         source: "both".into(),
         daemon_args: Vec::new(),
         scenarios: Vec::new(),
+        shape: "uniform".into(),
+        seed: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -48,6 +54,13 @@ pub fn parse_args() -> Result<Opts, String> {
             "--seconds" => o.seconds = val()?.parse().map_err(|e| format!("--seconds: {e}"))?,
             "--source" => o.source = val()?,
             "--daemon-arg" => o.daemon_args.push(val()?),
+            "--shape" => {
+                o.shape = val()?;
+                if o.shape != "uniform" && o.shape != "prod" {
+                    return Err(format!("--shape {}: uniform or prod", o.shape));
+                }
+            }
+            "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--services" => {
                 o.services = Some(
                     val()?

@@ -13,7 +13,6 @@ use crate::report::*;
 
 pub fn cold(o: &Opts, dir: &Path) {
     let sizes = o.services.clone().unwrap_or(vec![10_000, 50_000]);
-    let m = o.endpoints;
     for n in sizes {
         let (t_target, rss_target) = if n <= 10_000 {
             (1.5, 150.0)
@@ -21,10 +20,10 @@ pub fn cold(o: &Opts, dir: &Path) {
             (6.0, 600.0)
         };
         if o.source != "api" {
-            let file = write_manifest(dir, n, m);
+            let file = manifest_for(o, dir, n);
             header(
                 "cold/manifests",
-                &format!("{n} x {m}: --manifests FILE --hostname-override {NODE} --once, fresh namespace; start -> first commit (synced line) and -> exit; peak RSS (VmHWM read every 5 ms)"),
+                &format!("{}: --manifests FILE --hostname-override {NODE} --once, fresh namespace; start -> first commit (synced line) and -> exit; peak RSS (VmHWM read every 5 ms)", what(o, n)),
             );
             let (mut first, mut exit, mut rss) = (vec![], vec![], vec![]);
             for r in 0..o.runs {
@@ -68,12 +67,12 @@ pub fn cold(o: &Opts, dir: &Path) {
         if o.source != "manifests" {
             header(
                 "cold/api",
-                &format!("{n} x {m}: --master URL (API double listing {n} Services + {n} EndpointSlices, in the namespace) -v=2 {}; start -> first synced line; peak RSS (VmHWM at the first sync)", o.daemon_args.join(" ")),
+                &format!("{}: --master URL (the API double, in the namespace) -v=2 {}; start -> first synced line; peak RSS (VmHWM at the first sync)", what(o, n), o.daemon_args.join(" ")),
             );
             let (mut first, mut rss) = (vec![], vec![]);
             for r in 0..o.runs {
                 let ns = Netns::new("bca");
-                let api = api_in(&ns, n, m);
+                let api = api_for(o, &ns, n);
                 let Some((d, f)) = running_daemon(o, &ns, &api) else {
                     println!("   run {r}: FAILED");
                     continue;

@@ -18,7 +18,6 @@ use crate::report::*;
 /// (the API double sends a watch bookmark every 60 s, as the API server's watch cache).
 pub fn idle(o: &Opts, dir: &Path) {
     let sizes = o.services.clone().unwrap_or(vec![10_000]);
-    let m = o.endpoints;
     let secs = o.seconds;
     for n in sizes {
         for source in ["manifests", "api"] {
@@ -27,7 +26,7 @@ pub fn idle(o: &Opts, dir: &Path) {
             }
             header(
                 &format!("idle/{source}"),
-                &format!("{n} x {m}, no change: wakeups/s (voluntary context switches, all threads) and CPU over {secs} s, from 5 s after the first sync (goal <= 1 wakeup/s)"),
+                &format!("{}, no change: wakeups/s (voluntary context switches, all threads) and CPU over {secs} s, from 5 s after the first sync (goal <= 1 wakeup/s)", what(o, n)),
             );
             let (mut wake, mut cpu) = (vec![], vec![]);
             for r in 0..o.runs {
@@ -35,7 +34,7 @@ pub fn idle(o: &Opts, dir: &Path) {
                 let file;
                 let api;
                 let args: Vec<String> = if source == "manifests" {
-                    file = write_manifest(dir, n, m);
+                    file = manifest_for(o, dir, n);
                     [
                         "--manifests",
                         &file.to_string_lossy(),
@@ -48,7 +47,7 @@ pub fn idle(o: &Opts, dir: &Path) {
                     .chain(o.daemon_args.iter().cloned())
                     .collect()
                 } else {
-                    api = api_in(&ns, n, m);
+                    api = api_for(o, &ns, n);
                     // as the API server's watch cache: a bookmark about every minute
                     api.set_bookmark_every(Some(Duration::from_secs(60)));
                     api_args(o, &api)

@@ -8,14 +8,16 @@ pub mod e2e;
 pub mod idle;
 pub mod peers;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use integration::ApiServer;
 use netns_tests::bench::Daemon;
-use netns_tests::bench_cluster::NODE;
+use netns_tests::bench_cluster::{api_in, api_with, write_manifest, write_synced, NsApi, NODE};
 use netns_tests::Netns;
 
 use crate::options::Opts;
+use crate::shape;
 
 /// Spacing of measured changes: more than the default minSyncPeriod (1 s), so that no
 /// measured change waits for the rate limit.
@@ -41,5 +43,39 @@ pub fn running_daemon(o: &Opts, ns: &Netns, api: &ApiServer) -> Option<(Daemon, 
             eprintln!("   no first sync:\n{}", d.tail(20));
             None
         }
+    }
+}
+
+/// The manifests file of the cluster of `n` services in the shape asked for (written
+/// once per run of the bench).
+pub fn manifest_for(o: &Opts, dir: &Path, n: u32) -> PathBuf {
+    if o.shape != "prod" {
+        return write_manifest(dir, n, o.endpoints);
+    }
+    let p = dir.join(format!("cluster-prod-{n}-seed{}.json", o.seed));
+    if !p.exists() {
+        let c = shape::cluster(n, o.seed);
+        println!("   the production shape: {}", c.stats);
+        write_synced(&p, shape::manifest(&c).as_bytes());
+    }
+    p
+}
+
+/// The API double in `ns` holding the cluster of `n` services in the shape asked for.
+pub fn api_for(o: &Opts, ns: &Netns, n: u32) -> NsApi {
+    if o.shape != "prod" {
+        return api_in(ns, n, o.endpoints);
+    }
+    let c = shape::cluster(n, o.seed);
+    println!("   the production shape: {}", c.stats);
+    api_with(ns, |api| shape::load(api, c))
+}
+
+/// What a cold start's header says of the cluster.
+pub fn what(o: &Opts, n: u32) -> String {
+    if o.shape == "prod" {
+        format!("{n} services of the production shape (seed {})", o.seed)
+    } else {
+        format!("{n} x {}", o.endpoints)
     }
 }

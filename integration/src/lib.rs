@@ -377,7 +377,10 @@ fn write_text(conn: &mut TcpStream, code: u16, reason: &str, body: &str) -> std:
 }
 
 fn chunk(conn: &mut TcpStream, v: &Value) -> std::io::Result<()> {
-    let line = v.to_string();
+    chunk_text(conn, &v.to_string())
+}
+
+fn chunk_text(conn: &mut TcpStream, line: &str) -> std::io::Result<()> {
     // one write: the chunk leaves in one segment (no Nagle wait between its pieces)
     conn.write_all(format!("{:x}\r\n{line}\n\r\n", line.len() + 1).as_bytes())?;
     conn.flush()
@@ -570,8 +573,11 @@ fn serve(
         for e in pending {
             last = e.rv;
             if selected(&e.object, &labels, &fields) {
-                chunk(&mut conn, &json!({"type": e.kind, "object": e.object}))?;
+                let text = json!({"type": e.kind, "object": e.object}).to_string();
+                // taken before the write: the daemon may read the event before this
+                // thread runs again
                 let at = Instant::now();
+                chunk_text(&mut conn, &text)?;
                 let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
                 s.sent.entry(e.rv).or_insert(at);
                 drop(s);

@@ -89,6 +89,16 @@ fn main() {
     if want("idle") {
         scenarios::idle::idle(&o, &scratch.0);
     }
+    // not a measurement: the cluster's manifests file, kept in the working directory
+    // (to run the daemon on it by hand, e.g. under perf)
+    if o.scenarios.iter().any(|s| s == "manifest") {
+        for n in o.services.clone().unwrap_or(vec![10_000]) {
+            let p = scenarios::manifest_for(&o, &scratch.0, n);
+            let to = std::path::PathBuf::from(p.file_name().expect("a file name"));
+            std::fs::copy(&p, &to).expect("copy the manifests file");
+            println!("   wrote {}", to.display());
+        }
+    }
 }
 
 fn version(bin: &Path) -> String {

@@ -6,7 +6,7 @@
 //! service) last answered.
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +23,9 @@ const MAX_SHOTS: usize = 200_000;
 
 /// A prober running until stopped (or `limit` passed).
 pub struct Probe {
+    /// For a UDP flow: who answered its first datagram, before the loop started (the
+    /// endpoint conntrack pins the flow to).
+    pub first: Option<String>,
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<Vec<Shot>>,
 }
@@ -37,6 +40,30 @@ impl Probe {
             s.read_to_string(&mut out).ok()?;
             Some(out)
         })
+    }
+
+    /// One UDP flow (one socket, one source port) to `dst`: a datagram per attempt,
+    /// the answer awaited up to 5 ms. Conntrack keeps the flow on its endpoint until
+    /// its entry is deleted.
+    pub fn udp(ns: &Netns, dst: SocketAddr, limit: Duration) -> Probe {
+        let sock = ns.run(|| {
+            let s = UdpSocket::bind("0.0.0.0:0").expect("bind a UDP socket");
+            s.connect(dst).expect("connect the UDP socket");
+            s
+        });
+        let ask = move |s: &UdpSocket| {
+            s.send(b"who").ok()?;
+            let mut buf = [0u8; 64];
+            let n = s.recv(&mut buf).ok()?;
+            Some(String::from_utf8_lossy(&buf[..n]).to_string())
+        };
+        let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
+        let first = ask(&sock);
+        let _ = sock.set_read_timeout(Some(Duration::from_millis(5)));
+        Probe {
+            first,
+            ..Self::start(ns, limit, move || ask(&sock))
+        }
     }
 
     fn start(
@@ -57,7 +84,11 @@ impl Probe {
             }
             shots
         });
-        Probe { stop, handle }
+        Probe {
+            first: None,
+            stop,
+            handle,
+        }
     }
 
     /// Stop and return the record.
@@ -73,6 +104,29 @@ pub fn first_reaching(shots: &[Shot], from: Instant, who: &str) -> Option<Instan
         .iter()
         .find(|(t, w)| *t >= from && w.as_deref() == Some(who))
         .map(|(t, _)| *t)
+}
+
+/// The start of the first attempt at or after `from` after which `gone` (an endpoint;
+/// `None`: any answer at all) never answers again, provided attempts went on for at
+/// least `settle` after it (else `None`: not proven gone).
+pub fn first_after_last(
+    shots: &[Shot],
+    from: Instant,
+    gone: Option<&str>,
+    settle: Duration,
+) -> Option<Instant> {
+    let hit = |w: &Option<String>| match gone {
+        Some(g) => w.as_deref() == Some(g),
+        None => w.is_some(),
+    };
+    let after: Vec<&Shot> = shots.iter().filter(|(t, _)| *t >= from).collect();
+    let last = after.iter().rposition(|(_, w)| hit(w));
+    let first_clean = match last {
+        Some(k) => after.get(k + 1)?.0,
+        None => after.first()?.0,
+    };
+    let end = after.last()?.0;
+    (end >= first_clean + settle).then_some(first_clean)
 }
 
 #[cfg(test)]
@@ -97,5 +151,13 @@ mod tests {
         assert_eq!(first_reaching(&shots, t0, "b"), Some(t(2)));
         assert_eq!(first_reaching(&shots, t(3), "b"), Some(t(4)));
         assert_eq!(first_reaching(&shots, t0, "c"), None);
+        let settle = Duration::from_millis(20);
+        assert_eq!(first_after_last(&shots, t0, Some("a"), settle), Some(t(4)));
+        assert_eq!(first_after_last(&shots, t0, None, settle), Some(t(5)));
+        // not long enough after the last answer to say it is gone
+        assert_eq!(
+            first_after_last(&shots, t0, None, Duration::from_millis(30)),
+            None
+        );
     }
 }

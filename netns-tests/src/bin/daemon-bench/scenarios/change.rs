@@ -64,6 +64,9 @@ const OPS: [&str; 4] = [
 ];
 
 pub fn change(o: &Opts) {
+    if o.shape == "prod" {
+        return super::prod::change_prod(o);
+    }
     let sizes = o.services.clone().unwrap_or(vec![100, 10_000, 50_000]);
     let m = o.endpoints;
     header(

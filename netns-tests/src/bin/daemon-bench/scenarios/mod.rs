@@ -7,6 +7,7 @@ pub mod cold;
 pub mod e2e;
 pub mod idle;
 pub mod peers;
+pub mod prod;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

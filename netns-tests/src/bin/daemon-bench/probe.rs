@@ -33,8 +33,16 @@ pub struct Probe {
 impl Probe {
     /// New TCP connections to `dst`, one after the other.
     pub fn tcp(ns: &Netns, dst: SocketAddr, limit: Duration) -> Probe {
+        Self::tcp_within(ns, dst, limit, Duration::from_millis(50))
+    }
+
+    /// As [`Probe::tcp`], each connection given up after `connect`: for a service
+    /// that is not there yet, whose attempts are answered by the node's ICMP
+    /// unreachable only about once a second (the kernel's `ip_error` rate limit, a
+    /// global sysctl the bench leaves alone) and otherwise wait for the timeout.
+    pub fn tcp_within(ns: &Netns, dst: SocketAddr, limit: Duration, connect: Duration) -> Probe {
         Self::start(ns, limit, move || {
-            let mut s = TcpStream::connect_timeout(&dst, Duration::from_millis(50)).ok()?;
+            let mut s = TcpStream::connect_timeout(&dst, connect).ok()?;
             s.set_read_timeout(Some(Duration::from_millis(50))).ok()?;
             let mut out = String::new();
             s.read_to_string(&mut out).ok()?;

@@ -113,6 +113,8 @@ struct State {
     /// Watches answer their headers, then send nothing at all (no event, no bookmark,
     /// no end) while this is set; lists are answered.
     silent_watches: bool,
+    /// When each event (by resourceVersion) was first written to a watch.
+    sent: BTreeMap<u64, Instant>,
 }
 
 /// The API-server double. Stops when dropped.
@@ -190,7 +192,8 @@ impl ApiServer {
     }
 
     /// Delete an object by kind, namespace ("" for nodes) and name.
-    pub fn delete(&self, kind: &str, namespace: &str, name: &str) {
+    /// Returns the deletion's resourceVersion.
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) -> u64 {
         self.with(|s| {
             let res = Res::of(&json!({ "kind": kind }));
             let Some((mut obj, _)) = s.objects.remove(&(res, namespace.into(), name.into())) else {
@@ -204,6 +207,7 @@ impl ApiServer {
                 kind: "DELETED",
                 object: obj,
             });
+            s.rv
         })
     }
 
@@ -246,6 +250,27 @@ impl ApiServer {
     /// Make watches silent (headers, then nothing) or normal again.
     pub fn set_silent_watches(&self, silent: bool) {
         self.with(|s| s.silent_watches = silent);
+    }
+
+    /// When the event of resourceVersion `rv` was first written to a watch (waiting up
+    /// to `timeout`): where benchmarks time a change from.
+    pub fn sent_at(&self, rv: u64, timeout: Duration) -> Option<Instant> {
+        let (m, cv) = &*self.state;
+        let deadline = Instant::now() + timeout;
+        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(t) = s.sent.get(&rv) {
+                return Some(*t);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            s = cv
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// How often a watch that asked for bookmarks gets one (`None`: never). The double
@@ -353,9 +378,12 @@ fn write_text(conn: &mut TcpStream, code: u16, reason: &str, body: &str) -> std:
 }
 
 fn chunk(conn: &mut TcpStream, v: &Value) -> std::io::Result<()> {
-    let mut line = v.to_string();
-    line.push('\n');
-    write!(conn, "{:x}\r\n{line}\r\n", line.len())?;
+    chunk_text(conn, &v.to_string())
+}
+
+fn chunk_text(conn: &mut TcpStream, line: &str) -> std::io::Result<()> {
+    // one write: the chunk leaves in one segment (no Nagle wait between its pieces)
+    conn.write_all(format!("{:x}\r\n{line}\n\r\n", line.len() + 1).as_bytes())?;
     conn.flush()
 }
 
@@ -546,7 +574,15 @@ fn serve(
         for e in pending {
             last = e.rv;
             if selected(&e.object, &labels, &fields) {
-                chunk(&mut conn, &json!({"type": e.kind, "object": e.object}))?;
+                let text = json!({"type": e.kind, "object": e.object}).to_string();
+                // taken before the write: the daemon may read the event before this
+                // thread runs again
+                let at = Instant::now();
+                chunk_text(&mut conn, &text)?;
+                let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+                s.sent.entry(e.rv).or_insert(at);
+                drop(s);
+                cv.notify_all();
             }
         }
         if let Some(rv) = bm {

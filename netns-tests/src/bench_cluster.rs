@@ -81,12 +81,20 @@ impl Drop for NsApi {
 /// The API-server double, listening inside `ns`, holding the node, `n` services and
 /// their slices of `m` endpoints. Drop it before `ns`.
 pub fn api_in(ns: &Netns, n: u32, m: u32) -> NsApi {
+    api_with(ns, |api| {
+        api.apply(scale_node(NODE));
+        for i in 0..n {
+            api.apply(scale_service(i));
+            api.apply(scale_slice(i, m));
+        }
+    })
+}
+
+/// The API-server double, listening inside `ns`, holding what `load` applies to it.
+/// Drop it before `ns`.
+pub fn api_with(ns: &Netns, load: impl FnOnce(&ApiServer)) -> NsApi {
     let api = ns.run(ApiServer::start);
-    api.apply(scale_node(NODE));
-    for i in 0..n {
-        api.apply(scale_service(i));
-        api.apply(scale_slice(i, m));
-    }
+    load(&api);
     NsApi {
         api: Some(api),
         netns: ns.name().to_string(),

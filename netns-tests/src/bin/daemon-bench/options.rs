@@ -1,0 +1,82 @@
+//! The command line of `daemon-bench`.
+
+use std::path::PathBuf;
+
+pub struct Opts {
+    pub bin: PathBuf,
+    pub runs: usize,
+    pub services: Option<Vec<u32>>,
+    pub endpoints: u32,
+    pub seconds: u64,
+    pub source: String,
+    /// Extra arguments for the daemon run from the API double (`--daemon-arg`).
+    pub daemon_args: Vec<String>,
+    pub scenarios: Vec<String>,
+    /// The cluster: `uniform` (`integration::scale`) or `prod` (`shape`).
+    pub shape: String,
+    /// The production shape's seed.
+    pub seed: u64,
+}
+
+pub fn parse_args() -> Result<Opts, String> {
+    let mut o = Opts {
+        bin: PathBuf::from("target/release/kube-nlproxy"),
+        runs: 3,
+        services: None,
+        endpoints: 10,
+        seconds: 60,
+        source: "both".into(),
+        daemon_args: Vec::new(),
+        scenarios: Vec::new(),
+        shape: "uniform".into(),
+        seed: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        // `--flag=value` or `--flag value`
+        let (a, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut inline = inline;
+        let mut val = || {
+            inline
+                .take()
+                .or_else(|| args.next())
+                .ok_or(format!("{a} needs a value"))
+        };
+        match a.as_str() {
+            "--bin" => o.bin = PathBuf::from(val()?),
+            "--runs" => o.runs = val()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--endpoints" => {
+                o.endpoints = val()?.parse().map_err(|e| format!("--endpoints: {e}"))?
+            }
+            "--seconds" => o.seconds = val()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--source" => o.source = val()?,
+            "--daemon-arg" => o.daemon_args.push(val()?),
+            "--shape" => {
+                o.shape = val()?;
+                if o.shape != "uniform" && o.shape != "prod" {
+                    return Err(format!("--shape {}: uniform or prod", o.shape));
+                }
+            }
+            "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--services" => {
+                o.services = Some(
+                    val()?
+                        .split(',')
+                        .map(|s| s.parse().map_err(|e| format!("--services {s}: {e}")))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            "-h" | "--help" => return Err(String::new()),
+            s if !s.starts_with('-') => o.scenarios.push(s.to_string()),
+            s => return Err(format!("unknown flag {s}")),
+        }
+    }
+    if o.scenarios.is_empty() {
+        return Err("no scenario".into());
+    }
+    o.runs = o.runs.max(1);
+    Ok(o)
+}

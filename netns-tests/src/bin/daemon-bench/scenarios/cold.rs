@@ -1,0 +1,126 @@
+//! Scenario `cold`: start until the first batch is committed, from a manifests file and from the API double.
+
+use std::path::Path;
+use std::time::Duration;
+
+use netns_tests::bench::{loadavg, median, Daemon};
+use netns_tests::bench_cluster::*;
+use netns_tests::Netns;
+
+use super::*;
+use crate::options::Opts;
+use crate::report::*;
+
+pub fn cold(o: &Opts, dir: &Path) {
+    let sizes = o.services.clone().unwrap_or(vec![10_000, 50_000]);
+    for n in sizes {
+        // issue 24's targets (before it: 1.5 s / 150 MiB at 10k, 6 s / 600 MiB at 50k)
+        let (t_target, rss_target) = if n <= 10_000 {
+            (0.5, 100.0)
+        } else if n <= 50_000 {
+            (2.5, 350.0)
+        } else {
+            (5.0, 700.0)
+        };
+        if o.source != "api" {
+            let file = manifest_for(o, dir, n);
+            header(
+                "cold/manifests",
+                &format!("{}: --manifests FILE --hostname-override {NODE} --once, fresh namespace; start -> first commit (synced line) and -> exit; peak RSS (VmHWM read every 5 ms)", what(o, n)),
+            );
+            let (mut first, mut exit, mut rss) = (vec![], vec![], vec![]);
+            for r in 0..o.runs {
+                let ns = Netns::new("bcm");
+                let args: Vec<String> = [
+                    "--manifests",
+                    &file.to_string_lossy(),
+                    "--hostname-override",
+                    NODE,
+                    "--once",
+                    "-v=2",
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                let d = Daemon::start(&ns, &o.bin, &args).expect("start the daemon");
+                let synced = d.wait_sync(0, Duration::from_secs(600));
+                let started = d.started;
+                let tail = d.tail(10);
+                let e = d.wait();
+                let Some((_, t, s)) = synced.filter(|_| e.success) else {
+                    println!("   run {r}: FAILED (exit ok={}):\n{tail}", e.success);
+                    continue;
+                };
+                let f = (t - started).as_secs_f64();
+                println!(
+                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB, CPU {:.2} s, ops {}, the first sync's compile {:.0} ms + commit {:.0} ms  [load {}]",
+                    e.wall.as_secs_f64(),
+                    mib(e.maxrss_kib),
+                    e.cpu.as_secs_f64(),
+                    s.ops,
+                    s.compile_ms,
+                    s.commit_ms,
+                    loadavg()
+                );
+                first.push(f);
+                exit.push(e.wall.as_secs_f64());
+                rss.push(mib(e.maxrss_kib));
+            }
+            print_cold_medians(n, &first, Some(&exit), &rss, t_target, rss_target);
+            footer();
+        }
+        if o.source != "manifests" {
+            header(
+                "cold/api",
+                &format!("{}: --master URL (the API double, in the namespace) -v=2 {}; start -> first synced line; peak RSS (VmHWM at the first sync)", what(o, n), o.daemon_args.join(" ")),
+            );
+            let (mut first, mut rss) = (vec![], vec![]);
+            for r in 0..o.runs {
+                let ns = Netns::new("bca");
+                let api = api_for(o, &ns, n);
+                let Some((d, f)) = running_daemon(o, &ns, &api) else {
+                    println!("   run {r}: FAILED");
+                    continue;
+                };
+                let hwm = d.status_kib("VmHWM").unwrap_or(0);
+                let lists = d
+                    .listed()
+                    .iter()
+                    .map(|(k, t)| format!("{k} {:.2} s", (*t - d.started).as_secs_f64()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                d.kill();
+                println!(
+                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync); lists complete at: {lists}  [load {}]",
+                    f.as_secs_f64(),
+                    mib(hwm),
+                    loadavg()
+                );
+                first.push(f.as_secs_f64());
+                rss.push(mib(hwm));
+                drop(api);
+            }
+            print_cold_medians(n, &first, None, &rss, t_target, rss_target);
+            footer();
+        }
+    }
+}
+
+fn print_cold_medians(
+    n: u32,
+    first: &[f64],
+    exit: Option<&[f64]>,
+    rss: &[f64],
+    t_target: f64,
+    rss_target: f64,
+) {
+    let (f, r) = (median(first), median(rss));
+    println!(
+        "   median at {n}: first commit {f:.3} s (target <= {t_target} s: {}), peak RSS {r:.0} MiB (target <= {rss_target} MiB: {})",
+        verdict(f <= t_target),
+        verdict(r <= rss_target)
+    );
+    if let Some(e) = exit {
+        println!("   median at {n}: start -> exit {:.3} s", median(e));
+    }
+}

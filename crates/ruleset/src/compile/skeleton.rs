@@ -100,6 +100,8 @@ const NODEPORT_DISPATCH: [(&str, bool, &str); 2] = [
 /// The fixed objects of one table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Skeleton {
+    /// Named counters (the localhost NodePort rejects' of nftables mode).
+    pub counters: Vec<String>,
     /// Declarations, with the elements that belong to the skeleton itself (nodeport-ips).
     pub sets: Vec<Set>,
     pub chains: Vec<Chain>,
@@ -182,7 +184,59 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
     for c in classes {
         chains.push(Chain::regular(c.chain()).with_rules(c.chain_rules(family)));
     }
-    Skeleton { sets, chains }
+    let rejects = ctx.localhost_rejects();
+    let counters = rejects
+        .iter()
+        .map(|p| localhost_reject(*p).1.to_string())
+        .collect();
+    for p in &rejects {
+        sets.push(Set::set(
+            localhost_reject(*p).0,
+            vec![DataType::InetService],
+        ));
+    }
+    if let Some(c) = chains.iter_mut().find(|c| c.name == ENDPOINTS_CHECK) {
+        let rules: Vec<Rule> = rejects
+            .iter()
+            .map(|p| localhost_reject_rule(family, *p))
+            .collect();
+        c.rules.splice(0..0, rules);
+    }
+    Skeleton {
+        counters,
+        sets,
+        chains,
+    }
+}
+
+/// nftables mode's localhost NodePort reject for protocol `proto` (KEP-6032, decision
+/// 0010): `ip daddr 127.0.0.0/8 udp dport @localhost-reject-udp counter name
+/// "localhost-nodeport-rejected-udp" reject` (IPv6: `ip6 daddr ::1`). A connection
+/// from the node to a loopback address's NodePort of that protocol is refused (ICMP
+/// port unreachable) and counted; the proxy's listeners serve TCP instead when it runs.
+fn localhost_reject_rule(family: Family, proto: u8) -> Rule {
+    let lo = match family {
+        Family::Ip6 => build::addr_cmp(
+            family,
+            false,
+            CmpOp::Eq,
+            &Value::Ipv6(std::net::Ipv6Addr::LOCALHOST),
+        ),
+        _ => build::prefix_match(
+            family,
+            false,
+            &Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+            8,
+            false,
+        ),
+    };
+    let (set, counter) = localhost_reject(proto);
+    rule(vec![
+        lo,
+        build::l4proto_eq(proto),
+        build::set_lookup(family, &[KeyField::Dport], set, false),
+        vec![build::counter_ref(counter), build::reject(family)],
+    ])
 }
 
 /// The rules a base chain has before its entries, as upstream's proxier of the

@@ -195,12 +195,16 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
             vec![DataType::InetService],
         ));
     }
-    if let Some(c) = chains.iter_mut().find(|c| c.name == ENDPOINTS_CHECK) {
+    // in input, before its entry: the packet has looped back through lo, so the ICMP
+    // error reaches the client's socket (ECONNREFUSED); rejected in output, the send
+    // itself would fail (EPERM)
+    if let Some(c) = chains.iter_mut().find(|c| c.name == FILTER_INPUT) {
+        let at = c.rules.len().saturating_sub(1);
         let rules: Vec<Rule> = rejects
             .iter()
             .map(|p| localhost_reject_rule(family, *p))
             .collect();
-        c.rules.splice(0..0, rules);
+        c.rules.splice(at..at, rules);
     }
     Skeleton {
         counters,
@@ -210,10 +214,11 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
 }
 
 /// nftables mode's localhost NodePort reject for protocol `proto` (KEP-6032, decision
-/// 0010): `ip daddr 127.0.0.0/8 udp dport @localhost-reject-udp counter name
-/// "localhost-nodeport-rejected-udp" reject` (IPv6: `ip6 daddr ::1`). A connection
-/// from the node to a loopback address's NodePort of that protocol is refused (ICMP
-/// port unreachable) and counted; the proxy's listeners serve TCP instead when it runs.
+/// 0010): `ct state new ip daddr 127.0.0.0/8 udp dport @localhost-reject-udp counter
+/// name "localhost-nodeport-rejected-udp" reject` (IPv6: `ip6 daddr ::1`). A new
+/// connection from the node to a loopback address's NodePort of that protocol is
+/// refused (ICMP port unreachable) and counted; the proxy's listeners serve TCP instead
+/// when it runs.
 fn localhost_reject_rule(family: Family, proto: u8) -> Rule {
     let lo = match family {
         Family::Ip6 => build::addr_cmp(
@@ -232,6 +237,7 @@ fn localhost_reject_rule(family: Family, proto: u8) -> Rule {
     };
     let (set, counter) = localhost_reject(proto);
     rule(vec![
+        build::ct_new(),
         lo,
         build::l4proto_eq(proto),
         build::set_lookup(family, &[KeyField::Dport], set, false),

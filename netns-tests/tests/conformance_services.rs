@@ -195,6 +195,14 @@ fn localhost_node_ports_in_iptables_mode_and_no_remote_access_to_localhost() {
         let o = probe(&c.node_a, proto, lo6, None, REFUSE_TIMEOUT);
         assert_eq!(o, Outcome::Refused, "{proto:?} {lo6}: no NodePort on ::1");
     }
+    // upstream's kubeproxy_iptables_localhost_nodeports_accepted_packets_total: the
+    // first packet of each of the 2 x 40 connections to 127.0.0.1's NodePort, no other
+    let m = scrape(&c);
+    let accepted = sample(
+        &m,
+        "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+    );
+    assert_eq!(accepted, Some(80.0), "{m}");
     // the client routes 127.0.0.0/8 but 127.0.0.1 to node A (its own loopback route
     // removed); 127.0.0.5 is a loopback address of node A's
     c.client.ip(&[

@@ -246,6 +246,9 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
         s.metrics
             .localhost_rejected(move || localhost_rejected_packets(&cfg));
     }
+    if s.node_ports.localhost_node_ports_v4() {
+        s.metrics.localhost_accepted(localhost_accepted_packets);
+    }
     let cfg = s.node_ports;
     let mut ports = HealthCheckPorts::new(
         s.status.clone(),
@@ -373,6 +376,23 @@ fn localhost_rejected_packets(cfg: &ParsedConfig) -> Vec<ops_server::RejectedPac
         }
     }
     out
+}
+
+/// iptables mode's localhost NodePort accept counter, read from our IPv4 table at
+/// scrape time; `None` when it cannot be read (logged).
+fn localhost_accepted_packets() -> Option<u64> {
+    let table = nft_model::TableRef::new(nft_model::Family::Ip, ruleset::names::TABLE);
+    let counters = nft_netlink::Nft::open().and_then(|mut nft| nft.read_counters(&table));
+    match counters {
+        Ok(c) => c
+            .iter()
+            .find(|c| c.name == ruleset::names::LOCALHOST_ACCEPTED)
+            .map(|c| c.packets),
+        Err(e) => {
+            warn!(err = %e, "failed to collect nftables counter");
+            None
+        }
+    }
 }
 
 /// How often the localhost proxy tries again without a status change (a port that could

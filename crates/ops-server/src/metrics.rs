@@ -435,6 +435,25 @@ impl Metrics {
         });
     }
 
+    /// iptables mode's `kubeproxy_iptables_localhost_nodeports_accepted_packets_total`
+    /// (no labels): read at every scrape with `read` (the named counter on the accepted
+    /// localhost NodePort packets, upstream's nfacct counter `localhost_nps_accepted_pkts`);
+    /// `None` (no counter) serves no series. Called once at start when IPv4 NodePorts
+    /// are served on loopback.
+    pub fn localhost_accepted(&self, read: impl Fn() -> Option<u64> + Send + Sync + 'static) {
+        self.registry.collector(move || {
+            let desc = Desc::counter(
+                "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+                "Number of packets accepted on nodeports of loopback interface",
+                &[],
+            );
+            let series = read()
+                .map(|n| vec![(Vec::new(), crate::expo::Value::Counter(n as f64))])
+                .unwrap_or_default();
+            vec![crate::expo::Snapshot { desc, series }]
+        });
+    }
+
     /// The IP families served.
     pub fn families(&self) -> &[&'static str] {
         &self.families

@@ -571,3 +571,30 @@ fn localhost_rejected_packets_are_read_at_scrape_time() {
     assert!(out.status.success(), "promtool: {said}\n{ours}");
     assert!(said.trim().is_empty(), "promtool on {NAME}: {said}");
 }
+
+/// iptables mode's localhost NodePort accept counter: upstream's family (no labels,
+/// HELP "Number of packets accepted on nodeports of loopback interface"), read at
+/// scrape time; no series without the counter.
+#[test]
+fn localhost_accepted_packets_are_read_at_scrape_time() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const NAME: &str = "kubeproxy_iptables_localhost_nodeports_accepted_packets_total";
+    let m = metrics();
+    let n = Arc::new(AtomicU64::new(u64::MAX));
+    let r = n.clone();
+    m.localhost_accepted(move || Some(r.load(Ordering::Relaxed)).filter(|v| *v != u64::MAX));
+    assert!(!m.encode(Format::Text).contains(NAME));
+    n.store(40, Ordering::Relaxed);
+    let text = m.encode(Format::Text);
+    check_families(
+        &text,
+        &[(
+            NAME,
+            "counter",
+            "[ALPHA] Number of packets accepted on nodeports of loopback interface",
+            "",
+        )],
+    );
+    assert_eq!(value(&text, NAME), Some(40.0), "{text}");
+}

@@ -62,6 +62,10 @@ pub const FIREWALL_IPS: &str = "firewall-ips";
 pub const FIREWALL_ALLOW: &str = "firewall-allow";
 pub const HAIRPIN: &str = "hairpin";
 
+/// iptables mode's localhost NodePorts: the named counter of the packets accepted on a
+/// loopback NodePort (upstream's nfacct counter `localhost_nps_accepted_pkts`).
+pub const LOCALHOST_ACCEPTED: &str = "localhost_nps_accepted_pkts";
+
 /// nftables mode's localhost NodePort rejects: per protocol, the set of NodePorts and
 /// the named counter (upstream's `LocalhostNodePortRejectedCounterName`:
 /// `localhost-nodeport-rejected-` and the protocol in lower case).

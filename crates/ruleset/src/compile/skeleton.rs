@@ -185,10 +185,13 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
         chains.push(Chain::regular(c.chain()).with_rules(c.chain_rules(family)));
     }
     let rejects = ctx.localhost_rejects();
-    let counters = rejects
+    let mut counters: Vec<String> = rejects
         .iter()
         .map(|p| localhost_reject(*p).1.to_string())
         .collect();
+    if ctx.localhost_node_ports() {
+        counters.push(LOCALHOST_ACCEPTED.to_string());
+    }
     for p in &rejects {
         sets.push(Set::set(
             localhost_reject(*p).0,
@@ -351,10 +354,21 @@ fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
     services.push(Rule::new(build::vmap_lookup(family, &DST_KEY, SERVICE_IPS)));
     services.push(rule(vec![np_match.clone(), vec![goto(NODEPORTS)]]));
 
-    let mut nodeports: Vec<Rule> = NODEPORT_DISPATCH
-        .iter()
-        .map(|d| dispatch(&PORT_KEY, *d))
-        .collect();
+    let mut nodeports: Vec<Rule> = Vec::new();
+    if ctx.localhost_node_ports() {
+        // iptables mode's `-d 127.0.0.0/8 ... -m nfacct --nfacct-name
+        // localhost_nps_accepted_pkts` on the NodePorts with endpoints (the dispatched
+        // ones), first packets only (a nat chain), as a named counter
+        let lo = Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0));
+        for (set, _, _) in NODEPORT_DISPATCH {
+            nodeports.push(rule(vec![
+                build::prefix_match(family, false, &lo, 8, false),
+                build::set_lookup(family, &PORT_KEY, set, false),
+                vec![build::counter_ref(LOCALHOST_ACCEPTED)],
+            ]));
+        }
+    }
+    nodeports.extend(NODEPORT_DISPATCH.iter().map(|d| dispatch(&PORT_KEY, *d)));
     nodeports.push(Rule::new(build::vmap_lookup(
         family,
         &PORT_KEY,

@@ -195,6 +195,14 @@ fn localhost_node_ports_in_iptables_mode_and_no_remote_access_to_localhost() {
         let o = probe(&c.node_a, proto, lo6, None, REFUSE_TIMEOUT);
         assert_eq!(o, Outcome::Refused, "{proto:?} {lo6}: no NodePort on ::1");
     }
+    // upstream's kubeproxy_iptables_localhost_nodeports_accepted_packets_total: the
+    // first packet of each of the 2 x 40 connections to 127.0.0.1's NodePort, no other
+    let m = scrape(&c);
+    let accepted = sample(
+        &m,
+        "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+    );
+    assert_eq!(accepted, Some(80.0), "{m}");
     // the client routes 127.0.0.0/8 but 127.0.0.1 to node A (its own loopback route
     // removed); 127.0.0.5 is a loopback address of node A's
     c.client.ip(&[
@@ -1182,6 +1190,124 @@ fn localhost_node_ports_in_nftables_mode_userspace_proxy() {
             ),
             Some(0.0),
             "{f}: {m}"
+        );
+    }
+}
+
+/// Behaviour 2e: nftables mode's localhost NodePort rejects (upstream 1.37+, gate
+/// `KubeProxyNFTablesLocalhostNodePorts` on by default in 1.38, `localhost` in
+/// nodePortAddresses): node A's UDP datagrams to a NodePort on 127.0.0.1 and ::1 are
+/// refused (ICMP port unreachable: `ECONNREFUSED` on the connected socket) although a
+/// host program listens there, and counted in
+/// `kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family, protocol="UDP"}`
+/// (no TCP series: the proxy serves TCP, and still does). Negative control, the gate off:
+/// the datagrams reach the host program (no answer: it does not reply) and no series.
+#[test]
+fn localhost_udp_node_ports_rejected_and_counted_in_nftables_mode() {
+    require_root!();
+    if !daemon_only("localhost NodePort rejects in nftables mode (the daemon's counters)") {
+        return;
+    }
+    const NP: u16 = 30089;
+    const METRIC: &str = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total";
+    let settings = |gate: bool| ProxySettings {
+        mode: "nftables",
+        node_port_addresses: Some(vec![
+            NODE_PORT_CIDR4.into(),
+            NODE_PORT_CIDR6.into(),
+            "localhost".into(),
+        ]),
+        // on: the gate's default (1.38); off: set so
+        feature_gates: if gate {
+            Vec::new()
+        } else {
+            vec![("KubeProxyNFTablesLocalhostNodePorts", false)]
+        },
+        ..ProxySettings::default()
+    };
+    // a host program holding the UDP port on both loopback addresses (it never answers)
+    let hold = |c: &Cluster| {
+        c.node_a.run(|| {
+            ["127.0.0.1", "::1"].map(|lo| {
+                std::net::UdpSocket::bind(sa(lo, NP))
+                    .unwrap_or_else(|e| panic!("bind UDP {lo}:{NP}: {e}"))
+            })
+        })
+    };
+    for gate in [false, true] {
+        let mut c = Cluster::new(bins!(), &[("a2", On::A), ("b1", On::B)]);
+        let mut objs = vec![Svc::new("np", &refs(&dual(12))).node_port(NP).to_json()];
+        objs.extend(ready_slices(&c, "np", &["a2", "b1"]));
+        let _held = hold(&c);
+        c.start_proxy_with(&objs, Duration::from_secs(60), settings(gate));
+        const N: usize = 3;
+        for lo in ["127.0.0.1", "::1"] {
+            let dst = sa(lo, NP);
+            for i in 0..N {
+                let o = probe(&c.node_a, Proto::Udp, dst, None, REFUSE_TIMEOUT);
+                if gate {
+                    assert_eq!(o, Outcome::Refused, "UDP {dst} #{i}: rejected: {o:?}");
+                } else {
+                    assert_eq!(
+                        o,
+                        Outcome::Timeout,
+                        "gate off: UDP {dst} #{i} reaches the host program: {o:?}"
+                    );
+                }
+            }
+            if gate {
+                // the proxy still serves TCP on the same NodePort
+                let o = probe(&c.node_a, Proto::Tcp, dst, None, REPLY_TIMEOUT);
+                assert!(o.pod().is_some(), "TCP {dst}: served by the proxy: {o:?}");
+            }
+        }
+        let m = scrape(&c);
+        if !gate {
+            assert!(!m.contains(METRIC), "gate off: no rejects, no series: {m}");
+            continue;
+        }
+        assert!(m.contains(&format!("# TYPE {METRIC} counter\n")), "{m}");
+        for f in ["IPv4", "IPv6"] {
+            let n = sample(
+                &m,
+                &format!("{METRIC}{{ip_family=\"{f}\",protocol=\"UDP\"}}"),
+            )
+            .unwrap_or_else(|| panic!("{f}: no UDP series: {m}"));
+            eprintln!("{f}: {n} rejected UDP packets counted for {N} probes");
+            // every probe's datagram at least once (a probe may send it again)
+            assert!(
+                n >= N as f64,
+                "{f}: {n} rejected UDP packets counted, want >= {N}: {m}"
+            );
+            assert_eq!(
+                sample(
+                    &m,
+                    &format!("{METRIC}{{ip_family=\"{f}\",protocol=\"SCTP\"}}")
+                ),
+                Some(0.0),
+                "{f}: {m}"
+            );
+            assert!(
+                !m.contains(&format!("{METRIC}{{ip_family=\"{f}\",protocol=\"TCP\"}}")),
+                "{f}: TCP is served by the proxy, not rejected: {m}"
+            );
+        }
+        // a resync keeps the counts (the counters are never re-created)
+        let before = sample(
+            &m,
+            &format!("{METRIC}{{ip_family=\"IPv4\",protocol=\"UDP\"}}"),
+        );
+        let mut more = objs.clone();
+        more.push(Svc::new("other", &refs(&dual(13))).to_json());
+        c.apply(&more, Duration::from_secs(60));
+        let m = scrape(&c);
+        assert_eq!(
+            sample(
+                &m,
+                &format!("{METRIC}{{ip_family=\"IPv4\",protocol=\"UDP\"}}")
+            ),
+            before,
+            "after a resync: {m}"
         );
     }
 }

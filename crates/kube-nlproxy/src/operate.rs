@@ -238,6 +238,17 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
             on_error,
         ));
     }
+    if [kube_model::IpFamily::V4, kube_model::IpFamily::V6]
+        .iter()
+        .any(|f| !s.node_ports.localhost_rejects(*f).is_empty())
+    {
+        let cfg = s.node_ports.clone();
+        s.metrics
+            .localhost_rejected(move || localhost_rejected_packets(&cfg));
+    }
+    if s.node_ports.localhost_node_ports_v4() {
+        s.metrics.localhost_accepted(localhost_accepted_packets);
+    }
     let cfg = s.node_ports;
     let mut ports = HealthCheckPorts::new(
         s.status.clone(),
@@ -322,6 +333,66 @@ fn start_localhost_proxy(
             }
         }
     });
+}
+
+/// The named counters of nftables mode's localhost NodePort reject rules, read from
+/// our tables at scrape time (a socket per scrape, as upstream lists them with `nft`);
+/// a failure is logged and yields no series.
+fn localhost_rejected_packets(cfg: &ParsedConfig) -> Vec<ops_server::RejectedPackets> {
+    let mut nft = match nft_netlink::Nft::open() {
+        Ok(n) => n,
+        Err(e) => {
+            warn!(err = %e, "failed to list nftables counters");
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for family in [kube_model::IpFamily::V4, kube_model::IpFamily::V6] {
+        let protocols = cfg.localhost_rejects(family);
+        if protocols.is_empty() {
+            continue;
+        }
+        let table = nft_model::TableRef::new(ruleset::nft_family(family), ruleset::names::TABLE);
+        let counters = match nft.read_counters(&table) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(err = %e, ip_family = family.k8s_name(), "failed to list nftables counters");
+                continue;
+            }
+        };
+        for proto in protocols {
+            let name = ruleset::names::localhost_reject(proto).1;
+            if let Some(c) = counters.iter().find(|c| c.name == name) {
+                out.push(ops_server::RejectedPackets {
+                    family,
+                    protocol: match proto {
+                        6 => "TCP",
+                        132 => "SCTP",
+                        _ => "UDP",
+                    },
+                    packets: c.packets,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// iptables mode's localhost NodePort accept counter, read from our IPv4 table at
+/// scrape time; `None` when it cannot be read (logged).
+fn localhost_accepted_packets() -> Option<u64> {
+    let table = nft_model::TableRef::new(nft_model::Family::Ip, ruleset::names::TABLE);
+    let counters = nft_netlink::Nft::open().and_then(|mut nft| nft.read_counters(&table));
+    match counters {
+        Ok(c) => c
+            .iter()
+            .find(|c| c.name == ruleset::names::LOCALHOST_ACCEPTED)
+            .map(|c| c.packets),
+        Err(e) => {
+            warn!(err = %e, "failed to collect nftables counter");
+            None
+        }
+    }
 }
 
 /// How often the localhost proxy tries again without a status change (a port that could

@@ -541,6 +541,11 @@ pub fn reject(family: Family) -> Expr {
     }))
 }
 
+/// `counter name "NAME"`: count in the table's named counter.
+pub fn counter_ref(name: &str) -> Expr {
+    Expr::CounterRef(name.to_string())
+}
+
 /// `masquerade fully-random`
 pub fn masquerade_fully_random() -> Expr {
     Expr::Masquerade {

@@ -348,6 +348,9 @@ pub enum Expr {
     Reject(Reject),
     /// A counter; its values are kernel state and not part of the model.
     Counter,
+    /// A reference to the table's named counter (`counter name "x"`: the kernel's
+    /// `objref` expression of type counter).
+    CounterRef(String),
     /// Add or update `key` (and `data`) in a named dynamic set, with an optional timeout.
     Dynset {
         op: DynsetOp,
@@ -384,6 +387,7 @@ impl Expr {
             Expr::Fib { .. } => "fib",
             Expr::Reject(_) => "reject",
             Expr::Counter => "counter",
+            Expr::CounterRef(_) => "objref",
             Expr::Dynset { .. } => "dynset",
             Expr::XtMatch { .. } => "match",
         }

@@ -112,6 +112,13 @@ impl Rule {
             _ => None,
         })
     }
+    /// Named counters this rule refers to (`counter name "x"`).
+    pub fn counter_refs(&self) -> impl Iterator<Item = &str> {
+        self.exprs.iter().filter_map(|e| match e {
+            Expr::CounterRef(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
 }
 
 /// A chain with its rules.
@@ -453,12 +460,16 @@ impl Set {
     }
 }
 
-/// A table with everything in it. Sets come before chains, as `nft list` prints them.
+/// A table with everything in it. Named counters come before sets and sets before
+/// chains, as `nft list` prints them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Table {
     pub family: Family,
     pub name: String,
     pub comment: Option<String>,
+    /// Named counter objects (`counter NAME { }`), by name. Their values are kernel
+    /// state, not part of the model: a counter is created once and kept across syncs.
+    pub counters: Vec<String>,
     pub sets: Vec<Set>,
     pub chains: Vec<Chain>,
 }
@@ -469,6 +480,7 @@ impl Table {
             family,
             name: name.into(),
             comment: None,
+            counters: Vec::new(),
             sets: Vec::new(),
             chains: Vec::new(),
         }
@@ -489,6 +501,7 @@ impl Table {
     /// depends on history and hashing. Rule order is kept (it matters).
     pub fn canonical(&self) -> Table {
         let mut t = self.clone();
+        t.counters.sort();
         t.sets.sort_by(|a, b| a.name.cmp(&b.name));
         for s in &mut t.sets {
             if s.flags.dynamic {
@@ -505,6 +518,9 @@ impl Table {
         validate_name("table", &self.name)?;
         if let Some(c) = &self.comment {
             check_comment(&format!("table {}", self.name), c)?;
+        }
+        for c in &self.counters {
+            validate_name("counter", c)?;
         }
         for s in &self.sets {
             s.validate()?;
@@ -534,6 +550,14 @@ impl Table {
                         return Err(ModelError::Dangling {
                             from: format!("chain {}", c.name),
                             to: format!("set {set}"),
+                        });
+                    }
+                }
+                for counter in r.counter_refs() {
+                    if !self.counters.iter().any(|n| n == counter) {
+                        return Err(ModelError::Dangling {
+                            from: format!("chain {}", c.name),
+                            to: format!("counter {counter}"),
                         });
                     }
                 }

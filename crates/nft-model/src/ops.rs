@@ -85,6 +85,17 @@ pub enum Op {
         set: String,
         elements: Vec<Element>,
     },
+    /// Create the named counter if it does not exist; an existing one keeps its values
+    /// (the kernel's counter object has no update: `NLM_F_CREATE` without `EXCL`).
+    AddCounter {
+        table: TableRef,
+        name: String,
+    },
+    /// Delete the named counter (no rule may still refer to it).
+    DeleteCounter {
+        table: TableRef,
+        name: String,
+    },
     DeleteElements {
         table: TableRef,
         set: String,
@@ -107,13 +118,15 @@ impl Op {
             | Op::DeleteSet { table, .. }
             | Op::FlushSet { table, .. }
             | Op::AddElements { table, .. }
+            | Op::AddCounter { table, .. }
+            | Op::DeleteCounter { table, .. }
             | Op::DeleteElements { table, .. } => table,
         }
     }
 }
 
 /// The operations that create `table` with everything in it, in an order the kernel
-/// accepts and that is cheap for it: table, sets, chains, rules, elements. Rules before
+/// accepts and that is cheap for it: table, counters, sets, chains, rules, elements. Rules before
 /// elements: kernel 6.18 walks every element of a map each time a rule that looks it up
 /// is added (`nf_tables_bind_set`, for each rule, not once per chain), so a rule added
 /// to a full map costs the map's size; elements added to a map that rules already use
@@ -131,6 +144,12 @@ pub fn into_create_table_ops(mut table: Table) -> Vec<Op> {
         table: t.clone(),
         comment: table.comment.clone(),
     }];
+    for name in &table.counters {
+        ops.push(Op::AddCounter {
+            table: t.clone(),
+            name: name.clone(),
+        });
+    }
     for s in &table.sets {
         ops.push(Op::AddSet {
             table: t.clone(),

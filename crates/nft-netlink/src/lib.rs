@@ -15,12 +15,22 @@ use std::time::Duration;
 
 use nft_model::{Op, Set, Table, TableRef};
 use nft_wire::consts::*;
-use nft_wire::encode::{dump_elements_request, dump_request, get_table_request, getgen_request};
+use nft_wire::encode::{
+    counter_dump_request, dump_elements_request, dump_request, get_table_request, getgen_request,
+};
 use nft_wire::{
     decode_elements, decode_genid, decode_object, encode_batch, encode_check_batch, Object,
     WireError,
 };
 use nl_core::{Control, NlMsgIter, NlSocket, OnLoss, ReadOpts, SockConfig};
+
+/// A named counter's values as the kernel holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterValue {
+    pub name: String,
+    pub packets: u64,
+    pub bytes: u64,
+}
 
 /// One kernel error, tied to the operation that caused it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -492,7 +502,18 @@ impl Nft {
         let (sets, i1) = self.dump("sets", |seq| dump_request(NFT_MSG_GETSET, t, seq))?;
         let (chains, i2) = self.dump("chains", |seq| dump_request(NFT_MSG_GETCHAIN, t, seq))?;
         let (rules, i3) = self.dump("rules", |seq| dump_request(NFT_MSG_GETRULE, t, seq))?;
-        interrupted |= i1 | i2 | i3;
+        let (counters, i4) = self.dump("counters", |seq| counter_dump_request(t, seq))?;
+        interrupted |= i1 | i2 | i3 | i4;
+        for o in counters {
+            if let Object::Counter {
+                table: tr, name, ..
+            } = o
+            {
+                if &tr == t {
+                    table.counters.push(name);
+                }
+            }
+        }
         for o in sets {
             if let Object::Set { table: tr, set } = o {
                 if &tr == t {
@@ -546,6 +567,35 @@ impl Nft {
             return Err(ReadError::Interrupted);
         }
         Ok(Some(table))
+    }
+
+    /// The named counters of a table with their values (packets, bytes), by name;
+    /// empty when the table does not exist.
+    pub fn read_counters(&mut self, t: &TableRef) -> Result<Vec<CounterValue>, NftError> {
+        let what = format!("counters of table {} {}", t.family.nft_name(), t.name);
+        let objs = match self.dump("counters", |seq| counter_dump_request(t, seq)) {
+            Ok((objs, _)) => objs,
+            Err(ReadError::Errno(libc::ENOENT)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into_nft(&what)),
+        };
+        let mut out: Vec<CounterValue> = objs
+            .into_iter()
+            .filter_map(|o| match o {
+                Object::Counter {
+                    table,
+                    name,
+                    packets,
+                    bytes,
+                } if &table == t => Some(CounterValue {
+                    name,
+                    packets,
+                    bytes,
+                }),
+                _ => None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
 
     /// Whether a table exists.

@@ -29,6 +29,18 @@ pub const NFT_MSG_GETSETELEM: u16 = 13;
 pub const NFT_MSG_DELSETELEM: u16 = 14;
 pub const NFT_MSG_NEWGEN: u16 = 15;
 pub const NFT_MSG_GETGEN: u16 = 16;
+pub const NFT_MSG_NEWOBJ: u16 = 18;
+pub const NFT_MSG_GETOBJ: u16 = 19;
+pub const NFT_MSG_DELOBJ: u16 = 20;
+
+pub const NFTA_OBJ_TABLE: u16 = 1;
+pub const NFTA_OBJ_NAME: u16 = 2;
+pub const NFTA_OBJ_TYPE: u16 = 3;
+pub const NFTA_OBJ_DATA: u16 = 4;
+/// `NFT_OBJECT_COUNTER`
+pub const NFT_OBJECT_COUNTER: u32 = 1;
+pub const NFTA_COUNTER_BYTES: u16 = 1;
+pub const NFTA_COUNTER_PACKETS: u16 = 2;
 
 pub const NFTA_TABLE_NAME: u16 = 1;
 pub const NFTA_TABLE_FLAGS: u16 = 2;

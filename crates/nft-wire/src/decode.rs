@@ -34,6 +34,13 @@ pub enum Object {
         set: String,
         raw: Vec<Vec<u8>>,
     },
+    /// A named counter with its values (objects of other types are not modelled).
+    Counter {
+        table: TableRef,
+        name: String,
+        packets: u64,
+        bytes: u64,
+    },
 }
 
 fn attrs(buf: &[u8]) -> Vec<Nla<'_>> {
@@ -146,6 +153,27 @@ pub fn decode_object(msg: u16, family: u8, buf: &[u8]) -> Result<Object, WireErr
                 })
                 .unwrap_or_default();
             Ok(Object::Elements { table, set, raw })
+        }
+        NFT_MSG_NEWOBJ => {
+            let table = TableRef::new(family, string(&a, NFTA_OBJ_TABLE, "object", "table")?);
+            let name = string(&a, NFTA_OBJ_NAME, "object", "name")?;
+            let kind = find(&a, NFTA_OBJ_TYPE).and_then(Nla::be32);
+            if kind != Some(NFT_OBJECT_COUNTER) {
+                return Err(WireError::Invalid {
+                    what: "object",
+                    detail: format!("{name}: object type {kind:?} is not modelled"),
+                });
+            }
+            let data: Vec<Nla> = find(&a, NFTA_OBJ_DATA)
+                .map(|d| d.nested().collect())
+                .unwrap_or_default();
+            let value = |kind| find(&data, kind).and_then(Nla::be64).unwrap_or(0);
+            Ok(Object::Counter {
+                table,
+                packets: value(NFTA_COUNTER_PACKETS),
+                bytes: value(NFTA_COUNTER_BYTES),
+                name,
+            })
         }
         other => Err(WireError::Invalid {
             what: "message",

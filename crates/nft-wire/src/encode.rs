@@ -291,7 +291,29 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             set,
             elements,
         } => element_messages(fam, NFT_MSG_DELSETELEM, 0, table, set, elements, false),
+        // as nft sends them: a new counter with zero values (kept by the kernel when
+        // the counter exists), a delete with an empty data nest
+        Op::AddCounter { table, name } => {
+            counter_attrs(&mut w, table, name);
+            let d = w.begin(NFTA_OBJ_DATA);
+            w.be64(NFTA_COUNTER_BYTES, 0);
+            w.be64(NFTA_COUNTER_PACKETS, 0);
+            w.end(d);
+            one(NFT_MSG_NEWOBJ, NLM_F_CREATE, w)
+        }
+        Op::DeleteCounter { table, name } => {
+            counter_attrs(&mut w, table, name);
+            let d = w.begin(NFTA_OBJ_DATA);
+            w.end(d);
+            one(NFT_MSG_DELOBJ, 0, w)
+        }
     }
+}
+
+fn counter_attrs(w: &mut NlaWriter, table: &TableRef, name: &str) {
+    table_attrs(w, NFTA_OBJ_TABLE, table);
+    w.str(NFTA_OBJ_NAME, name);
+    w.be32(NFTA_OBJ_TYPE, NFT_OBJECT_COUNTER);
 }
 
 /// Set declaration attributes.
@@ -581,6 +603,25 @@ pub fn get_table_request(t: &TableRef, seq: u32) -> Vec<u8> {
         t.family as u8,
         0,
         &[],
+    );
+    b
+}
+
+/// `NFT_MSG_GETOBJ` dump of the named counters of one table (answered by one
+/// `NEWOBJ` per counter, decoded as [`crate::Object::Counter`] with its values).
+pub fn counter_dump_request(t: &TableRef, seq: u32) -> Vec<u8> {
+    let mut w = NlaWriter::new();
+    table_attrs(&mut w, NFTA_OBJ_TABLE, t);
+    w.be32(NFTA_OBJ_TYPE, NFT_OBJECT_COUNTER);
+    let mut b = Vec::new();
+    push_message(
+        &mut b,
+        nft_type(NFT_MSG_GETOBJ),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        t.family as u8,
+        0,
+        &w.buf,
     );
     b
 }

@@ -59,6 +59,8 @@ mod a {
     pub const MATCH_NAME: u16 = 1;
     pub const MATCH_REV: u16 = 2;
     pub const MATCH_INFO: u16 = 3;
+    pub const OBJREF_IMM_TYPE: u16 = 1;
+    pub const OBJREF_IMM_NAME: u16 = 2;
 }
 
 /// Write `NFTA_DATA_VALUE` inside a nest of type `kind`.
@@ -249,6 +251,11 @@ pub fn encode_expr(w: &mut NlaWriter, e: &Expr) {
             }
         },
         Expr::Counter => {}
+        Expr::CounterRef(name) => {
+            w.be32(a::OBJREF_IMM_TYPE, NFT_OBJECT_COUNTER);
+            // as libnftnl writes it: the name without its NUL (the kernel takes both)
+            w.bytes(a::OBJREF_IMM_NAME, name.as_bytes());
+        }
         Expr::XtMatch { name, rev, info } => {
             w.str(a::MATCH_NAME, name);
             w.be32(a::MATCH_REV, *rev);
@@ -359,6 +366,7 @@ const DECODERS: &[(&str, Decoder)] = &[
     ("fib", decode_fib),
     ("reject", decode_reject),
     ("counter", decode_counter),
+    ("objref", decode_objref),
     ("dynset", decode_dynset),
     ("match", decode_xt_match),
 ];
@@ -538,6 +546,21 @@ fn decode_reject(at: &Attrs) -> Result<Expr, WireError> {
 
 fn decode_counter(_: &Attrs) -> Result<Expr, WireError> {
     Ok(Expr::Counter)
+}
+
+fn decode_objref(at: &Attrs) -> Result<Expr, WireError> {
+    let t = at.be32(a::OBJREF_IMM_TYPE, "type")?;
+    if t != NFT_OBJECT_COUNTER {
+        return Err(at.invalid(format!("objref of object type {t}")));
+    }
+    let name = at
+        .get(a::OBJREF_IMM_NAME)
+        .and_then(Nla::str)
+        .ok_or(WireError::Missing {
+            what: "objref",
+            attr: "name",
+        })?;
+    Ok(Expr::CounterRef(name.to_string()))
 }
 
 fn decode_xt_match(at: &Attrs) -> Result<Expr, WireError> {

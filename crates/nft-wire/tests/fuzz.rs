@@ -69,6 +69,8 @@ fn sample_batch() -> Vec<u8> {
     rule.push(Expr::Masquerade { flags: 0 });
     rule.push(Expr::Reject(Reject::TcpRst));
     rule.push(Expr::Counter);
+    rule.push(Expr::CounterRef("rejected".into()));
+    t.counters = vec!["rejected".into()];
     t.chains = vec![
         Chain::base(
             "nat-prerouting",

@@ -24,7 +24,7 @@ pub mod server;
 pub mod zpages;
 
 pub use health::health_router;
-pub use metrics::{BuildInfo, Metrics};
+pub use metrics::{BuildInfo, Metrics, RejectedPackets};
 pub use metrics_server::{metrics_router, ProxyInfo};
 
 use proxy_status::{Status, StatusHandle};

@@ -84,6 +84,15 @@ impl BuildInfo {
     }
 }
 
+/// One named counter of the localhost NodePort reject rules, as read from the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedPackets {
+    pub family: kube_model::IpFamily,
+    /// `UDP`, `SCTP` or `TCP` (upstream's label values: the Service protocol).
+    pub protocol: &'static str,
+    pub packets: u64,
+}
+
 /// Every metric served on `/metrics`.
 pub struct Metrics {
     registry: Registry,
@@ -395,6 +404,54 @@ impl Metrics {
         for (name, stage, on) in gates {
             fam.set(&[name, stage], if on { 1.0 } else { 0.0 });
         }
+    }
+
+    /// nftables mode's `kubeproxy_nftables_localhost_nodeport_rejected_packets_total`
+    /// {ip_family, protocol}: read at every scrape with `read` (the named counters of
+    /// the localhost NodePort reject rules, which the kernel holds), as upstream's
+    /// `nftCounterMetricCollector` lists them at scrape time; a counter that does not
+    /// exist has no series. Called once at start, in nftables mode with the gate on.
+    pub fn localhost_rejected(
+        &self,
+        read: impl Fn() -> Vec<RejectedPackets> + Send + Sync + 'static,
+    ) {
+        self.registry.collector(move || {
+            let desc = Desc::counter(
+                "kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+                "Number of packets rejected on localhost NodePorts. UDP and SCTP are always \
+                 rejected; TCP is rejected when the localhost NodePort proxy is not running",
+                &["ip_family", "protocol"],
+            );
+            let series = read()
+                .into_iter()
+                .map(|r| {
+                    (
+                        vec![r.family.k8s_name().to_string(), r.protocol.to_string()],
+                        crate::expo::Value::Counter(r.packets as f64),
+                    )
+                })
+                .collect();
+            vec![crate::expo::Snapshot { desc, series }]
+        });
+    }
+
+    /// iptables mode's `kubeproxy_iptables_localhost_nodeports_accepted_packets_total`
+    /// (no labels): read at every scrape with `read` (the named counter on the accepted
+    /// localhost NodePort packets, upstream's nfacct counter `localhost_nps_accepted_pkts`);
+    /// `None` (no counter) serves no series. Called once at start when IPv4 NodePorts
+    /// are served on loopback.
+    pub fn localhost_accepted(&self, read: impl Fn() -> Option<u64> + Send + Sync + 'static) {
+        self.registry.collector(move || {
+            let desc = Desc::counter(
+                "kubeproxy_iptables_localhost_nodeports_accepted_packets_total",
+                "Number of packets accepted on nodeports of loopback interface",
+                &[],
+            );
+            let series = read()
+                .map(|n| vec![(Vec::new(), crate::expo::Value::Counter(n as f64))])
+                .unwrap_or_default();
+            vec![crate::expo::Snapshot { desc, series }]
+        });
     }
 
     /// The IP families served.

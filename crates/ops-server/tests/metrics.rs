@@ -472,3 +472,129 @@ fn localhost_node_port_families_follow_the_proxy() {
         Some(1.0)
     );
 }
+
+/// nftables mode's localhost NodePort rejects: upstream's family (the HELP text of its
+/// `nftCounterMetricCollector` test), one series per named counter read at scrape time,
+/// labelled by family and protocol; none before the counters exist. `promtool check
+/// metrics` accepts the exposition.
+#[test]
+fn localhost_rejected_packets_are_read_at_scrape_time() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const NAME: &str = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total";
+    let m = metrics();
+    let packets = Arc::new(AtomicU64::new(u64::MAX));
+    let p = packets.clone();
+    m.localhost_rejected(move || {
+        let n = p.load(Ordering::Relaxed);
+        if n == u64::MAX {
+            return Vec::new(); // no table yet
+        }
+        vec![
+            ops_server::RejectedPackets {
+                family: IpFamily::V4,
+                protocol: "UDP",
+                packets: n,
+            },
+            ops_server::RejectedPackets {
+                family: IpFamily::V4,
+                protocol: "SCTP",
+                packets: 3,
+            },
+            ops_server::RejectedPackets {
+                family: IpFamily::V6,
+                protocol: "UDP",
+                packets: 1,
+            },
+        ]
+    });
+    assert!(
+        !m.encode(Format::Text).contains(NAME),
+        "no counters, no family"
+    );
+    packets.store(7, Ordering::Relaxed);
+    let text = m.encode(Format::Text);
+    check_families(
+        &text,
+        &[(
+            NAME,
+            "counter",
+            "[ALPHA] Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected; TCP is rejected when the localhost NodePort proxy is not running",
+            "ip_family,protocol",
+        )],
+    );
+    for (series, v) in [
+        ("{ip_family=\"IPv4\",protocol=\"SCTP\"}", 3.0),
+        ("{ip_family=\"IPv4\",protocol=\"UDP\"}", 7.0),
+        ("{ip_family=\"IPv6\",protocol=\"UDP\"}", 1.0),
+    ] {
+        assert_eq!(value(&text, &format!("{NAME}{series}")), Some(v), "{text}");
+    }
+    // read again at the next scrape
+    packets.store(9, Ordering::Relaxed);
+    let text = m.encode(Format::Text);
+    assert_eq!(
+        value(
+            &text,
+            &format!("{NAME}{{ip_family=\"IPv4\",protocol=\"UDP\"}}")
+        ),
+        Some(9.0)
+    );
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        assert!(std::env::var_os("CI").is_none(), "promtool is missing");
+        eprintln!("SKIPPED promtool check: no promtool");
+        return;
+    };
+    // this family alone (promtool's lint finds upstream's own gauge named `_total`,
+    // `kubeproxy_sync_proxy_rules_no_local_endpoints_total`, in the whole exposition)
+    let ours: String = text
+        .lines()
+        .filter(|l| l.contains(NAME))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ours.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "promtool: {said}\n{ours}");
+    assert!(said.trim().is_empty(), "promtool on {NAME}: {said}");
+}
+
+/// iptables mode's localhost NodePort accept counter: upstream's family (no labels,
+/// HELP "Number of packets accepted on nodeports of loopback interface"), read at
+/// scrape time; no series without the counter.
+#[test]
+fn localhost_accepted_packets_are_read_at_scrape_time() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const NAME: &str = "kubeproxy_iptables_localhost_nodeports_accepted_packets_total";
+    let m = metrics();
+    let n = Arc::new(AtomicU64::new(u64::MAX));
+    let r = n.clone();
+    m.localhost_accepted(move || Some(r.load(Ordering::Relaxed)).filter(|v| *v != u64::MAX));
+    assert!(!m.encode(Format::Text).contains(NAME));
+    n.store(40, Ordering::Relaxed);
+    let text = m.encode(Format::Text);
+    check_families(
+        &text,
+        &[(
+            NAME,
+            "counter",
+            "[ALPHA] Number of packets accepted on nodeports of loopback interface",
+            "",
+        )],
+    );
+    assert_eq!(value(&text, NAME), Some(40.0), "{text}");
+}

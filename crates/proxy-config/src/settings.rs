@@ -634,6 +634,8 @@ pub fn derive(
         localhost_node_ports: (mode == MODE_IPTABLES || mode.is_empty())
             && c.iptables.localhost_node_ports.unwrap_or(true),
         conntrack_tcp_be_liberal: c.linux.conntrack.tcp_be_liberal,
+        nftables_localhost_node_ports: mode == MODE_NFTABLES
+            && gates.enabled(KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS),
         allow_external_ips: gates.enabled(ALLOW_SERVICE_EXTERNAL_IPS),
     }
     .parse()?;

@@ -136,6 +136,11 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
                     return Err(nf(format!("set {s}")));
                 }
             }
+            for c in rule.counter_refs() {
+                if !t.counters.iter().any(|n| n == c) {
+                    return Err(nf(format!("counter {c}")));
+                }
+            }
             let rules = &mut t
                 .chains
                 .iter_mut()
@@ -147,6 +152,30 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
             } else {
                 rules.push(rule.clone());
             }
+        }
+        Op::AddCounter { name, .. } => {
+            if !t.counters.contains(name) {
+                t.counters.push(name.clone());
+            }
+        }
+        Op::DeleteCounter { name, .. } => {
+            let i = t
+                .counters
+                .iter()
+                .position(|c| c == name)
+                .ok_or_else(|| nf(format!("counter {name}")))?;
+            let used = t
+                .chains
+                .iter()
+                .flat_map(|c| c.rules.iter())
+                .any(|r| r.counter_refs().any(|c| c == name));
+            if used {
+                return Err(ApplyError::Busy {
+                    index,
+                    what: format!("counter {name}"),
+                });
+            }
+            t.counters.remove(i);
         }
         Op::AddSet { set, .. } => match t.set(&set.name) {
             Some(s) => {

@@ -74,6 +74,12 @@ pub struct Config {
     /// `net.netfilter.nf_conntrack_tcp_be_liberal` is set: the iptables proxier then
     /// does not drop forwarded packets conntrack finds INVALID.
     pub conntrack_tcp_be_liberal: bool,
+    /// The `KubeProxyNFTablesLocalhostNodePorts` feature gate (nftables proxier only;
+    /// the daemon takes it from `featureGates`, on by default in 1.38): localhost
+    /// NodePorts of UDP and SCTP (and TCP where no proxy serves them) are rejected and
+    /// counted ([`ParsedConfig::localhost_rejects`]).
+    #[serde(rename = "nftablesLocalhostNodePorts")]
+    pub nftables_localhost_node_ports: bool,
     /// The `AllowServiceExternalIPs` feature gate (KEP-5707; on by default): off, a
     /// Service's `spec.externalIPs` are not programmed at all.
     #[serde(rename = "allowExternalIPs")]
@@ -98,6 +104,7 @@ impl Default for Config {
             proxier: Proxier::Nftables,
             localhost_node_ports: false,
             conntrack_tcp_be_liberal: false,
+            nftables_localhost_node_ports: false,
             allow_external_ips: true,
         }
     }
@@ -132,6 +139,8 @@ pub struct ParsedConfig {
     pub proxier: Proxier,
     pub localhost_node_ports: bool,
     pub conntrack_tcp_be_liberal: bool,
+    /// `KubeProxyNFTablesLocalhostNodePorts` (see [`Config`]).
+    pub nftables_localhost_node_ports: bool,
     /// `AllowServiceExternalIPs`: program `spec.externalIPs` (see [`Config`]).
     pub allow_external_ips: bool,
 }
@@ -216,6 +225,7 @@ impl Config {
             proxier: self.proxier,
             localhost_node_ports: self.localhost_node_ports,
             conntrack_tcp_be_liberal: self.conntrack_tcp_be_liberal,
+            nftables_localhost_node_ports: self.nftables_localhost_node_ports,
             allow_external_ips: self.allow_external_ips,
         })
     }
@@ -240,6 +250,7 @@ impl Default for ParsedConfig {
             proxier: Proxier::Nftables,
             localhost_node_ports: false,
             conntrack_tcp_be_liberal: false,
+            nftables_localhost_node_ports: false,
             allow_external_ips: true,
         }
     }
@@ -317,6 +328,37 @@ impl ParsedConfig {
             return !self.node_port_primary;
         }
         cidrs.any(|c| c.addr.is_loopback() || c.contains(&loopback))
+    }
+
+    /// Whether `family`'s TCP NodePorts are served on loopback by nftables mode's
+    /// userspace proxy: the gate on and a CIDR of the family in nodePortAddresses whose
+    /// network address is loopback (upstream's `ContainsExplicitLoopback`: `localhost`,
+    /// `127.0.0.1/32`, `::1/128`; never `0.0.0.0/0`).
+    pub fn localhost_proxy(&self, family: IpFamily) -> bool {
+        self.proxier == Proxier::Nftables
+            && self.nftables_localhost_node_ports
+            && self
+                .node_port_cidrs_of(family)
+                .any(|c| c.addr.is_loopback())
+    }
+
+    /// The protocols (IANA numbers, in UDP, SCTP, TCP order) whose NodePorts `family`'s
+    /// table rejects on loopback, counting them in a named counter per protocol, as
+    /// kube-proxy's nftables proxier with `KubeProxyNFTablesLocalhostNodePorts` (KEP-6032):
+    /// UDP and SCTP always (the proxy serves TCP only), TCP when no proxy serves the
+    /// family (see decision 0010 for what is read from upstream and what inferred).
+    pub fn localhost_rejects(&self, family: IpFamily) -> Vec<u8> {
+        if self.proxier != Proxier::Nftables
+            || !self.nftables_localhost_node_ports
+            || !self.families.contains(&family)
+        {
+            return Vec::new();
+        }
+        let mut out = vec![17, 132];
+        if !self.localhost_proxy(family) {
+            out.push(6);
+        }
+        out
     }
 
     /// Whether forwarded packets that conntrack finds INVALID are dropped, as the

@@ -7,9 +7,9 @@
 //! minimal batch.
 //!
 //! Order inside the batch, so that every reference is valid when the kernel checks it:
-//! new sets, new chains, flushes (changed and removed chains), element deletes, set
+//! new counters, new sets, new chains, flushes (changed and removed chains), element deletes, set
 //! deletes (removed or re-declared sets), re-declared sets, rules, element adds, chain
-//! deletes. Rules before element adds: the kernel walks a map's elements for every rule
+//! deletes, counter deletes. Rules before element adds: the kernel walks a map's elements for every rule
 //! added that looks it up (see `nft_model::create_table_ops`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -194,7 +194,14 @@ pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
         })
         .collect();
 
-    // 1. new sets and chains
+    // 1. new counters, sets and chains (an existing counter is never re-created: its
+    // values are the kernel's)
+    for name in new.counters.iter().filter(|c| !old.counters.contains(c)) {
+        ops.push(Op::AddCounter {
+            table: t.clone(),
+            name: name.clone(),
+        });
+    }
     for s in &added_sets {
         ops.push(Op::AddSet {
             table: t.clone(),
@@ -323,11 +330,18 @@ pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
             elements,
         });
     }
-    // 7. chain deletes
+    // 7. chain deletes, then counters no rule refers to any more (rules were flushed
+    // in 2)
     for c in &removed_chains {
         ops.push(Op::DeleteChain {
             table: t.clone(),
             chain: c.name.clone(),
+        });
+    }
+    for name in old.counters.iter().filter(|c| !new.counters.contains(c)) {
+        ops.push(Op::DeleteCounter {
+            table: t.clone(),
+            name: name.clone(),
         });
     }
     ops

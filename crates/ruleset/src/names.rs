@@ -62,6 +62,21 @@ pub const FIREWALL_IPS: &str = "firewall-ips";
 pub const FIREWALL_ALLOW: &str = "firewall-allow";
 pub const HAIRPIN: &str = "hairpin";
 
+/// iptables mode's localhost NodePorts: the named counter of the packets accepted on a
+/// loopback NodePort (upstream's nfacct counter `localhost_nps_accepted_pkts`).
+pub const LOCALHOST_ACCEPTED: &str = "localhost_nps_accepted_pkts";
+
+/// nftables mode's localhost NodePort rejects: per protocol, the set of NodePorts and
+/// the named counter (upstream's `LocalhostNodePortRejectedCounterName`:
+/// `localhost-nodeport-rejected-` and the protocol in lower case).
+pub fn localhost_reject(proto: u8) -> (&'static str, &'static str) {
+    match proto {
+        6 => ("localhost-reject-tcp", "localhost-nodeport-rejected-tcp"),
+        132 => ("localhost-reject-sctp", "localhost-nodeport-rejected-sctp"),
+        _ => ("localhost-reject-udp", "localhost-nodeport-rejected-udp"),
+    }
+}
+
 /// 64-bit FNV-1a: tiny, stable across releases and platforms.
 pub fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

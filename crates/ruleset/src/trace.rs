@@ -691,7 +691,7 @@ impl<'a> Run<'a> {
                     };
                     self.write(*dreg, &v.to_ne_bytes());
                 }
-                Expr::CtSet { .. } | Expr::Counter | Expr::Dynset { .. } => {}
+                Expr::CtSet { .. } | Expr::Counter | Expr::CounterRef(_) | Expr::Dynset { .. } => {}
                 // never in our tables (only in the iptables-nft chain we keep outside
                 // them): the tracer cannot evaluate an x_tables match
                 Expr::XtMatch { .. } => return None,

@@ -534,4 +534,58 @@ fn configuration_changes_reach_a_fresh_compile() {
     cfg.masquerade_all = true;
     let upd = step(&cfg, true);
     assert_eq!(upd.recompiled, 4);
+    // nftables mode's localhost NodePort rejects: the gate on creates their named
+    // counters (a NodePort's port in its protocol's set), a change of anything else
+    // leaves them alone (never re-created: the kernel keeps their values), the gate off
+    // deletes them after the rules using them
+    let counters = |ops: &[Op]| -> (usize, usize) {
+        let add = ops
+            .iter()
+            .filter(|o| matches!(o, Op::AddCounter { .. }))
+            .count();
+        let del = ops
+            .iter()
+            .filter(|o| matches!(o, Op::DeleteCounter { .. }))
+            .count();
+        (add, del)
+    };
+    cfg.nftables_localhost_node_ports = true;
+    let upd = step(&cfg, true);
+    // udp, sctp and tcp (no loopback in nodePortAddresses: no proxy; IPv4 only here)
+    assert_eq!(
+        counters(&upd.ops),
+        (3, 0),
+        "{}",
+        nft_model::render::script(&upd.ops)
+    );
+    assert!(upd.ops.iter().any(|o| matches!(o,
+        Op::AddElements { set, .. } if set == "localhost-reject-tcp")));
+    cfg.local_addresses = vec!["198.18.200.8".into()];
+    let upd = step(&cfg, false);
+    assert_eq!(counters(&upd.ops), (0, 0));
+    // loopback in nodePortAddresses: the proxy serves TCP, its reject goes
+    cfg.node_port_addresses
+        .extend(["127.0.0.0/8".into(), "::1/128".into()]);
+    let upd = step(&cfg, true);
+    assert_eq!(
+        counters(&upd.ops),
+        (0, 1),
+        "{}",
+        nft_model::render::script(&upd.ops)
+    );
+    cfg.nftables_localhost_node_ports = false;
+    let upd = step(&cfg, true);
+    assert_eq!(counters(&upd.ops), (0, 2));
+    let last_flush = upd
+        .ops
+        .iter()
+        .rposition(|o| matches!(o, Op::FlushChain { .. }));
+    let first_delete = upd
+        .ops
+        .iter()
+        .position(|o| matches!(o, Op::DeleteCounter { .. }));
+    assert!(
+        last_flush < first_delete,
+        "counters deleted after their rules"
+    );
 }

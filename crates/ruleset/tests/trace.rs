@@ -698,3 +698,65 @@ fn node_ports_and_external_ips_only_in_the_services_families() {
     let t = c.trace(&Packet::tcp(OUTSIDE, NODE, 30112));
     assert_eq!(t.fate(), Some(Fate::Reject), "{t}");
 }
+
+/// Localhost NodePorts, nftables mode with `KubeProxyNFTablesLocalhostNodePorts`: the
+/// host's UDP and SCTP packets to a NodePort on 127.0.0.0/8 or ::1 are rejected (and
+/// counted) in both families; TCP too when no proxy serves the family (no loopback in
+/// nodePortAddresses), else it reaches the proxy's listener (a local socket); a port
+/// that is no NodePort, the gate off, or iptables mode: the kernel's own answer (local).
+#[test]
+fn localhost_node_ports_rejected_in_nftables_mode() {
+    let fate = |c: &common::Case, p: Packet| c.trace(&p.from_host()).fate();
+    let c = case("nftables-localhost-rejects");
+    for lo in ["127.0.0.1", "127.0.0.5", "::1"] {
+        assert_eq!(
+            fate(&c, Packet::udp(lo, lo, 30051)),
+            Some(Fate::Reject),
+            "{lo}"
+        );
+        assert_eq!(
+            fate(&c, Packet::sctp(lo, lo, 30052)),
+            Some(Fate::Reject),
+            "{lo}"
+        );
+        assert_eq!(
+            fate(&c, Packet::tcp(lo, lo, 30050)),
+            Some(Fate::Local),
+            "{lo}"
+        );
+        assert_eq!(
+            fate(&c, Packet::udp(lo, lo, 30050)),
+            Some(Fate::Local),
+            "{lo}"
+        );
+    }
+    // not on other addresses: the node's address is a NodePort address (served)
+    let t = c.trace(&Packet::udp(NODE, NODE, 30051).from_host());
+    assert_eq!(t.targets(), set(&["198.18.2.21:8080"]), "{t}");
+    let c = case("nftables-localhost-rejects-no-proxy");
+    for lo in ["127.0.0.1", "::1"] {
+        assert_eq!(
+            fate(&c, Packet::tcp(lo, lo, 30050)),
+            Some(Fate::Reject),
+            "{lo}"
+        );
+        assert_eq!(
+            fate(&c, Packet::udp(lo, lo, 30051)),
+            Some(Fate::Reject),
+            "{lo}"
+        );
+    }
+    for name in [
+        "nftables-localhost-gate-off",
+        "iptables-localhost-no-rejects",
+    ] {
+        let c = case(name);
+        for lo in ["127.0.0.1", "::1"] {
+            assert_eq!(
+                fate(&c, Packet::udp(lo, lo, 30051)),
+                Some(Fate::Local),
+                "{name} {lo}"
+            );
+        }
+    }
+}

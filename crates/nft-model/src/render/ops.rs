@@ -94,6 +94,8 @@ pub fn op_with(op: &Op, is_map: impl Fn(&str) -> bool) -> String {
             let kw = if is_map(set) { "map" } else { "set" };
             format!("flush {kw} {} {set}", tref(table))
         }
+        Op::AddCounter { table, name } => format!("add counter {} {name}", tref(table)),
+        Op::DeleteCounter { table, name } => format!("delete counter {} {name}", tref(table)),
         Op::AddElements {
             table,
             set,

@@ -333,6 +333,9 @@ impl Delin {
             Expr::Counter => {
                 self.push("counter packets 0 bytes 0".into());
             }
+            Expr::CounterRef(name) => {
+                self.push(format!("counter name {}", quote(name)));
+            }
             // nft's notation for a compat match it cannot translate
             Expr::XtMatch { name, .. } => {
                 self.push(format!("xt match {name:?}"));

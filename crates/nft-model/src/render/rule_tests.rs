@@ -452,3 +452,40 @@ fn odd_sequences_do_not_panic() {
     let s = rule(Family::Inet, &Rule::new(odd));
     assert!(s.contains("@ll,48,48 > 0x000000000000"), "{s}");
 }
+
+/// nftables mode's localhost NodePort reject, as `nft list` prints it (nft 1.0.6), and
+/// a table's named counters listed before its sets.
+#[test]
+fn named_counter_reference_and_declaration() {
+    let r = build::rule(vec![
+        build::prefix_match(
+            Family::Ip,
+            false,
+            &Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+            8,
+            false,
+        ),
+        build::l4proto_eq(17),
+        build::set_lookup(Family::Ip, &[build::KeyField::Dport], "s", false),
+        vec![build::counter_ref("c"), build::reject(Family::Ip)],
+    ]);
+    assert_eq!(
+        rule(Family::Ip, &r),
+        r#"ip daddr 127.0.0.0/8 udp dport @s counter name "c" reject"#
+    );
+    let mut t = Table::new(Family::Ip, "t");
+    t.counters.push("c".into());
+    t.sets.push(Set::set("s", vec![DataType::InetService]));
+    t.chains.push(Chain::regular("ch").with_rules(vec![r]));
+    assert_eq!(t.validate(), Ok(()));
+    let text = crate::render::table(&t);
+    assert!(
+        text.starts_with("table ip t {\n\tcounter c {\n\t\tpackets 0 bytes 0\n\t}\n\n\tset s {"),
+        "{text}"
+    );
+    t.counters.clear();
+    assert!(matches!(
+        t.validate(),
+        Err(crate::ModelError::Dangling { .. })
+    ));
+}

@@ -26,7 +26,11 @@ pub fn table(t: &Table) -> String {
             _ => None,
         })
         .collect();
-    let mut blocks: Vec<String> = Vec::new();
+    let mut blocks: Vec<String> = t
+        .counters
+        .iter()
+        .map(|c| format!("\tcounter {c} {{\n\t\tpackets 0 bytes 0\n\t}}\n"))
+        .collect();
     for s in &t.sets {
         let size = (s.flags.dynamic && dynset_targets.contains(s.name.as_str()))
             .then_some(DYNSET_DEFAULT_SIZE);

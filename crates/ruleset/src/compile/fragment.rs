@@ -231,8 +231,20 @@ pub fn fragment(
         dests.sort();
         dests.dedup();
         dests.extend(port.node_port.map(|np| (np_key(np), true)));
+        let rejects = ctx.localhost_rejects();
         for (key, nodeport) in dests {
-            claims.push(if list.is_empty() && !short_circuit {
+            // nftables mode's localhost NodePort reject of this protocol: the port in
+            // its set, with the NodePort's claim (the first claimant's only)
+            let reject = port
+                .node_port
+                .filter(|_| nodeport && rejects.contains(&proto))
+                .map(|np| {
+                    (
+                        SetName::from(localhost_reject(proto).0),
+                        Packed::values(&[&Value::Port(np)], None),
+                    )
+                });
+            let mut claim = if list.is_empty() && !short_circuit {
                 no_endpoint(key, nodeport)
             } else {
                 used_cluster = true;
@@ -259,7 +271,9 @@ pub fn fragment(
                     claim.elements.extend(no_endpoint(key, nodeport).elements);
                 }
                 claim
-            });
+            };
+            claim.elements.extend(reject);
+            claims.push(claim);
         }
         if affinity.is_some() && (!list.is_empty() || short_circuit) {
             f.chains

@@ -33,6 +33,8 @@ struct Journal {
     /// skeleton or per-port sets whose declaration (or, for per-port sets, content) changed
     sets: BTreeMap<String, Option<Set>>,
     chains: BTreeMap<String, Option<Chain>>,
+    /// the skeleton's named counters before they changed
+    counters: Option<Vec<String>>,
     /// destinations whose winner or claimants changed
     claims: BTreeSet<ClaimKey>,
 }
@@ -334,7 +336,12 @@ impl Mirror {
         if self.journal.is_some() {
             let sets = changed(&self.skeleton.sets, &new.sets, |s| &s.name);
             let chains = changed(&self.skeleton.chains, &new.chains, |c| &c.name);
+            let counters = self.skeleton.counters.clone();
+            let counters_changed = counters != new.counters;
             if let Some(j) = self.journal.as_mut() {
+                if counters_changed && j.counters.is_none() {
+                    j.counters = Some(counters);
+                }
                 for (name, before) in sets {
                     j.sets.entry(name).or_insert(before);
                 }
@@ -374,6 +381,7 @@ impl Mirror {
     /// The whole table.
     pub fn table(&self) -> Table {
         let mut t = Table::new(self.family, TABLE);
+        t.counters = self.skeleton.counters.clone();
         for s in &self.skeleton.sets {
             t.sets
                 .push(self.set_now(&s.name).unwrap_or_else(|| s.clone()));
@@ -443,7 +451,11 @@ impl Mirror {
     /// Whether nothing changed since the last [`Mirror::confirm`].
     pub fn confirmed(&self) -> bool {
         self.journal.as_ref().is_none_or(|j| {
-            j.elements.is_empty() && j.sets.is_empty() && j.chains.is_empty() && j.claims.is_empty()
+            j.elements.is_empty()
+                && j.sets.is_empty()
+                && j.chains.is_empty()
+                && j.claims.is_empty()
+                && j.counters.is_none()
         })
     }
 
@@ -521,6 +533,10 @@ impl Mirror {
             if let Some(c) = self.chain(name) {
                 new.chains.push(c.clone());
             }
+        }
+        if let Some(before) = &j.counters {
+            old.counters = before.clone();
+            new.counters = self.skeleton.counters.clone();
         }
         let ops = crate::diff::diff_tables(Some(&old), &new);
         (ops, j.claims.clone())

@@ -65,6 +65,12 @@ impl<'a> Ctx<'a> {
         self.cfg.node_port_addrs(self.fam, primary)
     }
 
+    /// The protocols (numbers) whose NodePorts this table rejects on loopback (nftables
+    /// mode's localhost NodePorts: [`ParsedConfig::localhost_rejects`]).
+    pub fn localhost_rejects(&self) -> Vec<u8> {
+        self.cfg.localhost_rejects(self.fam)
+    }
+
     /// Whether this table serves NodePorts on loopback (IPv4, iptables mode).
     pub fn localhost_node_ports(&self) -> bool {
         self.fam == IpFamily::V4 && self.cfg.localhost_node_ports_v4()

@@ -100,6 +100,8 @@ const NODEPORT_DISPATCH: [(&str, bool, &str); 2] = [
 /// The fixed objects of one table.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Skeleton {
+    /// Named counters (the localhost NodePort rejects' of nftables mode).
+    pub counters: Vec<String>,
     /// Declarations, with the elements that belong to the skeleton itself (nodeport-ips).
     pub sets: Vec<Set>,
     pub chains: Vec<Chain>,
@@ -182,7 +184,68 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
     for c in classes {
         chains.push(Chain::regular(c.chain()).with_rules(c.chain_rules(family)));
     }
-    Skeleton { sets, chains }
+    let rejects = ctx.localhost_rejects();
+    let mut counters: Vec<String> = rejects
+        .iter()
+        .map(|p| localhost_reject(*p).1.to_string())
+        .collect();
+    if ctx.localhost_node_ports() {
+        counters.push(LOCALHOST_ACCEPTED.to_string());
+    }
+    for p in &rejects {
+        sets.push(Set::set(
+            localhost_reject(*p).0,
+            vec![DataType::InetService],
+        ));
+    }
+    // in input, before its entry: the packet has looped back through lo, so the ICMP
+    // error reaches the client's socket (ECONNREFUSED); rejected in output, the send
+    // itself would fail (EPERM)
+    if let Some(c) = chains.iter_mut().find(|c| c.name == FILTER_INPUT) {
+        let at = c.rules.len().saturating_sub(1);
+        let rules: Vec<Rule> = rejects
+            .iter()
+            .map(|p| localhost_reject_rule(family, *p))
+            .collect();
+        c.rules.splice(at..at, rules);
+    }
+    Skeleton {
+        counters,
+        sets,
+        chains,
+    }
+}
+
+/// nftables mode's localhost NodePort reject for protocol `proto` (KEP-6032, decision
+/// 0010): `ct state new ip daddr 127.0.0.0/8 udp dport @localhost-reject-udp counter
+/// name "localhost-nodeport-rejected-udp" reject` (IPv6: `ip6 daddr ::1`). A new
+/// connection from the node to a loopback address's NodePort of that protocol is
+/// refused (ICMP port unreachable) and counted; the proxy's listeners serve TCP instead
+/// when it runs.
+fn localhost_reject_rule(family: Family, proto: u8) -> Rule {
+    let lo = match family {
+        Family::Ip6 => build::addr_cmp(
+            family,
+            false,
+            CmpOp::Eq,
+            &Value::Ipv6(std::net::Ipv6Addr::LOCALHOST),
+        ),
+        _ => build::prefix_match(
+            family,
+            false,
+            &Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0)),
+            8,
+            false,
+        ),
+    };
+    let (set, counter) = localhost_reject(proto);
+    rule(vec![
+        build::ct_new(),
+        lo,
+        build::l4proto_eq(proto),
+        build::set_lookup(family, &[KeyField::Dport], set, false),
+        vec![build::counter_ref(counter), build::reject(family)],
+    ])
 }
 
 /// The rules a base chain has before its entries, as upstream's proxier of the
@@ -291,10 +354,21 @@ fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
     services.push(Rule::new(build::vmap_lookup(family, &DST_KEY, SERVICE_IPS)));
     services.push(rule(vec![np_match.clone(), vec![goto(NODEPORTS)]]));
 
-    let mut nodeports: Vec<Rule> = NODEPORT_DISPATCH
-        .iter()
-        .map(|d| dispatch(&PORT_KEY, *d))
-        .collect();
+    let mut nodeports: Vec<Rule> = Vec::new();
+    if ctx.localhost_node_ports() {
+        // iptables mode's `-d 127.0.0.0/8 ... -m nfacct --nfacct-name
+        // localhost_nps_accepted_pkts` on the NodePorts with endpoints (the dispatched
+        // ones), first packets only (a nat chain), as a named counter
+        let lo = Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0));
+        for (set, _, _) in NODEPORT_DISPATCH {
+            nodeports.push(rule(vec![
+                build::prefix_match(family, false, &lo, 8, false),
+                build::set_lookup(family, &PORT_KEY, set, false),
+                vec![build::counter_ref(LOCALHOST_ACCEPTED)],
+            ]));
+        }
+    }
+    nodeports.extend(NODEPORT_DISPATCH.iter().map(|d| dispatch(&PORT_KEY, *d)));
     nodeports.push(Rule::new(build::vmap_lookup(
         family,
         &PORT_KEY,

@@ -11,6 +11,7 @@
 
 pub mod proto;
 pub mod scale;
+pub mod testdata;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -5,9 +5,10 @@
 //! errors are Status messages, the json-only knob answers JSON, and the traffic counts
 //! are what the client received.
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+mod protobuf_client;
+
+use std::net::IpAddr;
+use std::time::Duration;
 
 use integration::{node, proto, scale, service, slice, ApiServer};
 use k8s_openapi::api::core::v1 as core;
@@ -15,298 +16,13 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_pb::api::core::v1 as pcore;
 use k8s_pb::api::discovery::v1 as pdisc;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
-use k8s_pb::apimachinery::pkg::runtime as prt;
 use prost::Message;
+use protobuf_client::*;
 use serde_json::Value;
 
 /// What client-go sends for `contentType: application/vnd.kubernetes.protobuf`.
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf, */*";
 const JSON: &str = "application/json";
-const WAIT: Duration = Duration::from_secs(10);
-
-fn addr(server: &ApiServer) -> SocketAddr {
-    server.url()["http://".len()..].parse().expect("an address")
-}
-
-/// A connection from `from` (a loopback address of its own, a client of its own).
-fn connect(to: SocketAddr, from: Option<IpAddr>) -> TcpStream {
-    let Some(from) = from else {
-        return TcpStream::connect(to).expect("connect");
-    };
-    let s =
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
-    s.bind(&SocketAddr::new(from, 0).into())
-        .expect("bind the client address");
-    s.connect(&to.into()).expect("connect");
-    s.into()
-}
-
-fn request(conn: &mut TcpStream, path: &str, accept: Option<&str>) {
-    let accept = accept
-        .map(|a| format!("Accept: {a}\r\n"))
-        .unwrap_or_default();
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: double\r\n{accept}Connection: close\r\n\r\n"
-    )
-    .expect("send");
-}
-
-/// A whole response.
-struct Response {
-    code: u16,
-    content_type: String,
-    body: Vec<u8>,
-    /// Every byte read off the connection.
-    wire: usize,
-}
-
-fn get_from(
-    server: &ApiServer,
-    from: Option<IpAddr>,
-    path: &str,
-    accept: Option<&str>,
-) -> Response {
-    let mut conn = connect(addr(server), from);
-    conn.set_read_timeout(Some(WAIT)).expect("timeout");
-    request(&mut conn, path, accept);
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).expect("read the response");
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("headers")
-        + 4;
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let mut body = raw[end..].to_vec();
-    if header(&head, "transfer-encoding").as_deref() == Some("chunked") {
-        let mut d = Dechunker {
-            raw: body,
-            ..Dechunker::default()
-        };
-        d.step();
-        assert!(d.ended, "a chunked body without its last chunk");
-        body = d.payload;
-    }
-    Response {
-        code: head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .expect("a status code"),
-        content_type: header(&head, "content-type").unwrap_or_default(),
-        body,
-        wire: raw.len(),
-    }
-}
-
-fn get(server: &ApiServer, path: &str, accept: Option<&str>) -> Response {
-    get_from(server, None, path, accept)
-}
-
-fn header(head: &str, name: &str) -> Option<String> {
-    head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-    })
-}
-
-/// Undoes HTTP/1.1 chunking as bytes arrive.
-#[derive(Default)]
-struct Dechunker {
-    raw: Vec<u8>,
-    payload: Vec<u8>,
-    /// Payload bytes taken out of chunks so far.
-    taken: usize,
-    ended: bool,
-}
-
-impl Dechunker {
-    /// Move every whole chunk of `raw` to `payload`.
-    fn step(&mut self) {
-        while !self.ended {
-            let Some(eol) = self.raw.windows(2).position(|w| w == b"\r\n") else {
-                return;
-            };
-            let size = std::str::from_utf8(&self.raw[..eol]).expect("a chunk size");
-            let n = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
-            if self.raw.len() < eol + 2 + n + 2 {
-                return;
-            }
-            self.payload
-                .extend_from_slice(&self.raw[eol + 2..eol + 2 + n]);
-            self.taken += n;
-            assert_eq!(
-                &self.raw[eol + 2 + n..eol + 4 + n],
-                b"\r\n",
-                "a chunk's end"
-            );
-            self.raw.drain(..eol + 4 + n);
-            self.ended = n == 0;
-        }
-    }
-}
-
-/// A watch being read.
-struct Watch {
-    conn: TcpStream,
-    content_type: String,
-    d: Dechunker,
-    /// Every byte read off the connection.
-    wire: usize,
-    /// Whether the connection was closed (after the last chunk or without it).
-    closed: bool,
-}
-
-impl Watch {
-    fn open_from(
-        server: &ApiServer,
-        from: Option<IpAddr>,
-        path: &str,
-        accept: Option<&str>,
-    ) -> Watch {
-        let mut conn = connect(addr(server), from);
-        conn.set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("timeout");
-        request(&mut conn, path, accept);
-        let mut w = Watch {
-            conn,
-            content_type: String::new(),
-            d: Dechunker::default(),
-            wire: 0,
-            closed: false,
-        };
-        let deadline = Instant::now() + WAIT;
-        let end = loop {
-            if let Some(p) = w.d.raw.windows(4).position(|x| x == b"\r\n\r\n") {
-                break p + 4;
-            }
-            assert!(Instant::now() < deadline && !w.closed, "no watch headers");
-            w.fill();
-        };
-        let head = String::from_utf8_lossy(&w.d.raw[..end]).into_owned();
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        w.content_type = header(&head, "content-type").unwrap_or_default();
-        w.d.raw.drain(..end);
-        w
-    }
-
-    fn open(server: &ApiServer, path: &str, accept: Option<&str>) -> Watch {
-        Watch::open_from(server, None, path, accept)
-    }
-
-    fn read_some(&mut self) {
-        self.fill();
-        self.d.step();
-    }
-
-    /// Whatever the connection has (up to 50 ms).
-    fn fill(&mut self) {
-        let mut buf = [0u8; 65536];
-        match self.conn.read(&mut buf) {
-            Ok(0) => self.closed = true,
-            Ok(n) => {
-                self.wire += n;
-                self.d.raw.extend_from_slice(&buf[..n]);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => self.closed = true,
-        }
-    }
-
-    /// The next protobuf frame: a WatchEvent after its 4-byte big-endian length; None
-    /// when the stream ended or nothing came within `timeout`.
-    fn frame(&mut self, timeout: Duration) -> Option<pmeta::WatchEvent> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let p = &self.d.payload;
-            if p.len() >= 4 {
-                let n = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize;
-                if p.len() >= 4 + n {
-                    let e = pmeta::WatchEvent::decode(&p[4..4 + n]).expect("a WatchEvent");
-                    self.d.payload.drain(..4 + n);
-                    return Some(e);
-                }
-            }
-            if self.d.ended || self.closed || Instant::now() >= deadline {
-                return None;
-            }
-            self.read_some();
-        }
-    }
-
-    /// The next JSON event (one line).
-    fn line(&mut self, timeout: Duration) -> Option<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(nl) = self.d.payload.iter().position(|b| *b == b'\n') {
-                let v = serde_json::from_slice(&self.d.payload[..nl]).expect("a JSON event");
-                self.d.payload.drain(..=nl);
-                return Some(v);
-            }
-            if self.d.ended || self.closed || Instant::now() >= deadline {
-                return None;
-            }
-            self.read_some();
-        }
-    }
-
-    /// Read until the connection closes; whether the stream ended with its last chunk.
-    fn until_closed(&mut self) -> bool {
-        let deadline = Instant::now() + WAIT;
-        while !self.closed && Instant::now() < deadline {
-            self.read_some();
-        }
-        assert!(self.closed, "the watch never closed");
-        self.d.ended
-    }
-}
-
-/// `k8s\0` + runtime.Unknown.
-fn unknown(b: &[u8]) -> prt::Unknown {
-    assert_eq!(&b[..4], b"k8s\0", "the protobuf magic");
-    prt::Unknown::decode(&b[4..]).expect("a runtime.Unknown")
-}
-
-fn type_of(u: &prt::Unknown) -> (String, String) {
-    let t = u.type_meta.clone().unwrap_or_default();
-    (
-        t.api_version.unwrap_or_default(),
-        t.kind.unwrap_or_default(),
-    )
-}
-
-fn raw(u: &prt::Unknown) -> &[u8] {
-    u.raw.as_deref().unwrap_or_default()
-}
-
-/// The event's type and its object's envelope.
-fn event(e: &pmeta::WatchEvent) -> (String, prt::Unknown) {
-    let object = e
-        .object
-        .as_ref()
-        .and_then(|o| o.raw.as_deref())
-        .expect("an object");
-    (e.r#type.clone().unwrap_or_default(), unknown(object))
-}
-
-fn status(u: &prt::Unknown) -> pmeta::Status {
-    assert_eq!(type_of(u), ("v1".into(), "Status".into()));
-    pmeta::Status::decode(raw(u)).expect("a Status")
-}
-
-fn meta_of(m: &Option<pmeta::ObjectMeta>) -> (String, String, String) {
-    let m = m.clone().unwrap_or_default();
-    (
-        m.namespace.unwrap_or_default(),
-        m.name.unwrap_or_default(),
-        m.resource_version.unwrap_or_default(),
-    )
-}
 
 fn seeded() -> ApiServer {
     let s = ApiServer::start();
@@ -764,4 +480,90 @@ fn traffic_counts_what_each_client_received() {
     assert_eq!(t.by_client.len(), 3);
     assert_eq!(t.of_content_type(pb), t.get(a, pb));
     assert!(t.get(a, watch) == integration::Counts::default());
+}
+
+/// The faults are the same in protobuf: silent watches send nothing until they speak
+/// again, a hang leaves a request unanswered, an outage closes connections unanswered.
+#[test]
+fn faults_are_the_same_in_protobuf() {
+    let server = seeded();
+    server.set_bookmark_every(None);
+    server.set_silent_watches(true);
+    let rv = server.apply(node("node-b", "198.18.0.11"));
+    let mut w = Watch::open(
+        &server,
+        &format!("/api/v1/nodes?watch=true&resourceVersion={}", rv - 1),
+        Some(PROTOBUF),
+    );
+    assert!(
+        w.frame(Duration::from_millis(300)).is_none(),
+        "a silent watch spoke"
+    );
+    server.set_silent_watches(false);
+    let (ty, u) = event(&w.frame(WAIT).expect("the event after the silence"));
+    let n = pcore::Node::decode(raw(&u)).expect("a Node");
+    assert_eq!(
+        (ty.as_str(), meta_of(&n.metadata).1),
+        ("ADDED", "node-b".into())
+    );
+    for (knob, what) in [
+        (ApiServer::set_hang as fn(&ApiServer, bool), "hang"),
+        (ApiServer::set_down, "outage"),
+    ] {
+        knob(&server, true);
+        let mut conn = connect(addr(&server), None);
+        conn.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
+        // an outage may close the connection before the request is written
+        let _ = std::io::Write::write_all(
+            &mut conn,
+            format!("GET /api/v1/nodes HTTP/1.1\r\nAccept: {PROTOBUF}\r\n\r\n").as_bytes(),
+        );
+        let mut buf = [0u8; 64];
+        let got = std::io::Read::read(&mut conn, &mut buf);
+        assert!(matches!(got, Ok(0) | Err(_)), "{what}: answered {got:?}");
+        knob(&server, false);
+    }
+    let r = get(&server, "/api/v1/nodes", Some(PROTOBUF));
+    assert_eq!(
+        (r.code, type_of(&unknown(&r.body)).1.as_str()),
+        (200, "NodeList")
+    );
+}
+
+/// `apply_encoded`: the given message is what protobuf clients get (lists and watch
+/// events); JSON clients get the object.
+#[test]
+fn apply_encoded_serves_the_given_message() {
+    let server = seeded();
+    let other = pcore::Service {
+        metadata: Some(pmeta::ObjectMeta {
+            name: Some("not-what-json-says".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut w = Watch::open(
+        &server,
+        "/api/v1/services?watch=true&fieldSelector=metadata.name%3Dodd&resourceVersion=101",
+        Some(PROTOBUF),
+    );
+    server.apply_encoded(service("demo", "odd", "198.18.100.5", 80), other.clone());
+    let (ty, u) = event(&w.frame(WAIT).expect("the event"));
+    assert_eq!((ty.as_str(), raw(&u)), ("ADDED", other.as_slice()));
+    let r = get(
+        &server,
+        "/api/v1/services?fieldSelector=metadata.name%3Dodd",
+        Some(PROTOBUF),
+    );
+    let list = pcore::ServiceList::decode(raw(&unknown(&r.body))).expect("a ServiceList");
+    assert_eq!(meta_of(&list.items[0].metadata).1, "not-what-json-says");
+    let r = get(
+        &server,
+        "/api/v1/services?fieldSelector=metadata.name%3Dodd",
+        Some(JSON),
+    );
+    let j: Value = serde_json::from_slice(&r.body).expect("JSON");
+    assert_eq!(j["items"][0]["metadata"]["name"], "odd");
 }

@@ -129,7 +129,7 @@ impl Encoding {
 /// type wins (`*/*` and `application/*` name JSON, the server's first type); a
 /// `stream` parameter other than `watch` disqualifies a clause. No header, or no clause
 /// that names a served type: JSON.
-pub fn negotiate(accept: Option<&str>, json_only: bool) -> Encoding {
+pub(crate) fn negotiate(accept: Option<&str>, json_only: bool) -> Encoding {
     let offers: &[(Encoding, &str)] = if json_only {
         &[(Encoding::Json, "application/json")]
     } else {

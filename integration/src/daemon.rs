@@ -173,3 +173,15 @@ pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
+
+/// The daemon's content-type arguments for the test target `target` (pass
+/// `env!("CARGO_CRATE_NAME")`): a target whose name ends in `_json` is the same test file
+/// run with the daemon asked for `application/json`; the others leave the default,
+/// protobuf, as kube-proxy's.
+pub fn content_type_args(target: &str) -> Vec<&'static str> {
+    if target.ends_with("_json") {
+        vec!["--kube-api-content-type", "application/json"]
+    } else {
+        Vec::new()
+    }
+}

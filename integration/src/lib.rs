@@ -27,6 +27,6 @@ mod serve;
 pub mod testdata;
 
 pub use api_server::{ApiServer, Res};
-pub use daemon::{free_port, http_get, read, wait_for, Daemon, TempDir};
+pub use daemon::{content_type_args, free_port, http_get, read, wait_for, Daemon, TempDir};
 pub use http::{Counts, Encoding, Traffic};
 pub use objects::{node, service, slice};

@@ -1,6 +1,9 @@
 //! The daemon against the API-server double (real list/watch wire protocol): initial
 //! sync, updates, dropped connections, relist after 410 Gone, outage (rules unchanged).
 //!
+//! Run twice: as `apiserver` with the daemon's default content type (protobuf) and as
+//! `apiserver_json` with `application/json`.
+//!
 //! The daemon runs unprivileged with `--render-to FILE`: the engine's compile/diff/sync
 //! path with the kernel replaced by a file holding the committed ruleset.
 
@@ -14,28 +17,26 @@ const WAIT: Duration = Duration::from_secs(30);
 fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
     let url = server.url();
     let out = dir.path("ruleset.nft");
-    Daemon::start(
-        daemon_binary!(),
-        &[
-            "--master",
-            &url,
-            "--hostname-override",
-            NODE,
-            "--proxy-mode",
-            "nftables",
-            "--iptables-min-sync-period",
-            "100ms",
-            "--render-to",
-            out.to_str().expect("utf-8 path"),
-            "--kube-api-qps",
-            "50",
-            "--kube-api-burst",
-            "100",
-            "-v",
-            "2",
-        ],
-        dir.path("daemon.log"),
-    )
+    let mut args = vec![
+        "--master",
+        &url,
+        "--hostname-override",
+        NODE,
+        "--proxy-mode",
+        "nftables",
+        "--iptables-min-sync-period",
+        "100ms",
+        "--render-to",
+        out.to_str().expect("utf-8 path"),
+        "--kube-api-qps",
+        "50",
+        "--kube-api-burst",
+        "100",
+        "-v",
+        "2",
+    ];
+    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
+    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
 }
 
 fn seeded() -> ApiServer {

@@ -1,6 +1,8 @@
 //! The daemon against a fault-injecting API-server double: requests accepted and never
 //! answered, watches that send nothing, objects that do not decode, ServiceCIDR changes,
-//! the node's start event, kubeconfigs that would run a program.
+//! the node's start event, kubeconfigs that would run a program. Run twice: as
+//! `apiserver_faults` with the daemon's default content type (protobuf) and as
+//! `apiserver_faults_json` with `application/json`.
 //!
 //! Time bounds (`--api-watch-timeout 2s`, see api_client::Timing): response headers
 //! within 1 s, no byte for 3 s ends a connection, backoff at most 1 s, a kind without
@@ -26,29 +28,28 @@ fn start(server: &ApiServer, tag: &str) -> Run {
     let out = dir.path("ruleset.nft");
     let healthz = free_port();
     let hz = format!("127.0.0.1:{healthz}");
-    let d = Daemon::start(
-        daemon_binary!(),
-        &[
-            "--master",
-            &server.url(),
-            "--hostname-override",
-            NODE,
-            "--proxy-mode",
-            "nftables",
-            "--iptables-min-sync-period",
-            "100ms",
-            "--iptables-sync-period",
-            "2s",
-            "--api-watch-timeout",
-            "2s",
-            "--healthz-bind-address",
-            &hz,
-            "--render-to",
-            out.to_str().expect("utf-8"),
-            "--kube-api-qps=-1",
-        ],
-        dir.path("daemon.log"),
-    );
+    let url = server.url();
+    let mut args = vec![
+        "--master",
+        &url,
+        "--hostname-override",
+        NODE,
+        "--proxy-mode",
+        "nftables",
+        "--iptables-min-sync-period",
+        "100ms",
+        "--iptables-sync-period",
+        "2s",
+        "--api-watch-timeout",
+        "2s",
+        "--healthz-bind-address",
+        &hz,
+        "--render-to",
+        out.to_str().expect("utf-8"),
+        "--kube-api-qps=-1",
+    ];
+    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
+    let d = Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"));
     Run { d, dir, healthz }
 }
 

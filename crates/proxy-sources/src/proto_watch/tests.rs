@@ -68,7 +68,18 @@ type Seen = Arc<Mutex<Vec<(String, String)>>>;
 
 /// A client whose server answers with `replies` in order, then with a silent watch.
 fn server(replies: Vec<Reply>) -> (Api<Lenient<Service>>, Seen) {
-    let script = Arc::new(Mutex::new(VecDeque::from(replies)));
+    let (client, seen) = routed(vec![("", replies)]);
+    (Api::all(client), seen)
+}
+
+/// A client whose server answers each path ending in one of the names with its replies
+/// in order (then with a silent watch).
+fn routed(routes: Vec<(&'static str, Vec<Reply>)>) -> (Client, Seen) {
+    let scripts: Vec<(&'static str, Mutex<VecDeque<Reply>>)> = routes
+        .into_iter()
+        .map(|(p, r)| (p, Mutex::new(VecDeque::from(r))))
+        .collect();
+    let scripts = Arc::new(scripts);
     let seen: Seen = Arc::default();
     let seen2 = seen.clone();
     let svc = tower::service_fn(move |req: http::Request<Body>| {
@@ -80,10 +91,15 @@ fn server(replies: Vec<Reply>) -> (Api<Lenient<Service>>, Seen) {
             .to_string();
         let uri = req.uri().to_string();
         seen2.lock().unwrap().push((uri, accept));
-        let r = script.lock().unwrap().pop_front().unwrap_or(Reply {
-            hang: true,
-            ..proto(Vec::new())
-        });
+        let path = req.uri().path();
+        let r = scripts
+            .iter()
+            .find(|(p, _)| path.ends_with(p))
+            .and_then(|(_, r)| r.lock().unwrap().pop_front())
+            .unwrap_or(Reply {
+                hang: true,
+                ..proto(Vec::new())
+            });
         async move {
             let body = Chunks {
                 chunks: r.chunks.into_iter().map(Bytes::from).collect(),
@@ -98,8 +114,7 @@ fn server(replies: Vec<Reply>) -> (Api<Lenient<Service>>, Seen) {
             Ok::<_, Infallible>(resp)
         }
     });
-    let client = Client::new(svc, "default");
-    (Api::all(client), seen)
+    (Client::new(svc, "default"), seen)
 }
 
 /// `runtime.Unknown`, as apimachinery writes it.
@@ -121,10 +136,14 @@ struct List {
 }
 
 fn enveloped(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    enveloped_as("v1", kind, raw)
+}
+
+fn enveloped_as(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     let mut out = b"k8s\0".to_vec();
     Unknown {
         type_meta: Some(pb::TypeMeta {
-            api_version: Some("v1".into()),
+            api_version: Some(api_version.into()),
             kind: Some(kind.into()),
         }),
         raw: Some(raw),
@@ -174,6 +193,10 @@ fn broken_service(name: &str, rv: &str) -> Vec<u8> {
 }
 
 fn list(rv: &str, items: Vec<Vec<u8>>) -> Vec<u8> {
+    list_of("v1", "ServiceList", rv, items)
+}
+
+fn list_of(api_version: &str, kind: &str, rv: &str, items: Vec<Vec<u8>>) -> Vec<u8> {
     let l = List {
         metadata: Some(pb::ListMeta {
             resource_version: Some(rv.into()),
@@ -181,7 +204,7 @@ fn list(rv: &str, items: Vec<Vec<u8>>) -> Vec<u8> {
         }),
         items,
     };
-    enveloped("ServiceList", l.encode_to_vec())
+    enveloped_as(api_version, kind, l.encode_to_vec())
 }
 
 fn frame(kind: &str, object: Vec<u8>) -> Vec<u8> {
@@ -530,6 +553,92 @@ async fn a_watch_cut_short_resumes_without_an_error_and_a_broken_one_is_reported
     let seen = seen.lock().unwrap().clone();
     assert!(seen[2].0.contains("resourceVersion=11"), "{seen:?}");
     assert!(seen[3].0.contains("resourceVersion=12"), "{seen:?}");
+}
+
+/// The whole source in protobuf: kube_source's pumps on proto_watch, engine events out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_turns_protobuf_lists_into_engine_events() {
+    use crate::api_client::{Progress, Timing};
+    use crate::kube_source::run;
+    use sync_engine::Event;
+
+    let node = pb::Node {
+        metadata: Some(pb::ObjectMeta {
+            name: Some("n1".into()),
+            resource_version: Some("3".into()),
+            ..pb::ObjectMeta::default()
+        }),
+        ..pb::Node::default()
+    }
+    .encode_to_vec();
+    let (client, seen) = routed(vec![
+        (
+            "/nodes",
+            vec![proto(vec![list_of("v1", "NodeList", "3", vec![node])])],
+        ),
+        (
+            "/servicecidrs",
+            vec![proto(vec![list_of(
+                "networking.k8s.io/v1",
+                "ServiceCIDRList",
+                "4",
+                vec![],
+            )])],
+        ),
+        (
+            "/services",
+            vec![proto(pieces(
+                &list("10", vec![service("a", "7"), broken_service("bad", "8")]),
+                3,
+            ))],
+        ),
+        (
+            "/endpointslices",
+            vec![proto(vec![list_of(
+                "discovery.k8s.io/v1",
+                "EndpointSliceList",
+                "11",
+                vec![],
+            )])],
+        ),
+    ]);
+    let (tx, rx) = sync_engine::channel(64);
+    let tx = crate::events::EventSender::new(tx, None);
+    let t = Timing::from_watch(Duration::from_secs(30));
+    let source = tokio::spawn(run(
+        client,
+        Wire::Protobuf,
+        "n1".into(),
+        t,
+        Arc::new(Progress::default()),
+        tx,
+    ));
+    let mut got = Vec::new();
+    while !(got.contains(&"ServicesListed".to_string())
+        && got.contains(&"SlicesListed".to_string()))
+    {
+        let ev = rx
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{e} after {got:?}"));
+        got.push(match ev {
+            Event::NodeApplied(n) => format!("Node {}", n.metadata.name.unwrap_or_default()),
+            Event::ServiceApplied(s) => format!("Service {}", s.metadata.name.unwrap_or_default()),
+            Event::ServicesListed => "ServicesListed".into(),
+            Event::SlicesListed => "SlicesListed".into(),
+            other => format!("{other:?}").chars().take(40).collect(),
+        });
+    }
+    source.abort();
+    assert_eq!(got[0], "Node n1", "{got:?}");
+    let services: Vec<&String> = got.iter().filter(|e| e.starts_with("Service ")).collect();
+    assert_eq!(services, ["Service a"], "the bad one is skipped: {got:?}");
+    let seen = seen.lock().unwrap().clone();
+    let node_list = seen.iter().find(|(u, _)| u.contains("/nodes")).unwrap();
+    assert!(
+        node_list.0.contains("fieldSelector=metadata.name%3Dn1"),
+        "{seen:?}"
+    );
+    assert!(seen.iter().all(|(_, a)| a == ACCEPT_PROTOBUF), "{seen:?}");
 }
 
 #[test]

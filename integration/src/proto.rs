@@ -117,6 +117,50 @@ pub fn status(code: i32, reason: &str, message: &str) -> Vec<u8> {
     envelope("v1", "Status", &s.encode_to_vec())
 }
 
+/// An enveloped bookmark object of `kind`: only its resourceVersion (and, ending a
+/// watch's initial events, the annotation `k8s.io/initial-events-end: "true"`), as the
+/// watch cache sends it. An unknown kind gets a Service's message.
+pub fn bookmark(
+    api_version: &str,
+    kind: &str,
+    resource_version: &str,
+    initial_end: bool,
+) -> Vec<u8> {
+    let mut metadata = pmeta::ObjectMeta {
+        resource_version: Some(resource_version.into()),
+        ..Default::default()
+    };
+    if initial_end {
+        metadata
+            .annotations
+            .insert("k8s.io/initial-events-end".into(), "true".into());
+    }
+    let metadata = Some(metadata);
+    let raw = match kind {
+        "EndpointSlice" => pdisc::EndpointSlice {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        "Node" => pcore::Node {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        "ServiceCIDR" => pnet::ServiceCIDR {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+        _ => pcore::Service {
+            metadata,
+            ..Default::default()
+        }
+        .encode_to_vec(),
+    };
+    envelope(api_version, kind, &raw)
+}
+
 fn time(t: &meta::Time) -> pmeta::Time {
     pmeta::Time {
         seconds: Some(t.0.as_second()),

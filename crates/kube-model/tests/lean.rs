@@ -4,8 +4,6 @@
 //! decode + convert == full decode + convert (the same model, warnings, errors and
 //! trigger time; the same decode error text), from JSON text and from a JSON value.
 
-use std::path::Path;
-
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_model::{lean, manifest, Cluster};
@@ -75,30 +73,10 @@ fn check_text(name: &str, text: &str) -> usize {
     n
 }
 
-fn repo_manifests() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut out = Vec::new();
-    let golden = root.join("crates/ruleset/tests/golden");
-    for d in std::fs::read_dir(&golden).expect("golden dir") {
-        let p = d.expect("entry").path().join("input.yaml");
-        if p.exists() {
-            out.push(p);
-        }
-    }
-    out.push(root.join("docs/examples/cluster.yaml"));
-    out.sort();
-    out.into_iter()
-        .map(|p| {
-            let t = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            (p.display().to_string(), t)
-        })
-        .collect()
-}
-
 #[test]
 fn lean_equals_full_on_the_repository_manifests() {
     let mut n = 0;
-    for (name, text) in repo_manifests() {
+    for (name, text) in integration::testdata::repo_manifests() {
         n += check_text(&name, &text);
     }
     assert!(n >= 100, "only {n} objects compared");

@@ -138,7 +138,12 @@ impl<K: FromProto> ListReader<K> {
                 }
                 At::Envelope => {
                     // The list (field 2) is entered after its header alone.
-                    if let Some((2, len, header)) = wire::len_header(b)? {
+                    if let wire::Header::Len {
+                        number: 2,
+                        len,
+                        header,
+                    } = wire::len_header(b)?
+                    {
                         if !self.typed {
                             return Err(Error::wire(K::LIST_KIND, "the list before its typeMeta"));
                         }

@@ -70,18 +70,39 @@ pub fn field(b: &[u8], max: usize) -> Result<Option<(u32, Value<'_>, usize)>, Er
     }
 }
 
-/// The header of a length-delimited field at the start of `b` (key and length
-/// prefix): its number, the value's length and the header's length. None: incomplete.
-pub fn len_header(b: &[u8]) -> Result<Option<(u32, u64, usize)>, Error> {
+/// What starts `b` when a length-delimited field is looked for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Header {
+    /// Not all of the key and length prefix is there yet.
+    Incomplete,
+    /// A field of another wire type.
+    NotLen,
+    /// A length-delimited field: its number, the value's length and the header's length.
+    Len {
+        number: u32,
+        len: u64,
+        header: usize,
+    },
+}
+
+/// The header of a length-delimited field at the start of `b` (key and length prefix).
+pub fn len_header(b: &[u8]) -> Result<Header, Error> {
     let Some((key, k)) = varint(b)? else {
-        return Ok(None);
+        return Ok(Header::Incomplete);
     };
     if key & 7 != 2 {
-        return Ok(Some((0, 0, 0)));
+        return Ok(Header::NotLen);
     }
     let number =
         u32::try_from(key >> 3).map_err(|_| Error::wire("field key", "number too large"))?;
-    Ok(varint(&b[k..])?.map(|(len, n)| (number, len, k + n)))
+    Ok(match varint(&b[k..])? {
+        Some((len, n)) => Header::Len {
+            number,
+            len,
+            header: k + n,
+        },
+        None => Header::Incomplete,
+    })
 }
 
 /// The fields of a whole message.
@@ -148,5 +169,20 @@ mod tests {
         // a group (wire type 3) is refused
         assert!(field(&[0x0b], 1).is_err());
         assert!(field(&[0x00, 0x00], 1).is_err());
+    }
+
+    #[test]
+    fn length_headers() {
+        let h = |number, len, header| Header::Len {
+            number,
+            len,
+            header,
+        };
+        assert_eq!(len_header(&[0x12, 3]).unwrap(), h(2, 3, 2));
+        assert_eq!(len_header(&[0x12, 0xac, 0x02]).unwrap(), h(2, 300, 3));
+        assert_eq!(len_header(&[0x12]).unwrap(), Header::Incomplete);
+        assert_eq!(len_header(&[0x12, 0xac]).unwrap(), Header::Incomplete);
+        assert_eq!(len_header(&[]).unwrap(), Header::Incomplete);
+        assert_eq!(len_header(&[0x08, 1]).unwrap(), Header::NotLen);
     }
 }

@@ -7,8 +7,6 @@
 //! empty list or map compares as absent, as the API server's JSON omits it). Lists are
 //! then read in pieces of every size, and watch streams with every event type.
 
-use std::path::Path;
-
 use integration::proto;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
@@ -261,29 +259,10 @@ fn check_text(name: &str, text: &str) -> usize {
     n
 }
 
-fn repo_manifests() -> Vec<(String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut out = Vec::new();
-    for d in std::fs::read_dir(root.join("crates/ruleset/tests/golden")).expect("golden dir") {
-        let p = d.expect("entry").path().join("input.yaml");
-        if p.exists() {
-            out.push(p);
-        }
-    }
-    out.push(root.join("docs/examples/cluster.yaml"));
-    out.sort();
-    out.into_iter()
-        .map(|p| {
-            let t = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-            (p.display().to_string(), t)
-        })
-        .collect()
-}
-
 #[test]
 fn the_repository_manifests_decode_the_same_from_json_and_protobuf() {
     let mut n = 0;
-    for (name, text) in repo_manifests() {
+    for (name, text) in integration::testdata::repo_manifests() {
         n += check_text(&name, &text);
     }
     assert!(n >= 100, "only {n} objects compared");
@@ -305,8 +284,8 @@ fn services(n: usize) -> Vec<core::Service> {
 
 fn kube_model_scale(n: usize) -> String {
     // a small cluster of the repository's golden inputs, repeated with other names
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/cluster.yaml");
-    let text = std::fs::read_to_string(root).expect("docs/examples/cluster.yaml");
+    let path = integration::testdata::workspace_root().join("docs/examples/cluster.yaml");
+    let text = std::fs::read_to_string(path).expect("docs/examples/cluster.yaml");
     let docs = manifest::documents(&text).expect("cluster.yaml");
     let one: Vec<Value> = docs
         .entries()

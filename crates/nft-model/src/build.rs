@@ -371,38 +371,22 @@ pub fn mark_cmp(mask: u32, op: CmpOp, value: u32) -> Vec<Expr> {
 
 /// `ct state <states>` (any of the bits)
 pub fn ct_state_any(states: u32) -> Vec<Expr> {
-    vec![
-        Expr::Ct {
-            key: CtKey::State,
-            dreg: Reg::R1,
-        },
-        Expr::Bitwise {
-            sreg: Reg::R1,
-            dreg: Reg::R1,
-            len: 4,
-            mask: states.to_ne_bytes().to_vec(),
-            xor: 0u32.to_ne_bytes().to_vec(),
-        },
-        Expr::Cmp {
-            sreg: Reg::R1,
-            op: CmpOp::Neq,
-            data: 0u32.to_ne_bytes().to_vec(),
-        },
-    ]
+    ct_bits(CtKey::State, states, CmpOp::Neq)
 }
 
 /// `ct state ! <states>` (none of the bits; a packet without conntrack has the
 /// `invalid` or `untracked` bit)
 pub fn ct_state_none(states: u32) -> Vec<Expr> {
-    ct_bits_none(CtKey::State, states)
+    ct_bits(CtKey::State, states, CmpOp::Eq)
 }
 
 /// `ct status ! <bits>` (none of the bits; a packet without conntrack does not match)
 pub fn ct_status_none(bits: u32) -> Vec<Expr> {
-    ct_bits_none(CtKey::Status, bits)
+    ct_bits(CtKey::Status, bits, CmpOp::Eq)
 }
 
-fn ct_bits_none(key: CtKey, bits: u32) -> Vec<Expr> {
+/// `ct <key> & bits <op> 0`: `Neq` for any of the bits, `Eq` for none of them.
+fn ct_bits(key: CtKey, bits: u32, op: CmpOp) -> Vec<Expr> {
     vec![
         Expr::Ct { key, dreg: Reg::R1 },
         Expr::Bitwise {
@@ -414,7 +398,7 @@ fn ct_bits_none(key: CtKey, bits: u32) -> Vec<Expr> {
         },
         Expr::Cmp {
             sreg: Reg::R1,
-            op: CmpOp::Eq,
+            op,
             data: 0u32.to_ne_bytes().to_vec(),
         },
     ]

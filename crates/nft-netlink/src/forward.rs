@@ -32,7 +32,7 @@ use crate::{Nft, NftError};
 use nft_model::{
     BaseHook, ChainType, CmpOp, Expr, Family, Hook, Op, Policy, Rule, TableRef, Verdict,
 };
-use nft_wire::consts::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE};
+use nft_wire::consts::{NFT_MSG_GETRULE, NFT_MSG_NEWRULE};
 use nft_wire::encode::dump_request;
 use nft_wire::{decode_object, scan_rule, Object, WireError};
 
@@ -241,25 +241,7 @@ impl Nft {
             return Ok(scan);
         }
         scan.table_exists = true;
-        let chain_of = |kind: u16, fam: u8, attrs: &[u8]| -> Result<Option<String>, WireError> {
-            if kind != NFT_MSG_NEWCHAIN {
-                return Ok(None);
-            }
-            match decode_object(kind, fam, attrs)? {
-                Object::Chain { table, chain } if table.name == FILTER_TABLE => {
-                    Ok(Some(chain.name))
-                }
-                _ => Ok(None),
-            }
-        };
-        let (chains, _) = self
-            .dump_with(
-                "chains",
-                |seq| dump_request(NFT_MSG_GETCHAIN, &t, seq),
-                chain_of,
-            )
-            .map_err(|e| e.into_nft(FILTER_TABLE))?;
-        let chains: Vec<String> = chains.into_iter().flatten().collect();
+        let chains: Vec<String> = self.table_chains(&t)?.into_iter().map(|(c, _)| c).collect();
         scan.forward_exists = chains.iter().any(|c| c == FORWARD_CHAIN);
         if chains.iter().any(|c| c == KUBE_FORWARD_CHAIN) {
             scan.kube_forward = Some(Vec::new());

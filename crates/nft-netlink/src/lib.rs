@@ -598,6 +598,32 @@ impl Nft {
         Ok(out)
     }
 
+    /// The chains of a table as the kernel lists them: each name, and whether it is a
+    /// base chain. Chains of other tables in the dump (a table of the same name in
+    /// another family) are left out.
+    pub(crate) fn table_chains(&mut self, t: &TableRef) -> Result<Vec<(String, bool)>, NftError> {
+        let chain_of =
+            |kind: u16, fam: u8, attrs: &[u8]| -> Result<Option<(String, bool)>, WireError> {
+                if kind != NFT_MSG_NEWCHAIN {
+                    return Ok(None);
+                }
+                match decode_object(kind, fam, attrs)? {
+                    Object::Chain { table, chain } if table == *t => {
+                        Ok(Some((chain.name, chain.base.is_some())))
+                    }
+                    _ => Ok(None),
+                }
+            };
+        let (chains, _) = self
+            .dump_with(
+                "chains",
+                |seq| dump_request(NFT_MSG_GETCHAIN, t, seq),
+                chain_of,
+            )
+            .map_err(|e| e.into_nft(&t.name))?;
+        Ok(chains.into_iter().flatten().collect())
+    }
+
     /// Whether a table exists.
     pub fn table_exists(&mut self, t: &TableRef) -> Result<bool, NftError> {
         let (tables, _) = self

@@ -20,9 +20,9 @@
 
 use crate::{Nft, NftError};
 use nft_model::{Family, Op, TableRef};
-use nft_wire::consts::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_NEWCHAIN};
+use nft_wire::consts::NFT_MSG_GETRULE;
 use nft_wire::encode::dump_request;
-use nft_wire::{decode_object, scan_rule, ForeignRule, Object, WireError};
+use nft_wire::{scan_rule, ForeignRule};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -318,27 +318,7 @@ impl Nft {
                 if !self.table_exists(&t)? {
                     continue;
                 }
-                let chain_of = |kind: u16,
-                                fam: u8,
-                                attrs: &[u8]|
-                 -> Result<Option<(String, bool)>, WireError> {
-                    if kind != NFT_MSG_NEWCHAIN {
-                        return Ok(None);
-                    }
-                    match decode_object(kind, fam, attrs)? {
-                        Object::Chain { table, chain } if table.name == name => {
-                            Ok(Some((chain.name, chain.base.is_some())))
-                        }
-                        _ => Ok(None),
-                    }
-                };
-                let (chains, _) = self
-                    .dump_with(
-                        "chains",
-                        |seq| dump_request(NFT_MSG_GETCHAIN, &t, seq),
-                        chain_of,
-                    )
-                    .map_err(|e| e.into_nft(name))?;
+                let chains = self.table_chains(&t)?;
                 let (rules, _) = self
                     .dump_with(
                         "rules",
@@ -346,7 +326,6 @@ impl Nft {
                         |_, fam, attrs| scan_rule(fam, attrs),
                     )
                     .map_err(|e| e.into_nft(name))?;
-                let chains: Vec<(String, bool)> = chains.into_iter().flatten().collect();
                 out.push(TableScan {
                     table: t.clone(),
                     base_chains: chains

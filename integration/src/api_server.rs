@@ -1,0 +1,380 @@
+//! The double's state (objects, event history, knobs) and its handle, [`ApiServer`].
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::http::{Meter, Traffic};
+use crate::proto;
+
+/// The resources the double serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Res {
+    Services,
+    EndpointSlices,
+    Nodes,
+    ServiceCidrs,
+}
+
+impl Res {
+    pub(crate) fn from_path(p: &str) -> Option<Res> {
+        match p {
+            "/api/v1/services" => Some(Res::Services),
+            "/apis/discovery.k8s.io/v1/endpointslices" => Some(Res::EndpointSlices),
+            "/api/v1/nodes" => Some(Res::Nodes),
+            "/apis/networking.k8s.io/v1/servicecidrs" => Some(Res::ServiceCidrs),
+            _ => None,
+        }
+    }
+    fn of(obj: &Value) -> Res {
+        match obj["kind"].as_str() {
+            Some("Service") => Res::Services,
+            Some("EndpointSlice") => Res::EndpointSlices,
+            Some("Node") => Res::Nodes,
+            Some("ServiceCIDR") => Res::ServiceCidrs,
+            k => panic!("the double does not serve kind {k:?}"),
+        }
+    }
+    /// The list's kind and the resource's apiVersion.
+    pub(crate) fn list_kind(self) -> (&'static str, &'static str) {
+        match self {
+            Res::Services => ("ServiceList", "v1"),
+            Res::EndpointSlices => ("EndpointSliceList", "discovery.k8s.io/v1"),
+            Res::Nodes => ("NodeList", "v1"),
+            Res::ServiceCidrs => ("ServiceCIDRList", "networking.k8s.io/v1"),
+        }
+    }
+    pub(crate) fn kind(self) -> &'static str {
+        match self {
+            Res::Services => "Service",
+            Res::EndpointSlices => "EndpointSlice",
+            Res::Nodes => "Node",
+            Res::ServiceCidrs => "ServiceCIDR",
+        }
+    }
+}
+
+type ObjKey = (Res, String, String);
+
+fn key_of(obj: &Value) -> ObjKey {
+    (
+        Res::of(obj),
+        obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
+        obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+/// An object with its serializations, made once when it is stored (the API server's
+/// watch cache also keeps each object's serialization per encoding, so serving a list
+/// or an event is copying bytes).
+#[derive(Debug)]
+pub(crate) struct Stored {
+    pub value: Value,
+    /// Its JSON text.
+    pub json: String,
+    /// Its protobuf message (not enveloped); None for JSON that is no valid object of
+    /// its kind (such an object cannot exist in protobuf).
+    pub proto: Option<Vec<u8>>,
+}
+
+impl Stored {
+    fn new(value: Value, proto: Option<Vec<u8>>) -> Arc<Stored> {
+        let proto = proto.or_else(|| proto::message(&value).map(|(_, _, raw)| raw));
+        Arc::new(Stored {
+            json: value.to_string(),
+            proto,
+            value,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct WatchEvent {
+    pub rv: u64,
+    pub res: Res,
+    pub kind: &'static str,
+    pub object: Arc<Stored>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub rv: u64,
+    pub objects: BTreeMap<ObjKey, Arc<Stored>>,
+    pub events: Vec<WatchEvent>,
+    /// Watches from a resourceVersion older than this get 410 Gone.
+    pub compacted: u64,
+    /// Outage: connections are accepted and closed at once.
+    pub down: bool,
+    /// Bumped to drop every open watch connection.
+    pub epoch: u64,
+    /// Request lines received (for assertions).
+    pub requests: Vec<String>,
+    /// Bodies of the POST requests received, with their paths.
+    pub posts: Vec<(String, Value)>,
+    pub bookmark_every: Option<Duration>,
+    /// A dead peer: requests are read and never answered, open watches go silent.
+    pub hang: bool,
+    /// Watches answer their headers, then send nothing at all (no event, no bookmark,
+    /// no end) while this is set; lists are answered.
+    pub silent_watches: bool,
+    /// When each event (by resourceVersion) was first written to a watch.
+    pub sent: BTreeMap<u64, Instant>,
+    /// Answer JSON whatever the client accepts (a server without protobuf).
+    pub json_only: bool,
+}
+
+/// The state shared by the handle and the connections' threads.
+pub(crate) type Shared = Arc<(Mutex<State>, Condvar)>;
+
+/// The API-server double. Stops when dropped.
+pub struct ApiServer {
+    addr: SocketAddr,
+    state: Shared,
+    stop: Arc<AtomicBool>,
+    traffic: Meter,
+}
+
+impl ApiServer {
+    /// The double on a free port of 127.0.0.1.
+    pub fn start() -> ApiServer {
+        ApiServer::start_on("127.0.0.1:0".parse().expect("an address"))
+    }
+
+    /// The double on `addr` (port 0: a free port), e.g. an address every network
+    /// namespace of a fleet can reach.
+    pub fn start_on(addr: SocketAddr) -> ApiServer {
+        let listener = TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new((
+            Mutex::new(State {
+                rv: 100,
+                compacted: 0,
+                bookmark_every: Some(Duration::from_millis(500)),
+                ..State::default()
+            }),
+            Condvar::new(),
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let traffic = Meter::default();
+        let (st, sp, tr) = (state.clone(), stop.clone(), traffic.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if sp.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let (st, sp, tr) = (st.clone(), sp.clone(), tr.clone());
+                std::thread::spawn(move || {
+                    let _ = crate::serve::serve(conn, st, sp, tr);
+                });
+            }
+        });
+        ApiServer {
+            addr,
+            state,
+            stop,
+            traffic,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let (m, cv) = &*self.state;
+        let r = f(&mut m.lock().unwrap_or_else(|e| e.into_inner()));
+        cv.notify_all();
+        r
+    }
+
+    /// Create or update an object (its kind picks the resource); returns its new
+    /// resourceVersion.
+    pub fn apply(&self, obj: Value) -> u64 {
+        self.store(obj, None)
+    }
+
+    /// [`apply`](Self::apply), with `message` served as the object's protobuf message
+    /// (not enveloped) instead of its own encoding: for bytes no encoder writes (a
+    /// field of the wrong wire type, a truncated message). The message is served as
+    /// given (its resourceVersion is not set).
+    pub fn apply_encoded(&self, obj: Value, message: Vec<u8>) -> u64 {
+        self.store(obj, Some(message))
+    }
+
+    fn store(&self, mut obj: Value, message: Option<Vec<u8>>) -> u64 {
+        self.with(|s| {
+            s.rv += 1;
+            let rv = s.rv;
+            obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let key = key_of(&obj);
+            let kind = if s.objects.contains_key(&key) {
+                "MODIFIED"
+            } else {
+                "ADDED"
+            };
+            let stored = Stored::new(obj, message);
+            s.objects.insert(key.clone(), stored.clone());
+            s.events.push(WatchEvent {
+                rv,
+                res: key.0,
+                kind,
+                object: stored,
+            });
+            rv
+        })
+    }
+
+    /// Delete an object by kind, namespace ("" for nodes) and name.
+    /// Returns the deletion's resourceVersion.
+    pub fn delete(&self, kind: &str, namespace: &str, name: &str) -> u64 {
+        self.with(|s| {
+            let res = Res::of(&json!({ "kind": kind }));
+            let Some(gone) = s.objects.remove(&(res, namespace.into(), name.into())) else {
+                panic!("delete: no {kind} {namespace}/{name}");
+            };
+            s.rv += 1;
+            let mut obj = gone.value.clone();
+            obj["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+            s.events.push(WatchEvent {
+                rv: s.rv,
+                res,
+                kind: "DELETED",
+                object: Stored::new(obj, None),
+            });
+            s.rv
+        })
+    }
+
+    /// Forget the event history: watches resuming from before now get 410 Gone.
+    pub fn compact(&self) {
+        self.with(|s| s.compacted = s.rv + 1);
+    }
+
+    /// Drop every open watch connection (abruptly, without the final chunk).
+    pub fn drop_connections(&self) {
+        self.with(|s| s.epoch += 1);
+    }
+
+    /// Start or end an outage: while down, connections are closed as soon as accepted.
+    pub fn set_down(&self, down: bool) {
+        self.with(|s| {
+            s.down = down;
+            s.epoch += 1;
+        });
+    }
+
+    /// The request lines received so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.with(|s| s.requests.clone())
+    }
+
+    /// The POST requests received so far: (path, JSON body).
+    pub fn posts(&self) -> Vec<(String, Value)> {
+        self.with(|s| s.posts.clone())
+    }
+
+    /// Start or end a hang: while hanging, connections are accepted and requests read
+    /// but never answered, and open watches go silent (a dead peer, a stuck load
+    /// balancer). Those connections stay open and silent for good; after the hang, new
+    /// connections are served.
+    pub fn set_hang(&self, hang: bool) {
+        self.with(|s| s.hang = hang);
+    }
+
+    /// Make watches silent (headers, then nothing) or normal again.
+    pub fn set_silent_watches(&self, silent: bool) {
+        self.with(|s| s.silent_watches = silent);
+    }
+
+    /// Answer JSON whatever the request accepts (`true`), as a server without protobuf
+    /// for a type does, or negotiate again (`false`, the default). Requests already
+    /// answered keep their encoding.
+    pub fn set_json_only(&self, json_only: bool) {
+        self.with(|s| s.json_only = json_only);
+    }
+
+    /// What the double has answered so far, per client address and content type.
+    pub fn traffic(&self) -> Traffic {
+        self.traffic.snapshot()
+    }
+
+    /// When the event of resourceVersion `rv` was first written to a watch (waiting up
+    /// to `timeout`): where benchmarks time a change from.
+    pub fn sent_at(&self, rv: u64, timeout: Duration) -> Option<Instant> {
+        let (m, cv) = &*self.state;
+        let deadline = Instant::now() + timeout;
+        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(t) = s.sent.get(&rv) {
+                return Some(*t);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            s = cv
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// How often a watch that asked for bookmarks gets one (`None`: never). The double
+    /// sends one every 500 ms by default (tests want progress soon); the API server's
+    /// watch cache sends one about every minute, which is what an idle measurement
+    /// wants.
+    pub fn set_bookmark_every(&self, every: Option<Duration>) {
+        self.with(|s| s.bookmark_every = every);
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.set_down(true);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// Whether `obj` matches `labelSelector` (terms `k`, `!k`, `k=v`, `k!=v`) and
+/// `fieldSelector` (`metadata.name=x`, `metadata.namespace=x`).
+pub(crate) fn selected(obj: &Value, labels: &str, fields: &str) -> bool {
+    let l = &obj["metadata"]["labels"];
+    for term in labels.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let ok = if let Some(k) = term.strip_prefix('!') {
+            l.get(k).is_none()
+        } else if let Some((k, v)) = term.split_once("!=") {
+            l.get(k).and_then(Value::as_str) != Some(v)
+        } else if let Some((k, v)) = term.split_once('=') {
+            l.get(k.trim_end_matches('=')).and_then(Value::as_str) == Some(v)
+        } else {
+            l.get(term).is_some()
+        };
+        if !ok {
+            return false;
+        }
+    }
+    for term in fields.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let Some((k, v)) = term.split_once('=') else {
+            continue;
+        };
+        let (k, v) = (k.trim_end_matches('='), v);
+        let actual = match k {
+            "metadata.name" => obj["metadata"]["name"].as_str(),
+            "metadata.namespace" => obj["metadata"]["namespace"].as_str(),
+            _ => None,
+        };
+        if actual != Some(v) {
+            return false;
+        }
+    }
+    true
+}

@@ -27,7 +27,9 @@ use proxy_config::config;
 use proxy_config::flags::{self, Flags, Parsed};
 use proxy_config::settings::{self, Settings};
 use proxy_sources::events::EventSender;
-use proxy_sources::{api_client, config_watch, kube_source, manifests, node_event, rest_metrics};
+use proxy_sources::{
+    api_client, config_watch, kube_source, manifests, node_event, proto_watch, rest_metrics,
+};
 
 /// Our crates, by crate name: their DEBUG and TRACE lines are klog's verbosity 2 and 4,
 /// a dependency's 6 and 9 (`klog::verbosity`).
@@ -274,7 +276,8 @@ fn start_source(
             if !flags.dry_run {
                 rt.spawn(node_event::post(client.clone(), node.clone()));
             }
-            rt.spawn(kube_source::run(client, node, timing, progress, tx));
+            let wire = proto_watch::Wire::from_content_type(&kube.content_type);
+            rt.spawn(kube_source::run(client, wire, node, timing, progress, tx));
             Ok(())
         }
     }

@@ -70,3 +70,10 @@ pub fn object<K: FromProto>(bytes: &[u8]) -> Result<(K, Option<String>), Error> 
     expect::<K>(&u)?;
     K::from_message(u.raw)
 }
+
+/// An enveloped `meta.v1.Status`: the body of a refused request (410 Expired, 403, ...)
+/// in protobuf. Its kind is not checked, as a watch's ERROR event's is not.
+pub fn status(bytes: &[u8]) -> Result<crate::messages::Status, Error> {
+    let u = open(bytes)?;
+    crate::messages::Status::decode(u.raw).map_err(|e| Error::wire("Status", e))
+}

@@ -22,7 +22,7 @@ pub mod stream;
 mod wire;
 
 pub use convert::FromProto;
-pub use stream::{ListItem, ListReader, WatchEvent, WatchReader};
+pub use stream::{Invalid, ListItem, ListReader, WatchEvent, WatchReader};
 
 /// What does not decode, naming the part of the wire that is wrong.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

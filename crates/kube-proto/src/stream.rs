@@ -28,7 +28,39 @@ pub enum ListItem<K> {
         r#continue: Option<String>,
     },
     /// One item, or why it does not decode (the others still do).
-    Object(Result<(K, Option<String>), Error>),
+    Object(Result<(K, Option<String>), Box<Invalid>>),
+}
+
+/// An object that does not decode: who it is (as far as its metadata decodes), and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{error}")]
+pub struct Invalid {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub resource_version: Option<String>,
+    pub error: Error,
+}
+
+impl Invalid {
+    /// `error` about the object whose message is `raw` (named from its metadata, which
+    /// is read alone: a broken field elsewhere does not hide the name).
+    fn of(raw: &[u8], error: Error) -> Box<Invalid> {
+        let m = MetaOnly::decode(raw)
+            .ok()
+            .and_then(|m| m.metadata)
+            .unwrap_or_default();
+        Box::new(Invalid {
+            namespace: m.namespace,
+            name: m.name,
+            resource_version: m.resource_version,
+            error,
+        })
+    }
+}
+
+/// `K` from its message, or what does not decode, named.
+fn item<K: FromProto>(raw: &[u8]) -> Result<(K, Option<String>), Box<Invalid>> {
+    K::from_message(raw).map_err(|e| Invalid::of(raw, e))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +186,7 @@ impl<K: FromProto> ListReader<K> {
                         }
                         (2, Value::Len(item)) => {
                             self.items += 1;
-                            out.push(ListItem::Object(K::from_message(item)));
+                            out.push(ListItem::Object(self::item(item)));
                         }
                         _ => {}
                     }
@@ -173,7 +205,7 @@ pub enum WatchEvent<K> {
     /// not decode.
     Object {
         deleted: bool,
-        object: Result<(K, Option<String>), Error>,
+        object: Result<(K, Option<String>), Box<Invalid>>,
     },
     /// BOOKMARK: a resourceVersion, and whether it ends a streaming list's initial
     /// events (annotation `k8s.io/initial-events-end: "true"`).
@@ -261,7 +293,9 @@ fn event<K: FromProto>(frame: &[u8]) -> Result<WatchEvent<K>, Error> {
     let kind = e.r#type.unwrap_or_default();
     match kind.as_str() {
         "ADDED" | "MODIFIED" | "DELETED" => {
-            let object = envelope::expect::<K>(&u).and_then(|()| K::from_message(u.raw));
+            let object = envelope::expect::<K>(&u)
+                .map_err(|e| Invalid::of(u.raw, e))
+                .and_then(|()| item(u.raw));
             Ok(WatchEvent::Object {
                 deleted: kind == "DELETED",
                 object,

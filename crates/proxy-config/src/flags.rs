@@ -201,8 +201,9 @@ pub struct Flags {
     /// Informer resync period: the watches keep the cache current without one.
     #[arg(long, help_heading = NONE)]
     pub config_sync_period: Option<GoDuration>,
-    /// Content type of API requests: the client speaks JSON.
-    #[arg(long, help_heading = NONE)]
+    /// Content type of API requests: application/vnd.kubernetes.protobuf (the default;
+    /// JSON read when the server answers JSON) or application/json.
+    #[arg(long, help_heading = KP)]
     pub kube_api_content_type: Option<String>,
     /// Feature gates (key=value,...), as kube-proxy 1.38 reads them: unknown or locked
     /// gates are an error; AllAlpha / AllBeta set every alpha / beta gate
@@ -424,7 +425,6 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
         "config_sync_period",
         "the watches keep their cache current; no periodic resync",
     ),
-    ("kube_api_content_type", "the API client speaks JSON"),
     ("vmodule", "per-file verbosity is not supported; use -v"),
     ("log_flush_frequency", "logs are written unbuffered"),
     ("log_json_info_buffer_size", "logs are written unbuffered"),

@@ -531,7 +531,7 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
         push(
             "clientConnection.acceptContentTypes",
             c.client_connection.accept_content_types.clone(),
-            "the API client speaks JSON",
+            "the API client accepts protobuf, else JSON, as its contentType says",
         );
     }
     if !c.port_range.is_empty() {
@@ -548,6 +548,14 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
             "per-file verbosity is not supported; use verbosity",
         );
     }
+}
+
+/// A content type the API client speaks: Kubernetes' protobuf or JSON (parameters
+/// aside).
+fn is_api_content_type(content_type: &str) -> bool {
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    media.eq_ignore_ascii_case("application/vnd.kubernetes.protobuf")
+        || media.eq_ignore_ascii_case("application/json")
 }
 
 fn nanos(d: GoDuration) -> Duration {
@@ -607,9 +615,9 @@ pub fn derive(
         &mut notices,
     );
     let content_type = c.client_connection.content_type.clone();
-    if content_type.contains("protobuf") {
+    if !is_api_content_type(&content_type) {
         notices.push(Notice::Note {
-            msg: "the API client speaks JSON",
+            msg: "the API client speaks protobuf or JSON; JSON is used",
             detail: format!("clientConnection.contentType={content_type}"),
         });
     }

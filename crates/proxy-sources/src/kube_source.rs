@@ -1,6 +1,8 @@
-//! The Kubernetes source: kube-rs watchers on this node, ServiceCIDRs, Services and
+//! The Kubernetes source: watchers on this node, ServiceCIDRs, Services and
 //! EndpointSlices, turned into engine events.
 //!
+//! - In protobuf (kube-proxy's default content type) through [`proto_watch`], in JSON
+//!   through kube-rs' `watcher()`: the same events either way, handled by one pump.
 //! - Each watcher lists, then watches from the list's resourceVersion (bookmarks asked,
 //!   server-side `timeoutSeconds` = the watch timeout); a broken watch resumes, a 410 Gone
 //!   relists. A relist is diffed against what this source had sent, so objects deleted
@@ -23,6 +25,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::AtomicBool;
+
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -32,6 +36,7 @@ use kube::runtime::watcher::{self, watcher, Event as WEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use kube_model::lean::Decode;
+use kube_proto::FromProto;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use sync_engine::Event;
@@ -39,6 +44,7 @@ use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};
 use crate::events::{self, EventSender};
+use crate::proto_watch::{self, Wire};
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
@@ -49,7 +55,57 @@ pub const LABEL_SELECTOR: &str =
 #[derive(Debug, Clone)]
 pub struct Lenient<K> {
     meta: ObjectMeta,
-    decoded: Result<K, Arc<serde_json::Error>>,
+    decoded: Result<K, DecodeError>,
+}
+
+/// Why an object from the API does not decode.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{0}")]
+    Json(Arc<serde_json::Error>),
+    #[error("{0}")]
+    Protobuf(Arc<kube_proto::Error>),
+}
+
+impl<K> Lenient<K> {
+    /// The object, or why it does not decode.
+    pub fn object(&self) -> Result<&K, &DecodeError> {
+        self.decoded.as_ref()
+    }
+}
+
+impl<K: Resource> Lenient<K> {
+    /// An object as `kube_proto` decoded it (its resourceVersion apart), or why it does
+    /// not decode with who it is.
+    pub(crate) fn from_proto(o: Result<(K, Option<String>), Box<kube_proto::Invalid>>) -> Self {
+        match o {
+            Ok((obj, resource_version)) => {
+                let m = obj.meta();
+                let meta = ObjectMeta {
+                    name: m.name.clone(),
+                    namespace: m.namespace.clone(),
+                    resource_version,
+                    ..ObjectMeta::default()
+                };
+                Lenient {
+                    meta,
+                    decoded: Ok(obj),
+                }
+            }
+            Err(bad) => {
+                let bad = *bad;
+                Lenient {
+                    meta: ObjectMeta {
+                        name: bad.name,
+                        namespace: bad.namespace,
+                        resource_version: bad.resource_version,
+                        ..ObjectMeta::default()
+                    },
+                    decoded: Err(DecodeError::Protobuf(Arc::new(bad.error))),
+                }
+            }
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -82,7 +138,7 @@ impl<'de, K: Decode> Deserialize<'de> for Lenient<K> {
             ..ObjectMeta::default()
         };
         // Services and EndpointSlices only as far as they are read (kube_model::lean).
-        let decoded = K::decode(v).map_err(Arc::new);
+        let decoded = K::decode(v).map_err(|e| DecodeError::Json(Arc::new(e)));
         Ok(Lenient { meta, decoded })
     }
 }
@@ -118,7 +174,7 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
 /// Watches still resume from the list's or the last event's resourceVersion. (kube-rs
 /// sends `resourceVersion=0` only without a `limit`; client-go sends both and the cache
 /// ignores the limit: the same answer.)
-fn list_config() -> watcher::Config {
+pub(crate) fn list_config() -> watcher::Config {
     watcher::Config {
         page_size: None,
         ..watcher::Config::default().any_semantic()
@@ -269,8 +325,10 @@ impl<K> Kind<K> {
 /// Watch one kind and forward it to the engine, restarting the watcher (a relist) when
 /// it makes no progress. `first_list` fires after the first complete list (or, for an
 /// optional kind, its first failure).
+#[allow(clippy::too_many_arguments)]
 async fn pump<K>(
     api: Api<Lenient<K>>,
+    wire: Wire,
     config: watcher::Config,
     mut kind: Kind<K>,
     t: Timing,
@@ -278,17 +336,21 @@ async fn pump<K>(
     tx: EventSender,
     mut first_list: Option<tokio::sync::oneshot::Sender<()>>,
 ) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Decode + Debug + Send + 'static,
+    K: Resource<DynamicType = ()> + FromProto + Clone + DeserializeOwned + Decode + Debug,
+    K: Send + 'static,
 {
     let mut known = Known::default();
     let mut last_progress = Instant::now();
     let mut stalled = false;
     let mut last_error: Option<String> = None;
+    // The server answered this kind in JSON: asked in JSON from then on.
+    let json_answered = Arc::new(AtomicBool::new(false));
     loop {
-        let stream = watcher(
-            api.clone(),
-            config.clone().timeout(t.watch.as_secs() as u32),
-        )
+        let config = config.clone().timeout(t.watch.as_secs() as u32);
+        let stream = match wire {
+            Wire::Json => watcher(api.clone(), config).boxed(),
+            Wire::Protobuf => proto_watch::watch(&api, config, json_answered.clone()).boxed(),
+        }
         .backoff(Backoff::new(t.backoff_max));
         futures::pin_mut!(stream);
         let started = Instant::now();
@@ -376,9 +438,10 @@ async fn pump<K>(
 /// Watch this node, the ServiceCIDRs, then Services and EndpointSlices, forwarding
 /// everything to `tx`. The node's and the ServiceCIDRs' first lists complete before the
 /// others start, so the engine knows the node (addresses, labels, podCIDRs) and the
-/// service CIDRs before its first sync.
+/// service CIDRs before its first sync. `wire`: protobuf (kube-proxy's default) or JSON.
 pub async fn run(
     client: Client,
+    wire: Wire,
     node_name: String,
     t: Timing,
     progress: Arc<Progress>,
@@ -439,6 +502,7 @@ pub async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let node_task = tokio::spawn(pump(
         Api::<Lenient<Node>>::all(client.clone()),
+        wire,
         list_config().fields(&format!("metadata.name={node_name}")),
         node_kind,
         t,
@@ -452,6 +516,7 @@ pub async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let cidr_task = tokio::spawn(pump(
         Api::<Lenient<ServiceCIDR>>::all(client.clone()),
+        wire,
         list_config(),
         cidr_kind,
         t,
@@ -462,6 +527,7 @@ pub async fn run(
     let _ = first_rx.await;
     let svc_task = tokio::spawn(pump(
         Api::<Lenient<Service>>::all(client.clone()),
+        wire,
         list_config().labels(LABEL_SELECTOR),
         svc_kind,
         t,
@@ -471,6 +537,7 @@ pub async fn run(
     ));
     let slice_task = tokio::spawn(pump(
         Api::<Lenient<EndpointSlice>>::all(client),
+        wire,
         list_config().labels(LABEL_SELECTOR),
         slice_kind,
         t,

@@ -238,3 +238,29 @@ fn localhost_node_ports_follow_mode_gate_and_node_port_addresses() {
         "iptables mode: by rules"
     );
 }
+
+/// `--kube-api-content-type`: protobuf (the default) and JSON are spoken without a note;
+/// another type is noted (JSON used).
+#[test]
+fn api_content_type() {
+    let notes = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["--hostname-override=n", "--nodeport-addresses=primary"];
+        a.extend_from_slice(args);
+        let s = load(&flags(&a)).unwrap();
+        s.notices
+            .iter()
+            .map(ToString::to_string)
+            .filter(|n| n.contains("ontentType") || n.contains("content-type"))
+            .collect()
+    };
+    let s = load(&flags(&["--hostname-override=n"])).unwrap();
+    assert_eq!(s.kube.content_type, "application/vnd.kubernetes.protobuf");
+    assert_eq!(notes(&[]), Vec::<String>::new());
+    assert_eq!(
+        notes(&["--kube-api-content-type=application/json"]),
+        Vec::<String>::new()
+    );
+    let n = notes(&["--kube-api-content-type=application/yaml"]);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(n[0].contains("JSON is used"), "{n:?}");
+}

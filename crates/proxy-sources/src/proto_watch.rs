@@ -1,0 +1,681 @@
+//! The list-then-watch of one kind in protobuf (`application/vnd.kubernetes.protobuf`,
+//! kube-proxy's default content type), yielding what kube-rs' `watcher()` yields (`Init`,
+//! `InitApply`, `InitDone`, `Apply`, `Delete` of [`Lenient`] objects, and
+//! `watcher::Error`s), so that `kube_source`'s pump handles both the same way.
+//!
+//! - The list: `GET` with `Accept: application/vnd.kubernetes.protobuf, */*` (as
+//!   client-go asks), the selectors and `resourceVersion` semantics of the
+//!   `watcher::Config` the JSON path uses, read as the body arrives through
+//!   [`ListReader`]: each item is handed on as soon as its last byte arrived, never the
+//!   whole list in memory. A `continue` token is followed (one list, no new `Init`).
+//! - The watch: from the list's (then the last event's or bookmark's) resourceVersion,
+//!   `watch=true&timeoutSeconds=...&allowWatchBookmarks=true`, through [`WatchReader`];
+//!   the stream's end resumes from the last version, no byte for the timeout plus 5 s
+//!   too (as kube-rs).
+//! - 410 Gone (a watch's ERROR event, or the watch request refused with it): the error
+//!   is yielded and the kind relisted. Other ERROR events are yielded and the watch goes
+//!   on, as kube-rs' watcher does.
+//! - An object that does not decode is a [`Lenient`] with its error (named from its
+//!   metadata), never a failed list or watch.
+//! - A server that answers `application/json` is read as JSON for that response (the
+//!   list whole, as kube-rs reads it; the watch line by line), and the kind asks for JSON
+//!   from then on.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use http_body::Body as _;
+use kube::api::{Api, ListParams, VersionMatch, WatchParams};
+use kube::client::Body;
+use kube::core::{ObjectList, Request, Status, WatchEvent as JsonEvent};
+use kube::runtime::watcher::{self, Event as WEvent, ListSemantic};
+use kube::{Client, Resource};
+use kube_model::lean::Decode;
+use kube_proto::{FromProto, ListItem, ListReader, WatchEvent, WatchReader};
+use serde::de::DeserializeOwned;
+use tracing::{debug, info};
+
+use crate::kube_source::Lenient;
+
+/// Kubernetes' protobuf media type (`clientConnection.contentType`'s default).
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+/// What client-go's protobuf client accepts: protobuf, else whatever the server has.
+pub const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, */*";
+pub const JSON: &str = "application/json";
+
+/// Beyond the watch's `timeoutSeconds`, how long a silent watch is waited for.
+const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(5);
+/// The most of an error response's body read, or of a JSON watch line buffered.
+const MAX_ERROR_BODY: usize = 1 << 20;
+const MAX_JSON_LINE: usize = kube_proto::stream::MAX_ITEM;
+
+/// How the API client lists and watches (`clientConnection.contentType`,
+/// `--kube-api-content-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// Protobuf asked (JSON read when the server answers it): upstream's default.
+    Protobuf,
+    /// kube-rs' JSON watcher.
+    Json,
+}
+
+impl Wire {
+    /// The wire for a configured content type: protobuf for Kubernetes' protobuf type,
+    /// JSON for anything else (`application/json`).
+    pub fn from_content_type(content_type: &str) -> Wire {
+        match media_type(content_type).as_str() {
+            PROTOBUF => Wire::Protobuf,
+            _ => Wire::Json,
+        }
+    }
+}
+
+/// Why a protobuf list or watch could not be read, naming the request's path.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoWatchError {
+    #[error("{path}: {source}")]
+    Protobuf {
+        path: String,
+        source: kube_proto::Error,
+    },
+    #[error("{path}: JSON: {source}")]
+    Json {
+        path: String,
+        source: serde_json::Error,
+    },
+    #[error("{path}: a response of content type {content_type:?}, neither protobuf nor JSON")]
+    ContentType { path: String, content_type: String },
+    #[error("{path}: a JSON watch line of over {max} bytes")]
+    LineTooLong { path: String, max: usize },
+}
+
+impl ProtoWatchError {
+    fn into_kube(self) -> kube::Error {
+        kube::Error::Service(Box::new(self))
+    }
+}
+
+/// `type/subtype` of a Content-Type, without parameters (`;stream=watch`), lowercased.
+fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// What a response's body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Protobuf,
+    Json,
+}
+
+fn answer_of(resp: &http::Response<Body>, path: &str) -> Result<Answer, ProtoWatchError> {
+    let ct = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    match media_type(ct).as_str() {
+        PROTOBUF => Ok(Answer::Protobuf),
+        JSON => Ok(Answer::Json),
+        _ => Err(ProtoWatchError::ContentType {
+            path: path.to_string(),
+            content_type: ct.to_string(),
+        }),
+    }
+}
+
+/// The next data of a body (trailers skipped); `None` at its end.
+async fn next_data(body: &mut Body) -> Option<Result<Bytes, kube::Error>> {
+    loop {
+        let frame = futures::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
+        match frame {
+            Err(e) => return Some(Err(e)),
+            Ok(f) => {
+                if let Ok(d) = f.into_data() {
+                    return Some(Ok(d));
+                }
+            }
+        }
+    }
+}
+
+/// A watch's connection closed mid-chunk: its end, as kube-rs takes it (resumed, no
+/// error).
+fn cut_short(e: &kube::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
+            || err.to_string().contains("unexpected EOF during chunk")
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// A whole body, up to `max` bytes (`None` beyond).
+async fn collect(body: &mut Body, max: usize) -> Result<Option<Vec<u8>>, kube::Error> {
+    let mut out = Vec::new();
+    while let Some(d) = next_data(body).await {
+        out.extend_from_slice(&d?);
+        if out.len() > max {
+            return Ok(None);
+        }
+    }
+    Ok(Some(out))
+}
+
+/// A refused request (4xx, 5xx) as kube-rs reports it: the Status of its body (protobuf
+/// or JSON), else one made of its code and text.
+async fn refused(resp: http::Response<Body>) -> kube::Error {
+    let code = resp.status().as_u16();
+    let answer = answer_of(&resp, "");
+    let mut body = resp.into_body();
+    let bytes = match collect(&mut body, MAX_ERROR_BODY).await {
+        Ok(b) => b.unwrap_or_default(),
+        Err(e) => return e,
+    };
+    let status = match answer {
+        Ok(Answer::Protobuf) => kube_proto::envelope::status(&bytes).ok().map(|s| Status {
+            code: s.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(code),
+            message: s.message.unwrap_or_default(),
+            reason: s.reason.unwrap_or_default(),
+            ..Status::failure("", "")
+        }),
+        _ => serde_json::from_slice::<Status>(&bytes).ok(),
+    };
+    let status = status.unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(&bytes);
+        Status::failure(text.trim(), "Failed to parse error data").with_code(code)
+    });
+    kube::Error::Api(status.boxed())
+}
+
+/// A request sent with `accept`; a refused one is an error.
+async fn send(
+    client: Client,
+    accept: &'static str,
+    req: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<http::Response<Body>, kube::Error> {
+    let mut req = req.map_err(kube::Error::BuildRequest)?;
+    req.headers_mut()
+        .insert(http::header::ACCEPT, http::HeaderValue::from_static(accept));
+    let resp = client.send(req.map(Body::from)).await?;
+    if resp.status().is_client_error() || resp.status().is_server_error() {
+        return Err(refused(resp).await);
+    }
+    Ok(resp)
+}
+
+/// How a watch response is read.
+enum Frames<K> {
+    Protobuf(WatchReader<K>),
+    /// JSON lines: the bytes of the line not yet ended.
+    Json(Vec<u8>),
+}
+
+enum Phase<K> {
+    /// Nothing listed: the next step starts a list.
+    Empty,
+    /// A list (or its next page) to request.
+    List { r#continue: Option<String> },
+    /// A list response being read (protobuf).
+    Listing {
+        body: Body,
+        reader: ListReader<K>,
+        rv: Option<String>,
+        r#continue: Option<String>,
+    },
+    /// Listed or watched up to this resourceVersion: the next watch starts there.
+    Listed(String),
+    Watching {
+        body: Body,
+        frames: Frames<K>,
+        rv: String,
+    },
+}
+
+type Item<K> = watcher::Result<WEvent<Lenient<K>>>;
+
+struct Machine<K> {
+    client: Client,
+    path: String,
+    config: watcher::Config,
+    /// The server answered this kind in JSON: ask for JSON.
+    json: Arc<AtomicBool>,
+    phase: Phase<K>,
+    out: VecDeque<Item<K>>,
+}
+
+/// The list-then-watch stream of one kind in protobuf. `json` remembers, across the
+/// restarts of this stream, that the server answers the kind in JSON.
+pub fn watch<K>(
+    api: &Api<Lenient<K>>,
+    config: watcher::Config,
+    json: Arc<AtomicBool>,
+) -> impl Stream<Item = Item<K>> + Send + 'static
+where
+    K: FromProto + Resource<DynamicType = ()> + Decode + DeserializeOwned,
+    K: Clone + Debug + Send + 'static,
+{
+    let m = Machine {
+        client: api.clone().into_client(),
+        path: api.resource_url().to_string(),
+        config,
+        json,
+        phase: Phase::Empty,
+        out: VecDeque::new(),
+    };
+    futures::stream::unfold(m, |mut m| async move {
+        let item = m.next().await;
+        Some((item, m))
+    })
+}
+
+impl<K> Machine<K>
+where
+    K: FromProto + Resource<DynamicType = ()> + Decode + DeserializeOwned,
+    K: Clone + Debug + Send + 'static,
+{
+    async fn next(&mut self) -> Item<K> {
+        loop {
+            if let Some(item) = self.out.pop_front() {
+                return item;
+            }
+            let phase = std::mem::replace(&mut self.phase, Phase::Empty);
+            self.phase = self.step(phase).await;
+        }
+    }
+
+    fn accept(&self) -> &'static str {
+        if self.json.load(Ordering::Relaxed) {
+            JSON
+        } else {
+            ACCEPT_PROTOBUF
+        }
+    }
+
+    fn answered(&self, answer: Answer) {
+        if answer == Answer::Json && !self.json.swap(true, Ordering::Relaxed) {
+            info!(path = %self.path, "the API server answers in JSON; reading JSON");
+        }
+    }
+
+    fn list_params(&self, r#continue: Option<String>) -> ListParams {
+        let c = &self.config;
+        let (resource_version, version_match) = match c.list_semantic {
+            ListSemantic::Any => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
+            ListSemantic::MostRecent => (None, None),
+        };
+        ListParams {
+            label_selector: c.label_selector.clone(),
+            field_selector: c.field_selector.clone(),
+            resource_version,
+            version_match,
+            limit: c.page_size,
+            continue_token: r#continue,
+            ..ListParams::default()
+        }
+    }
+
+    fn watch_params(&self) -> WatchParams {
+        let c = &self.config;
+        WatchParams {
+            label_selector: c.label_selector.clone(),
+            field_selector: c.field_selector.clone(),
+            timeout: c.timeout,
+            bookmarks: c.bookmarks,
+            send_initial_events: false,
+        }
+    }
+
+    fn push(&mut self, item: Item<K>) {
+        self.out.push_back(item);
+    }
+
+    fn list_failed(&mut self, e: kube::Error) -> Phase<K> {
+        debug!(path = %self.path, error = %e, "list failed");
+        self.push(Err(watcher::Error::InitialListFailed(e)));
+        Phase::Empty
+    }
+
+    async fn step(&mut self, phase: Phase<K>) -> Phase<K> {
+        match phase {
+            Phase::Empty => {
+                self.push(Ok(WEvent::Init));
+                Phase::List { r#continue: None }
+            }
+            Phase::List { r#continue } => self.list(r#continue).await,
+            Phase::Listing {
+                mut body,
+                mut reader,
+                mut rv,
+                mut r#continue,
+            } => match next_data(&mut body).await {
+                Some(Ok(chunk)) => match reader.feed(&chunk) {
+                    Ok(items) => {
+                        for item in items {
+                            match item {
+                                ListItem::Meta {
+                                    resource_version,
+                                    r#continue: c,
+                                } => {
+                                    rv = resource_version.filter(|s| !s.is_empty());
+                                    r#continue = c.filter(|s| !s.is_empty());
+                                }
+                                ListItem::Object(o) => {
+                                    self.push(Ok(WEvent::InitApply(Lenient::from_proto(o))))
+                                }
+                            }
+                        }
+                        Phase::Listing {
+                            body,
+                            reader,
+                            rv,
+                            r#continue,
+                        }
+                    }
+                    Err(e) => self.list_failed(self.proto_error(e)),
+                },
+                Some(Err(e)) => self.list_failed(e),
+                None => match reader.finish() {
+                    Err(e) => self.list_failed(self.proto_error(e)),
+                    Ok(()) => self.listed(rv, r#continue),
+                },
+            },
+            Phase::Listed(rv) => self.start_watch(rv).await,
+            Phase::Watching {
+                mut body,
+                mut frames,
+                rv,
+            } => {
+                let idle = Duration::from_secs(u64::from(self.config.timeout.unwrap_or(290)))
+                    + WATCH_IDLE_MARGIN;
+                match tokio::time::timeout(idle, next_data(&mut body)).await {
+                    Err(_) => {
+                        debug!(path = %self.path, "watch idle; resuming");
+                        Phase::Listed(rv)
+                    }
+                    Ok(None) => Phase::Listed(rv),
+                    Ok(Some(Err(e))) if cut_short(&e) => {
+                        debug!(path = %self.path, error = %e, "watch cut short; resuming");
+                        Phase::Listed(rv)
+                    }
+                    Ok(Some(Err(e))) => {
+                        self.push(Err(watcher::Error::WatchFailed(e)));
+                        Phase::Listed(rv)
+                    }
+                    Ok(Some(Ok(chunk))) => {
+                        let events = frames_fed(&mut frames, &chunk, &self.path);
+                        self.watched(body, events, frames, rv)
+                    }
+                }
+            }
+        }
+    }
+
+    fn proto_error(&self, source: kube_proto::Error) -> kube::Error {
+        ProtoWatchError::Protobuf {
+            path: self.path.clone(),
+            source,
+        }
+        .into_kube()
+    }
+
+    /// A list (page) requested; JSON answers read whole.
+    async fn list(&mut self, r#continue: Option<String>) -> Phase<K> {
+        let req = Request::new(&self.path).list(&self.list_params(r#continue));
+        let resp = match send(self.client.clone(), self.accept(), req).await {
+            Ok(r) => r,
+            Err(e) => return self.list_failed(e),
+        };
+        let answer = match answer_of(&resp, &self.path) {
+            Ok(a) => a,
+            Err(e) => return self.list_failed(e.into_kube()),
+        };
+        self.answered(answer);
+        let mut body = resp.into_body();
+        if answer == Answer::Protobuf {
+            return Phase::Listing {
+                body,
+                reader: ListReader::new(),
+                rv: None,
+                r#continue: None,
+            };
+        }
+        let bytes = match collect(&mut body, usize::MAX).await {
+            Ok(b) => b.unwrap_or_default(),
+            Err(e) => return self.list_failed(e),
+        };
+        match serde_json::from_slice::<ObjectList<Lenient<K>>>(&bytes) {
+            Err(source) => {
+                let e = ProtoWatchError::Json {
+                    path: self.path.clone(),
+                    source,
+                };
+                self.list_failed(e.into_kube())
+            }
+            Ok(list) => {
+                for o in list.items {
+                    self.push(Ok(WEvent::InitApply(o)));
+                }
+                let m = list.metadata;
+                self.listed(
+                    m.resource_version.filter(|s| !s.is_empty()),
+                    m.continue_.filter(|s| !s.is_empty()),
+                )
+            }
+        }
+    }
+
+    /// A list response read to its end.
+    fn listed(&mut self, rv: Option<String>, r#continue: Option<String>) -> Phase<K> {
+        match (r#continue, rv) {
+            (Some(c), _) => Phase::List {
+                r#continue: Some(c),
+            },
+            (None, Some(rv)) => {
+                self.push(Ok(WEvent::InitDone));
+                Phase::Listed(rv)
+            }
+            (None, None) => {
+                self.push(Err(watcher::Error::NoResourceVersion));
+                Phase::Empty
+            }
+        }
+    }
+
+    async fn start_watch(&mut self, rv: String) -> Phase<K> {
+        let req = Request::new(&self.path).watch(&self.watch_params(), &rv);
+        let resp = match send(self.client.clone(), self.accept(), req).await {
+            Ok(r) => r,
+            Err(e) => {
+                let gone = matches!(&e, kube::Error::Api(s) if s.code == 410);
+                self.push(Err(watcher::Error::WatchStartFailed(e)));
+                return if gone {
+                    Phase::Empty
+                } else {
+                    Phase::Listed(rv)
+                };
+            }
+        };
+        match answer_of(&resp, &self.path) {
+            Ok(answer) => {
+                self.answered(answer);
+                let frames = match answer {
+                    Answer::Protobuf => Frames::Protobuf(WatchReader::new()),
+                    Answer::Json => Frames::Json(Vec::new()),
+                };
+                Phase::Watching {
+                    body: resp.into_body(),
+                    frames,
+                    rv,
+                }
+            }
+            Err(e) => {
+                self.push(Err(watcher::Error::WatchStartFailed(e.into_kube())));
+                Phase::Listed(rv)
+            }
+        }
+    }
+
+    /// The events a watch's bytes completed, as kube-rs' watcher yields them.
+    fn watched(
+        &mut self,
+        body: Body,
+        events: Result<Vec<Decoded<K>>, ProtoWatchError>,
+        frames: Frames<K>,
+        mut rv: String,
+    ) -> Phase<K> {
+        let events = match events {
+            Ok(ev) => ev,
+            Err(e) => {
+                // A broken frame cannot be resynchronised: watch again from here.
+                self.push(Err(watcher::Error::WatchFailed(e.into_kube())));
+                return Phase::Listed(rv);
+            }
+        };
+        for ev in events {
+            match ev {
+                Decoded::Object { deleted, object } => {
+                    let Some(v) = object
+                        .meta()
+                        .resource_version
+                        .clone()
+                        .filter(|v| !v.is_empty())
+                    else {
+                        self.push(Err(watcher::Error::NoResourceVersion));
+                        return Phase::Empty;
+                    };
+                    rv = v;
+                    self.push(Ok(if deleted {
+                        WEvent::Delete(object)
+                    } else {
+                        WEvent::Apply(object)
+                    }));
+                }
+                Decoded::Bookmark(v) => {
+                    if let Some(v) = v.filter(|v| !v.is_empty()) {
+                        rv = v;
+                    }
+                }
+                Decoded::Error(status) => {
+                    let gone = status.code == 410;
+                    debug!(path = %self.path, code = status.code, reason = %status.reason, "watch error event");
+                    self.push(Err(watcher::Error::WatchError(status)));
+                    if gone {
+                        return Phase::Empty;
+                    }
+                }
+            }
+        }
+        Phase::Watching { body, frames, rv }
+    }
+}
+
+/// A watch event, whichever wire it came on (the object inline, as in `watcher::Event`).
+#[allow(clippy::large_enum_variant)]
+enum Decoded<K> {
+    Object { deleted: bool, object: Lenient<K> },
+    Bookmark(Option<String>),
+    Error(Box<Status>),
+}
+
+/// Feed a watch's bytes to its reader: the events they complete.
+fn frames_fed<K>(
+    frames: &mut Frames<K>,
+    chunk: &[u8],
+    path: &str,
+) -> Result<Vec<Decoded<K>>, ProtoWatchError>
+where
+    K: FromProto + Resource<DynamicType = ()> + Decode + Clone,
+{
+    match frames {
+        Frames::Protobuf(r) => {
+            let events = r.feed(chunk).map_err(|source| ProtoWatchError::Protobuf {
+                path: path.to_string(),
+                source,
+            })?;
+            Ok(events
+                .into_iter()
+                .map(|e| match e {
+                    WatchEvent::Object { deleted, object } => Decoded::Object {
+                        deleted,
+                        object: Lenient::from_proto(object),
+                    },
+                    WatchEvent::Bookmark {
+                        resource_version, ..
+                    } => Decoded::Bookmark(resource_version),
+                    WatchEvent::Error {
+                        code,
+                        reason,
+                        message,
+                    } => Decoded::Error(
+                        Status {
+                            code: code.and_then(|c| u16::try_from(c).ok()).unwrap_or(0),
+                            message: message.unwrap_or_default(),
+                            reason: reason.unwrap_or_default(),
+                            ..Status::failure("", "")
+                        }
+                        .boxed(),
+                    ),
+                })
+                .collect())
+        }
+        Frames::Json(line) => {
+            let mut out = Vec::new();
+            for piece in chunk.split_inclusive(|b| *b == b'\n') {
+                line.extend_from_slice(piece);
+                if !line.ends_with(b"\n") {
+                    if line.len() > MAX_JSON_LINE {
+                        return Err(ProtoWatchError::LineTooLong {
+                            path: path.to_string(),
+                            max: MAX_JSON_LINE,
+                        });
+                    }
+                    continue;
+                }
+                let text = std::mem::take(line);
+                if text.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let ev =
+                    serde_json::from_slice::<JsonEvent<Lenient<K>>>(&text).map_err(|source| {
+                        ProtoWatchError::Json {
+                            path: path.to_string(),
+                            source,
+                        }
+                    })?;
+                out.push(match ev {
+                    JsonEvent::Added(o) | JsonEvent::Modified(o) => Decoded::Object {
+                        deleted: false,
+                        object: o,
+                    },
+                    JsonEvent::Deleted(o) => Decoded::Object {
+                        deleted: true,
+                        object: o,
+                    },
+                    JsonEvent::Bookmark(b) => Decoded::Bookmark(Some(b.metadata.resource_version)),
+                    JsonEvent::Error(s) => Decoded::Error(s),
+                });
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -160,9 +160,7 @@ fn a_silent_watch_is_relisted() {
 #[test]
 fn an_undecodable_service_is_named_and_skipped() {
     let server = seeded();
-    let mut bad = service("demo", "bad", "198.18.100.7", 80);
-    bad["spec"]["ports"][0]["port"] = "eighty".into();
-    server.apply(bad.clone());
+    let error = apply_undecodable(&server, "bad", "198.18.100.7");
     server.apply(service("demo", "good", "198.18.100.8", 80));
     let r = start(&server, "api-undecodable");
     r.wait_rules("the good services", |t| {
@@ -170,18 +168,13 @@ fn an_undecodable_service_is_named_and_skipped() {
     });
     assert!(!r.rules().contains("198.18.100.7"));
     let log = r.d.log_text();
-    assert!(
-        // klog quotes the value: the error's own quotes come escaped
-        log.contains("demo/bad") && log.contains(r#"invalid type: string \"eighty\""#),
-        "{log}"
-    );
+    assert!(log.contains("demo/bad") && log.contains(error), "{log}");
     assert!(
         !log.contains("ServiceList"),
         "a list body was logged:\n{log}"
     );
     // In a watch event: a bad one, then a good one.
-    bad["metadata"]["name"] = "bad2".into();
-    server.apply(bad);
+    apply_undecodable(&server, "bad2", "198.18.100.7");
     server.apply(service("demo", "good2", "198.18.100.9", 80));
     r.wait_rules("the good service after the bad event", |t| {
         t.contains("198.18.100.9")
@@ -192,9 +185,7 @@ fn an_undecodable_service_is_named_and_skipped() {
         r.d.log_text()
     );
     // A good service turning undecodable is removed, the rest stays.
-    let mut worse = service("demo", "good", "198.18.100.8", 80);
-    worse["spec"]["ports"] = json!("not a list");
-    server.apply(worse);
+    apply_undecodable(&server, "good", "198.18.100.8");
     r.wait_rules("the service that turned undecodable gone", |t| {
         !t.contains("198.18.100.8") && t.contains("198.18.100.9")
     });
@@ -204,6 +195,33 @@ fn an_undecodable_service_is_named_and_skipped() {
         "{}",
         r.d.log_text()
     );
+}
+
+/// Apply the Service `demo/name` in a form the daemon cannot decode in this target's
+/// encoding, and return what the daemon's error says. JSON: `spec.ports[0].port` a
+/// string. Protobuf: the same field (ServicePort.port, field 3, an int32) sent with the
+/// wrong wire type (length-delimited), as bytes the double serves as given.
+fn apply_undecodable(server: &ApiServer, name: &str, ip: &str) -> &'static str {
+    let mut obj = service("demo", name, ip, 80);
+    if env!("CARGO_CRATE_NAME").ends_with("_json") {
+        obj["spec"]["ports"][0]["port"] = "eighty".into();
+        server.apply(obj);
+        // klog quotes the value: the error's own quotes come escaped
+        return r#"invalid type: string \"eighty\""#;
+    }
+    let field = |number: u8, bytes: &[u8]| {
+        let mut out = vec![number << 3 | 2, u8::try_from(bytes.len()).expect("short")];
+        out.extend_from_slice(bytes);
+        out
+    };
+    // ObjectMeta: name (1), namespace (3)
+    let meta = [field(1, name.as_bytes()), field(3, b"demo")].concat();
+    // ServicePort.port (3) as a string: the wrong wire type
+    let port = field(3, b"80");
+    // ServiceSpec.ports (1), Service.metadata (1) and .spec (2)
+    let spec = field(1, &port);
+    server.apply_encoded(obj, [field(1, &meta), field(2, &spec)].concat());
+    "invalid wire type"
 }
 
 /// ServiceCIDR objects are followed: created, changed and deleted while running.

@@ -1,0 +1,184 @@
+//! The daemon in both encodings against the API-server double: protobuf as kube-proxy
+//! speaks it (`clientConnection.contentType` defaults to
+//! `application/vnd.kubernetes.protobuf`) and JSON when the configuration says
+//! `application/json`. The double encodes protobuf with `k8s-pb` (no code of the
+//! daemon's), so the same cluster rendering the same ruleset in both encodings is the
+//! daemon's protobuf path judged against its JSON path and an independent encoder.
+//!
+//! The daemon runs unprivileged with `--render-to FILE` (the kernel replaced by a file
+//! holding the committed ruleset), as in `apiserver.rs`.
+
+use std::time::Duration;
+
+use integration::scale::{cluster_ip, scale_service, scale_slice};
+use integration::*;
+use kube_model::manifest;
+use serde_json::Value;
+
+const NODE: &str = "node-a";
+const WAIT: Duration = Duration::from_secs(60);
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+const PROTOBUF_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+const JSON: &str = "application/json";
+
+/// The documented example cluster (its Node is `node-a`: NodePorts, LoadBalancers,
+/// UDP, dual-stack, ETP Local) and 200 generated services of 3 endpoints (numbers
+/// 1000.. of the synthetic cluster, whose addresses are not the example's).
+fn load(api: &ApiServer) {
+    let path = integration::testdata::workspace_root().join("docs/examples/cluster.yaml");
+    let text = std::fs::read_to_string(path).expect("docs/examples/cluster.yaml");
+    let docs = manifest::documents(&text).expect("cluster.yaml");
+    for e in docs.entries().into_iter().flatten() {
+        let v: Value = serde_json::from_str(e.raw).expect("json");
+        api.apply(v);
+    }
+    for i in 1000..1200 {
+        api.apply(scale_service(i));
+        api.apply(scale_slice(i, 3));
+    }
+}
+
+fn start(api: &ApiServer, dir: &TempDir, content_type: Option<&str>) -> Daemon {
+    let url = api.url();
+    let out = dir.path("ruleset.nft");
+    let mut args = vec![
+        "--master",
+        &url,
+        "--hostname-override",
+        NODE,
+        "--proxy-mode",
+        "nftables",
+        "--iptables-min-sync-period",
+        "100ms",
+        "--render-to",
+        out.to_str().expect("utf-8 path"),
+        "--kube-api-qps",
+        "50",
+        "--kube-api-burst",
+        "100",
+        "-v",
+        "2",
+    ];
+    if let Some(ct) = content_type {
+        args.extend(["--kube-api-content-type", ct]);
+    }
+    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+}
+
+fn rules(dir: &TempDir) -> String {
+    read(&dir.path("ruleset.nft"))
+}
+
+/// The ruleset's lines, sorted, without the separators of set elements: a set's
+/// elements are rendered in the order they were added, which depends on how the
+/// events were batched into syncs, not on what the kernel holds.
+fn content(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let l = l.trim();
+            let l = l.strip_suffix(" }").unwrap_or(l);
+            l.strip_suffix(',').unwrap_or(l).to_string()
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Wait until both daemons' rulesets are equal and `cond` holds of them.
+fn wait_equal(
+    (pd, pdir): (&Daemon, &TempDir),
+    (jd, jdir): (&Daemon, &TempDir),
+    what: &str,
+    cond: impl Fn(&str) -> bool,
+) -> String {
+    let ok = wait_for(WAIT, || {
+        let (p, j) = (rules(pdir), rules(jdir));
+        !p.is_empty() && content(&p) == content(&j) && cond(&p)
+    });
+    let (p, j) = (rules(pdir), rules(jdir));
+    assert!(
+        ok,
+        "{what}: the rulesets differ or miss it\n--- protobuf ---\n{p}\n--- json ---\n{j}\n--- protobuf daemon log ---\n{}\n--- json daemon log ---\n{}",
+        pd.log_text(),
+        jd.log_text()
+    );
+    p
+}
+
+#[test]
+fn the_same_cluster_renders_the_same_in_protobuf_and_in_json() {
+    let (papi, japi) = (ApiServer::start(), ApiServer::start());
+    load(&papi);
+    load(&japi);
+    let (pdir, jdir) = (TempDir::new("enc-pb"), TempDir::new("enc-json"));
+    // protobuf by default, as kube-proxy; JSON when asked
+    let pd = start(&papi, &pdir, None);
+    let jd = start(&japi, &jdir, Some(JSON));
+    let text = wait_equal((&pd, &pdir), (&jd, &jdir), "the initial cluster", |t| {
+        t.contains(&cluster_ip(1199)) && t.contains("198.18.64.53")
+    });
+    assert!(text.contains("table ip kube-nlproxy"), "{text}");
+
+    // the same changes to both: an endpoint replaced, a service deleted, a UDP one added
+    for api in [&papi, &japi] {
+        api.apply(scale_slice(1007, 1));
+        api.delete("EndpointSlice", "ns-8", "svc-1008-abcde");
+        api.delete("Service", "ns-8", "svc-1008");
+        let mut udp = service("demo", "dns2", "198.18.100.153", 53);
+        udp["spec"]["ports"][0]["protocol"] = "UDP".into();
+        api.apply(udp);
+        let mut s = slice("demo", "dns2", "dns2-1", &["198.18.66.53"], 5353, NODE);
+        s["ports"][0]["protocol"] = "UDP".into();
+        api.apply(s);
+    }
+    let text = wait_equal((&pd, &pdir), (&jd, &jdir), "the changes", |t| {
+        t.contains("198.18.66.53") && !t.contains(&format!("{} ", cluster_ip(1008)))
+    });
+    assert!(text.contains("198.18.100.153"), "{text}");
+
+    // the protobuf daemon read everything in protobuf, the JSON one in JSON
+    let (p, j) = (papi.traffic(), japi.traffic());
+    let of = |t: &Traffic, ct: &str| t.of_content_type(ct);
+    // lists and watches of Services, EndpointSlices, the Node and ServiceCIDRs
+    assert!(of(&p, PROTOBUF).requests >= 4, "protobuf lists: {p:?}");
+    assert!(
+        of(&p, PROTOBUF_WATCH).requests >= 4,
+        "protobuf watches: {p:?}"
+    );
+    assert_eq!(
+        of(&j, PROTOBUF).requests + of(&j, PROTOBUF_WATCH).requests,
+        0,
+        "{j:?}"
+    );
+    let pbytes = of(&p, PROTOBUF).body_bytes + of(&p, PROTOBUF_WATCH).body_bytes;
+    let jbytes = of(&j, JSON).body_bytes;
+    println!(
+        "bytes read: protobuf {pbytes}, json {jbytes} ({:.2}x fewer in protobuf)",
+        jbytes as f64 / pbytes.max(1) as f64
+    );
+    assert!(pbytes < jbytes, "protobuf {pbytes} >= json {jbytes}");
+}
+
+/// A server that answers JSON to a protobuf request (as one without protobuf for a
+/// type does; client-go's `Accept` allows it) is read as JSON, and the daemon syncs.
+#[test]
+fn a_server_that_answers_json_is_read_as_json() {
+    let api = ApiServer::start();
+    api.set_json_only(true);
+    load(&api);
+    let dir = TempDir::new("enc-json-only");
+    let d = start(&api, &dir, None);
+    let ok = wait_for(WAIT, || {
+        let t = rules(&dir);
+        t.contains(&cluster_ip(1199)) && t.contains("198.18.64.53")
+    });
+    assert!(ok, "{}\n--- log ---\n{}", rules(&dir), d.log_text());
+    api.apply(scale_slice(1007, 1));
+    let one = integration::scale::endpoint_ip(1007);
+    let ok = wait_for(WAIT, || rules(&dir).contains(&format!("{one} ")));
+    assert!(ok, "{}\n--- log ---\n{}", rules(&dir), d.log_text());
+    let t = api.traffic();
+    assert_eq!(t.of_content_type(PROTOBUF).requests, 0, "{t:?}");
+    assert!(t.of_content_type(JSON).requests >= 8, "{t:?}");
+}

@@ -128,6 +128,9 @@ pub(crate) struct State {
     pub sent: BTreeMap<u64, Instant>,
     /// Answer JSON whatever the client accepts (a server without protobuf).
     pub json_only: bool,
+    /// Refuse streamed lists (`sendInitialEvents`), as a server without the WatchList
+    /// feature does.
+    pub no_watch_list: bool,
 }
 
 /// The state shared by the handle and the connections' threads.
@@ -297,6 +300,12 @@ impl ApiServer {
     /// Answer JSON whatever the request accepts (`true`), as a server without protobuf
     /// for a type does, or negotiate again (`false`, the default). Requests already
     /// answered keep their encoding.
+    /// Refuse streamed lists (a watch with `sendInitialEvents=true`) with 422, as
+    /// apimachinery's ListOptions validation does when the WatchList feature is off.
+    pub fn set_no_watch_list(&self, refuse: bool) {
+        self.with(|s| s.no_watch_list = refuse);
+    }
+
     pub fn set_json_only(&self, json_only: bool) {
         self.with(|s| s.json_only = json_only);
     }

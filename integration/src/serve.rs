@@ -32,7 +32,7 @@ pub(crate) fn serve(
     };
     let req = read_request(&conn)?;
     let mut out = Out::new(conn, meter)?;
-    let json_only = {
+    let (json_only, no_watch_list) = {
         let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
         s.requests.push(req.line.clone());
         // A dead peer: hold the request unanswered while the hang lasts.
@@ -47,7 +47,7 @@ pub(crate) fn serve(
             }
             return Ok(());
         }
-        s.json_only
+        (s.json_only, s.no_watch_list)
     };
     if req.post {
         // POSTs (events) are JSON both ways.
@@ -68,7 +68,7 @@ pub(crate) fn serve(
     };
     let watch = matches!(req.param("watch"), Some("true" | "1"));
     if watch {
-        Watch::new(&req, res, enc).run(&mut out, &st, &stop, epoch)
+        Watch::new(&req, res, enc, no_watch_list).run(&mut out, &st, &stop, epoch)
     } else {
         list(&mut out, &st, &req, res, enc)
     }
@@ -183,11 +183,13 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(req: &Request, res: Res, enc: Encoding) -> Watch {
+    fn new(req: &Request, res: Res, enc: Encoding, no_watch_list: bool) -> Watch {
         let bookmarks = req.param("allowWatchBookmarks") == Some("true");
         let initial = req.param("sendInitialEvents") == Some("true");
         // as apimachinery's ListOptions validation
-        let invalid = if initial && req.param("resourceVersionMatch") != Some("NotOlderThan") {
+        let invalid = if initial && no_watch_list {
+            Some("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled")
+        } else if initial && req.param("resourceVersionMatch") != Some("NotOlderThan") {
             Some("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
         } else if initial && !bookmarks {
             Some("sendInitialEvents requires setting allowWatchBookmarks to true")

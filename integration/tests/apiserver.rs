@@ -15,6 +15,11 @@ const NODE: &str = "node-a";
 const WAIT: Duration = Duration::from_secs(30);
 
 fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
+    start_wrapped(server, dir, &[])
+}
+
+/// The daemon run through `wrapper` (e.g. `env NAME=VALUE`).
+fn start_wrapped(server: &ApiServer, dir: &TempDir, wrapper: &[&str]) -> Daemon {
     let url = server.url();
     let out = dir.path("ruleset.nft");
     let mut args = vec![
@@ -36,7 +41,7 @@ fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
         "2",
     ];
     args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+    Daemon::start_wrapped(daemon_binary!(), wrapper, &args, dir.path("daemon.log"))
 }
 
 fn seeded() -> ApiServer {
@@ -189,7 +194,8 @@ fn lists_from_the_watch_cache_in_one_request() {
         s.apply(service("demo", &format!("s{i}"), &ip, 80));
     }
     let dir = TempDir::new("api-rv0");
-    let d = start(&s, &dir);
+    // lists, not streamed lists (client-go's gate off)
+    let d = start_wrapped(&s, &dir, &["env", "KUBE_FEATURE_WatchListClient=false"]);
     wait_rules(&d, &dir, "all 1,200 services", |t| {
         known(t, "198.18.100.1", 80) && known(t, "198.18.104.200", 80)
     });

@@ -39,6 +39,20 @@ fn load(api: &ApiServer) {
 }
 
 fn start(api: &ApiServer, dir: &TempDir, content_type: Option<&str>) -> Daemon {
+    start_wrapped(api, dir, content_type, &[])
+}
+
+/// The daemon with an environment variable set (`env NAME=VALUE` runs it).
+fn start_with_env(api: &ApiServer, dir: &TempDir, (name, value): (&str, &str)) -> Daemon {
+    start_wrapped(api, dir, None, &["env", &format!("{name}={value}")])
+}
+
+fn start_wrapped(
+    api: &ApiServer,
+    dir: &TempDir,
+    content_type: Option<&str>,
+    wrapper: &[&str],
+) -> Daemon {
     let url = api.url();
     let out = dir.path("ruleset.nft");
     let mut args = vec![
@@ -62,7 +76,7 @@ fn start(api: &ApiServer, dir: &TempDir, content_type: Option<&str>) -> Daemon {
     if let Some(ct) = content_type {
         args.extend(["--kube-api-content-type", ct]);
     }
-    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+    Daemon::start_wrapped(daemon_binary!(), wrapper, &args, dir.path("daemon.log"))
 }
 
 fn rules(dir: &TempDir) -> String {
@@ -140,8 +154,7 @@ fn the_same_cluster_renders_the_same_in_protobuf_and_in_json() {
     // the protobuf daemon read everything in protobuf, the JSON one in JSON
     let (p, j) = (papi.traffic(), japi.traffic());
     let of = |t: &Traffic, ct: &str| t.of_content_type(ct);
-    // lists and watches of Services, EndpointSlices, the Node and ServiceCIDRs
-    assert!(of(&p, PROTOBUF).requests >= 4, "protobuf lists: {p:?}");
+    // streamed lists (watches) of Services, EndpointSlices, the Node and ServiceCIDRs
     assert!(
         of(&p, PROTOBUF_WATCH).requests >= 4,
         "protobuf watches: {p:?}"
@@ -180,5 +193,49 @@ fn a_server_that_answers_json_is_read_as_json() {
     assert!(ok, "{}\n--- log ---\n{}", rules(&dir), d.log_text());
     let t = api.traffic();
     assert_eq!(t.of_content_type(PROTOBUF).requests, 0, "{t:?}");
-    assert!(t.of_content_type(JSON).requests >= 8, "{t:?}");
+    assert!(t.of_content_type(JSON).requests >= 4, "{t:?}");
+}
+
+/// Streamed lists (client-go's `WatchListClient`, on by default since 1.35): the daemon
+/// lists nothing, it watches with `sendInitialEvents=true` and syncs at the bookmark
+/// that ends the initial events; a server that refuses them (no WatchList feature) is
+/// listed and watched instead, and the daemon syncs the same. With the gate off
+/// (`KUBE_FEATURE_WatchListClient=false`, client-go's variable) it lists.
+#[test]
+fn streamed_lists_when_the_server_has_them_and_lists_when_not() {
+    for (refuse, gate) in [(false, None), (true, None), (false, Some("false"))] {
+        let api = ApiServer::start();
+        api.set_no_watch_list(refuse);
+        load(&api);
+        let dir = TempDir::new("enc-stream");
+        let d = match gate {
+            None => start(&api, &dir, None),
+            Some(v) => start_with_env(&api, &dir, ("KUBE_FEATURE_WatchListClient", v)),
+        };
+        let what = format!("refused {refuse}, gate {gate:?}");
+        let ok = wait_for(WAIT, || {
+            let t = rules(&dir);
+            t.contains(&cluster_ip(1199)) && t.contains("198.18.64.53")
+        });
+        assert!(ok, "{what}: {}\n--- log ---\n{}", rules(&dir), d.log_text());
+        api.apply(scale_slice(1007, 1));
+        let one = integration::scale::endpoint_ip(1007);
+        let ok = wait_for(WAIT, || rules(&dir).contains(&format!("{one} ")));
+        assert!(ok, "{what}: {}\n--- log ---\n{}", rules(&dir), d.log_text());
+        let reqs: Vec<String> = api
+            .requests()
+            .into_iter()
+            .filter(|r| r.contains("/services?"))
+            .collect();
+        let streamed = reqs
+            .iter()
+            .filter(|r| r.contains("sendInitialEvents=true"))
+            .count();
+        let lists = reqs.iter().filter(|r| !r.contains("watch=true")).count();
+        match (refuse, gate) {
+            (false, None) => assert!(streamed >= 1 && lists == 0, "{what}: {reqs:#?}"),
+            (true, None) => assert!(streamed >= 1 && lists >= 1, "{what}: {reqs:#?}"),
+            _ => assert!(streamed == 0 && lists >= 1, "{what}: {reqs:#?}"),
+        }
+    }
 }

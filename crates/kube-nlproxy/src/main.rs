@@ -1,5 +1,5 @@
 //! kube-nlproxy: the node daemon. A drop-in replacement for kube-proxy's command line
-//! and configuration file; desired state from the Kubernetes API (kube-rs watchers) or
+//! and configuration file; desired state from the Kubernetes API (list and watch, `proxy-sources::list_watch`) or
 //! from manifest files; the sync engine on its own thread. Never spawns a process.
 
 #[cfg(test)]
@@ -28,7 +28,7 @@ use proxy_config::flags::{self, Flags, Parsed};
 use proxy_config::settings::{self, Settings};
 use proxy_sources::events::EventSender;
 use proxy_sources::{
-    api_client, config_watch, kube_source, manifests, node_event, proto_watch, rest_metrics,
+    api_client, config_watch, kube_source, list_watch, manifests, node_event, rest_metrics,
 };
 
 /// Our crates, by crate name: their DEBUG and TRACE lines are klog's verbosity 2 and 4,
@@ -276,8 +276,22 @@ fn start_source(
             if !flags.dry_run {
                 rt.spawn(node_event::post(client.clone(), node.clone()));
             }
-            let wire = proto_watch::Wire::from_content_type(&kube.content_type);
-            rt.spawn(kube_source::run(client, wire, node, timing, progress, tx));
+            let env = std::env::var(list_watch::WATCH_LIST_CLIENT_ENV).ok();
+            let streaming = list_watch::streaming_from_env(env.as_deref()).unwrap_or_else(|v| {
+                warn!(
+                    env = list_watch::WATCH_LIST_CLIENT_ENV,
+                    value = %v,
+                    "not a boolean; the default (streamed lists) is used"
+                );
+                true
+            });
+            let reading = list_watch::Reading {
+                wire: list_watch::Wire::from_content_type(&kube.content_type),
+                streaming,
+            };
+            rt.spawn(kube_source::run(
+                client, reading, node, timing, progress, tx,
+            ));
             Ok(())
         }
     }

@@ -1,9 +1,9 @@
 //! The Kubernetes source: watchers on this node, ServiceCIDRs, Services and
 //! EndpointSlices, turned into engine events.
 //!
-//! - In protobuf (kube-proxy's default content type) through [`proto_watch`], in JSON
-//!   through kube-rs' `watcher()`: the same events either way, handled by one pump.
-//! - Each watcher lists, then watches from the list's resourceVersion (bookmarks asked,
+//! - Lists and watches through [`list_watch`], in protobuf (kube-proxy's default content
+//!   type) or JSON, as kube-rs' `watcher()` events handled by one pump.
+//! - Each watcher streams its list (or lists), then watches from the list's resourceVersion (bookmarks asked,
 //!   server-side `timeoutSeconds` = the watch timeout); a broken watch resumes, a 410 Gone
 //!   relists. A relist is diffed against what this source had sent, so objects deleted
 //!   during an outage are deleted then, and nothing else changes: an API outage never
@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::runtime::watcher::{self, watcher, Event as WEvent};
+use kube::runtime::watcher::{self, Event as WEvent};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use kube_model::lean::Decode;
@@ -44,7 +44,7 @@ use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};
 use crate::events::{self, EventSender};
-use crate::proto_watch::{self, Wire};
+use crate::list_watch::{self, Reading, Wire};
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
@@ -328,7 +328,7 @@ impl<K> Kind<K> {
 #[allow(clippy::too_many_arguments)]
 async fn pump<K>(
     api: Api<Lenient<K>>,
-    wire: Wire,
+    reading: Reading,
     config: watcher::Config,
     mut kind: Kind<K>,
     t: Timing,
@@ -343,15 +343,12 @@ async fn pump<K>(
     let mut last_progress = Instant::now();
     let mut stalled = false;
     let mut last_error: Option<String> = None;
-    // The server answered this kind in JSON: asked in JSON from then on.
-    let json_answered = Arc::new(AtomicBool::new(false));
+    // JSON asked, or the server answered this kind in JSON: asked in JSON from then on.
+    let json = Arc::new(AtomicBool::new(reading.wire == Wire::Json));
     loop {
         let config = config.clone().timeout(t.watch.as_secs() as u32);
-        let stream = match wire {
-            Wire::Json => watcher(api.clone(), config).boxed(),
-            Wire::Protobuf => proto_watch::watch(&api, config, json_answered.clone()).boxed(),
-        }
-        .backoff(Backoff::new(t.backoff_max));
+        let stream = list_watch::watch(&api, config, json.clone(), reading.streaming)
+            .backoff(Backoff::new(t.backoff_max));
         futures::pin_mut!(stream);
         let started = Instant::now();
         loop {
@@ -438,10 +435,11 @@ async fn pump<K>(
 /// Watch this node, the ServiceCIDRs, then Services and EndpointSlices, forwarding
 /// everything to `tx`. The node's and the ServiceCIDRs' first lists complete before the
 /// others start, so the engine knows the node (addresses, labels, podCIDRs) and the
-/// service CIDRs before its first sync. `wire`: protobuf (kube-proxy's default) or JSON.
+/// service CIDRs before its first sync. `reading`: protobuf (kube-proxy's default) or
+/// JSON, streamed lists or not.
 pub async fn run(
     client: Client,
-    wire: Wire,
+    reading: Reading,
     node_name: String,
     t: Timing,
     progress: Arc<Progress>,
@@ -502,7 +500,7 @@ pub async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let node_task = tokio::spawn(pump(
         Api::<Lenient<Node>>::all(client.clone()),
-        wire,
+        reading,
         list_config().fields(&format!("metadata.name={node_name}")),
         node_kind,
         t,
@@ -516,7 +514,7 @@ pub async fn run(
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let cidr_task = tokio::spawn(pump(
         Api::<Lenient<ServiceCIDR>>::all(client.clone()),
-        wire,
+        reading,
         list_config(),
         cidr_kind,
         t,
@@ -527,7 +525,7 @@ pub async fn run(
     let _ = first_rx.await;
     let svc_task = tokio::spawn(pump(
         Api::<Lenient<Service>>::all(client.clone()),
-        wire,
+        reading,
         list_config().labels(LABEL_SELECTOR),
         svc_kind,
         t,
@@ -537,7 +535,7 @@ pub async fn run(
     ));
     let slice_task = tokio::spawn(pump(
         Api::<Lenient<EndpointSlice>>::all(client),
-        wire,
+        reading,
         list_config().labels(LABEL_SELECTOR),
         slice_kind,
         t,

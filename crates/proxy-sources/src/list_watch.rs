@@ -1,8 +1,15 @@
 //! The list-then-watch of one kind in protobuf (`application/vnd.kubernetes.protobuf`,
-//! kube-proxy's default content type), yielding what kube-rs' `watcher()` yields (`Init`,
-//! `InitApply`, `InitDone`, `Apply`, `Delete` of [`Lenient`] objects, and
-//! `watcher::Error`s), so that `kube_source`'s pump handles both the same way.
+//! kube-proxy's default content type) or JSON, yielding what kube-rs' `watcher()` yields
+//! (`Init`, `InitApply`, `InitDone`, `Apply`, `Delete` of [`Lenient`] objects, and
+//! `watcher::Error`s), so that `kube_source`'s pump handles it as kube-rs' watcher.
 //!
+//! - A streamed list first, as client-go's reflector since 1.35: a watch with
+//!   `sendInitialEvents=true` from the last synced version (`""` at first): its objects
+//!   are the list's until the bookmark `k8s.io/initial-events-end`, then the same
+//!   response is the watch. Refused (a server without the WatchList feature): list +
+//!   watch for this round.
+//! - Relists from the last synced version (client-go's `relistResourceVersion`), from
+//!   the most recent state once the server called it expired or too large.
 //! - The list: `GET` with `Accept: application/vnd.kubernetes.protobuf, */*` (as
 //!   client-go asks), the selectors and `resourceVersion` semantics of the
 //!   `watcher::Config` the JSON path uses, read as the body arrives through
@@ -33,15 +40,19 @@ use futures::Stream;
 use http_body::Body as _;
 use kube::api::{Api, ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
-use kube::core::{ObjectList, Request, Status, WatchEvent as JsonEvent};
+use kube::core::{ObjectList, Request, Status};
 use kube::runtime::watcher::{self, Event as WEvent, ListSemantic};
 use kube::{Client, Resource};
 use kube_model::lean::Decode;
-use kube_proto::{FromProto, ListItem, ListReader, WatchEvent, WatchReader};
+use kube_proto::{FromProto, ListItem, ListReader};
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
 use crate::kube_source::Lenient;
+
+mod frames;
+mod streamed;
+use frames::{frames_fed, Decoded, Frames};
 
 /// Kubernetes' protobuf media type (`clientConnection.contentType`'s default).
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -55,14 +66,38 @@ const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(5);
 const MAX_ERROR_BODY: usize = 1 << 20;
 const MAX_JSON_LINE: usize = kube_proto::stream::MAX_ITEM;
 
-/// How the API client lists and watches (`clientConnection.contentType`,
+/// The encoding the API client asks for (`clientConnection.contentType`,
 /// `--kube-api-content-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wire {
     /// Protobuf asked (JSON read when the server answers it): upstream's default.
     Protobuf,
-    /// kube-rs' JSON watcher.
+    /// JSON asked.
     Json,
+}
+
+/// How the API client lists and watches: the encoding, and whether streamed lists are
+/// tried first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    pub wire: Wire,
+    pub streaming: bool,
+}
+
+/// client-go's environment variable for its `WatchListClient` gate.
+pub const WATCH_LIST_CLIENT_ENV: &str = "KUBE_FEATURE_WatchListClient";
+
+/// Whether streamed lists are tried, from the value of [`WATCH_LIST_CLIENT_ENV`], as
+/// client-go reads its environment-variable gates (Go's `strconv.ParseBool`): unset or
+/// not a boolean is the default, on (beta and on by default since 1.35). Err: the value
+/// that is not a boolean.
+pub fn streaming_from_env(value: Option<&str>) -> Result<bool, String> {
+    match value {
+        None => Ok(true),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+        Some(v) => Err(v.to_string()),
+    }
 }
 
 impl Wire {
@@ -78,7 +113,7 @@ impl Wire {
 
 /// Why a protobuf list or watch could not be read, naming the request's path.
 #[derive(Debug, thiserror::Error)]
-pub enum ProtoWatchError {
+pub enum ListWatchError {
     #[error("{path}: {source}")]
     Protobuf {
         path: String,
@@ -95,7 +130,7 @@ pub enum ProtoWatchError {
     LineTooLong { path: String, max: usize },
 }
 
-impl ProtoWatchError {
+impl ListWatchError {
     fn into_kube(self) -> kube::Error {
         kube::Error::Service(Box::new(self))
     }
@@ -118,7 +153,7 @@ enum Answer {
     Json,
 }
 
-fn answer_of(resp: &http::Response<Body>, path: &str) -> Result<Answer, ProtoWatchError> {
+fn answer_of(resp: &http::Response<Body>, path: &str) -> Result<Answer, ListWatchError> {
     let ct = resp
         .headers()
         .get(http::header::CONTENT_TYPE)
@@ -127,7 +162,7 @@ fn answer_of(resp: &http::Response<Body>, path: &str) -> Result<Answer, ProtoWat
     match media_type(ct).as_str() {
         PROTOBUF => Ok(Answer::Protobuf),
         JSON => Ok(Answer::Json),
-        _ => Err(ProtoWatchError::ContentType {
+        _ => Err(ListWatchError::ContentType {
             path: path.to_string(),
             content_type: ct.to_string(),
         }),
@@ -164,6 +199,44 @@ fn cut_short(e: &kube::Error) -> bool {
         cur = err.source();
     }
     false
+}
+
+/// A watch response's next bytes; `None`: it ended (or went idle past its timeout plus
+/// a margin, or its connection closed mid-chunk: resumed without an error, as kube-rs
+/// does).
+async fn watch_data(
+    path: &str,
+    timeout: Option<u32>,
+    body: &mut Body,
+) -> Result<Option<Bytes>, kube::Error> {
+    let idle = Duration::from_secs(u64::from(timeout.unwrap_or(290))) + WATCH_IDLE_MARGIN;
+    match tokio::time::timeout(idle, next_data(body)).await {
+        Err(_) => {
+            debug!(%path, "watch idle; resuming");
+            Ok(None)
+        }
+        Ok(None) => Ok(None),
+        Ok(Some(Err(e))) if cut_short(&e) => {
+            debug!(%path, error = %e, "watch cut short; resuming");
+            Ok(None)
+        }
+        Ok(Some(r)) => r.map(Some),
+    }
+}
+
+/// The server cannot serve from the resourceVersion asked: 410 (Expired, Gone) or a
+/// version it has not reached (`ResourceVersionTooLarge`, a 504 Timeout whose cause
+/// says so); client-go then asks for the most recent state.
+fn unavailable_version(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => {
+            s.code == 410
+                || s.reason == "Expired"
+                || s.reason == "Gone"
+                || s.message.contains("Too large resource version")
+        }
+        _ => false,
+    }
 }
 
 /// A whole body, up to `max` bytes (`None` beyond).
@@ -220,16 +293,18 @@ async fn send(
     Ok(resp)
 }
 
-/// How a watch response is read.
-enum Frames<K> {
-    Protobuf(WatchReader<K>),
-    /// JSON lines: the bytes of the line not yet ended.
-    Json(Vec<u8>),
-}
-
 enum Phase<K> {
-    /// Nothing listed: the next step starts a list.
+    /// Nothing listed: the next step starts a streamed list, or a list.
     Empty,
+    /// A streamed list to request (a watch with `sendInitialEvents=true`).
+    Stream,
+    /// A streamed list being read: its objects until the bookmark that ends them,
+    /// then the same response goes on as the watch.
+    Streaming {
+        body: Body,
+        frames: Frames<K>,
+        rv: String,
+    },
     /// A list (or its next page) to request.
     List { r#continue: Option<String> },
     /// A list response being read (protobuf).
@@ -256,16 +331,26 @@ struct Machine<K> {
     config: watcher::Config,
     /// The server answered this kind in JSON: ask for JSON.
     json: Arc<AtomicBool>,
+    /// Streamed lists are tried (client-go's `WatchListClient`, on by default since 1.35).
+    streaming: bool,
+    /// The last resourceVersion synced (a list's, an event's, a bookmark's): relists and
+    /// streamed lists resume from it, as client-go's reflector does.
+    last_rv: Option<String>,
+    /// The last resourceVersion is too old or too new for the server (it said Expired,
+    /// Gone or too large): the next list is of the most recent state (`""`).
+    rv_unavailable: bool,
     phase: Phase<K>,
     out: VecDeque<Item<K>>,
 }
 
-/// The list-then-watch stream of one kind in protobuf. `json` remembers, across the
-/// restarts of this stream, that the server answers the kind in JSON.
+/// The list-then-watch stream of one kind. `json` says to ask for JSON, and is set
+/// when the server answers the kind in JSON (remembered across the restarts of this
+/// stream); `streaming`: try a streamed list first (falling back to list + watch).
 pub fn watch<K>(
     api: &Api<Lenient<K>>,
     config: watcher::Config,
     json: Arc<AtomicBool>,
+    streaming: bool,
 ) -> impl Stream<Item = Item<K>> + Send + 'static
 where
     K: FromProto + Resource<DynamicType = ()> + Decode + DeserializeOwned,
@@ -276,6 +361,9 @@ where
         path: api.resource_url().to_string(),
         config,
         json,
+        streaming,
+        last_rv: None,
+        rv_unavailable: false,
         phase: Phase::Empty,
         out: VecDeque::new(),
     };
@@ -314,31 +402,41 @@ where
         }
     }
 
+    /// client-go's `relistResourceVersion`: the configured semantic for the first list
+    /// (`"0"`, the watch cache), the last synced version after that (not paged, so that
+    /// the watch cache serves it), the most recent state when that version is
+    /// unavailable.
     fn list_params(&self, r#continue: Option<String>) -> ListParams {
         let c = &self.config;
-        let (resource_version, version_match) = match c.list_semantic {
-            ListSemantic::Any => (Some("0".to_string()), Some(VersionMatch::NotOlderThan)),
-            ListSemantic::MostRecent => (None, None),
+        let (resource_version, version_match, limit) = match (&self.last_rv, &c.list_semantic) {
+            _ if self.rv_unavailable => (None, None, c.page_size),
+            (Some(rv), _) => (Some(rv.clone()), Some(VersionMatch::NotOlderThan), None),
+            (None, ListSemantic::Any) => (
+                Some("0".to_string()),
+                Some(VersionMatch::NotOlderThan),
+                c.page_size,
+            ),
+            (None, ListSemantic::MostRecent) => (None, None, c.page_size),
         };
         ListParams {
             label_selector: c.label_selector.clone(),
             field_selector: c.field_selector.clone(),
             resource_version,
             version_match,
-            limit: c.page_size,
+            limit,
             continue_token: r#continue,
             ..ListParams::default()
         }
     }
 
-    fn watch_params(&self) -> WatchParams {
+    fn watch_params(&self, send_initial_events: bool) -> WatchParams {
         let c = &self.config;
         WatchParams {
             label_selector: c.label_selector.clone(),
             field_selector: c.field_selector.clone(),
             timeout: c.timeout,
-            bookmarks: c.bookmarks,
-            send_initial_events: false,
+            bookmarks: c.bookmarks || send_initial_events,
+            send_initial_events,
         }
     }
 
@@ -348,6 +446,9 @@ where
 
     fn list_failed(&mut self, e: kube::Error) -> Phase<K> {
         debug!(path = %self.path, error = %e, "list failed");
+        if unavailable_version(&e) {
+            self.rv_unavailable = true;
+        }
         self.push(Err(watcher::Error::InitialListFailed(e)));
         Phase::Empty
     }
@@ -356,8 +457,33 @@ where
         match phase {
             Phase::Empty => {
                 self.push(Ok(WEvent::Init));
-                Phase::List { r#continue: None }
+                if self.streaming {
+                    Phase::Stream
+                } else {
+                    Phase::List { r#continue: None }
+                }
             }
+            Phase::Stream => self.start_stream().await,
+            Phase::Streaming {
+                mut body,
+                mut frames,
+                rv,
+            } => match watch_data(&self.path, self.config.timeout, &mut body).await {
+                Ok(Some(chunk)) => {
+                    let events = frames_fed(&mut frames, &chunk, &self.path);
+                    self.streamed(body, events, frames, rv)
+                }
+                Ok(None) => {
+                    // the response ended before its initial events did: again, as
+                    // client-go's watchList retries
+                    debug!(path = %self.path, "streamed list ended early; again");
+                    Phase::Empty
+                }
+                Err(e) => {
+                    self.push(Err(watcher::Error::WatchFailed(e)));
+                    Phase::Empty
+                }
+            },
             Phase::List { r#continue } => self.list(r#continue).await,
             Phase::Listing {
                 mut body,
@@ -401,34 +527,28 @@ where
                 mut body,
                 mut frames,
                 rv,
-            } => {
-                let idle = Duration::from_secs(u64::from(self.config.timeout.unwrap_or(290)))
-                    + WATCH_IDLE_MARGIN;
-                match tokio::time::timeout(idle, next_data(&mut body)).await {
-                    Err(_) => {
-                        debug!(path = %self.path, "watch idle; resuming");
-                        Phase::Listed(rv)
-                    }
-                    Ok(None) => Phase::Listed(rv),
-                    Ok(Some(Err(e))) if cut_short(&e) => {
-                        debug!(path = %self.path, error = %e, "watch cut short; resuming");
-                        Phase::Listed(rv)
-                    }
-                    Ok(Some(Err(e))) => {
-                        self.push(Err(watcher::Error::WatchFailed(e)));
-                        Phase::Listed(rv)
-                    }
-                    Ok(Some(Ok(chunk))) => {
-                        let events = frames_fed(&mut frames, &chunk, &self.path);
-                        self.watched(body, events, frames, rv)
-                    }
+            } => match watch_data(&self.path, self.config.timeout, &mut body).await {
+                Ok(Some(chunk)) => {
+                    let events = frames_fed(&mut frames, &chunk, &self.path);
+                    self.watched(body, events, frames, rv)
                 }
-            }
+                Ok(None) => Phase::Listed(rv),
+                Err(e) => {
+                    self.push(Err(watcher::Error::WatchFailed(e)));
+                    Phase::Listed(rv)
+                }
+            },
         }
     }
 
+    /// Synced up to `rv` (a list, an event, a bookmark).
+    fn synced(&mut self, rv: &str) {
+        self.last_rv = Some(rv.to_string());
+        self.rv_unavailable = false;
+    }
+
     fn proto_error(&self, source: kube_proto::Error) -> kube::Error {
-        ProtoWatchError::Protobuf {
+        ListWatchError::Protobuf {
             path: self.path.clone(),
             source,
         }
@@ -462,7 +582,7 @@ where
         };
         match serde_json::from_slice::<ObjectList<Lenient<K>>>(&bytes) {
             Err(source) => {
-                let e = ProtoWatchError::Json {
+                let e = ListWatchError::Json {
                     path: self.path.clone(),
                     source,
                 };
@@ -488,6 +608,7 @@ where
                 r#continue: Some(c),
             },
             (None, Some(rv)) => {
+                self.synced(&rv);
                 self.push(Ok(WEvent::InitDone));
                 Phase::Listed(rv)
             }
@@ -499,7 +620,7 @@ where
     }
 
     async fn start_watch(&mut self, rv: String) -> Phase<K> {
-        let req = Request::new(&self.path).watch(&self.watch_params(), &rv);
+        let req = Request::new(&self.path).watch(&self.watch_params(false), &rv);
         let resp = match send(self.client.clone(), self.accept(), req).await {
             Ok(r) => r,
             Err(e) => {
@@ -515,13 +636,9 @@ where
         match answer_of(&resp, &self.path) {
             Ok(answer) => {
                 self.answered(answer);
-                let frames = match answer {
-                    Answer::Protobuf => Frames::Protobuf(WatchReader::new()),
-                    Answer::Json => Frames::Json(Vec::new()),
-                };
                 Phase::Watching {
                     body: resp.into_body(),
-                    frames,
+                    frames: Frames::of(answer),
                     rv,
                 }
             }
@@ -536,7 +653,7 @@ where
     fn watched(
         &mut self,
         body: Body,
-        events: Result<Vec<Decoded<K>>, ProtoWatchError>,
+        events: Result<Vec<Decoded<K>>, ListWatchError>,
         frames: Frames<K>,
         mut rv: String,
     ) -> Phase<K> {
@@ -561,15 +678,17 @@ where
                         return Phase::Empty;
                     };
                     rv = v;
+                    self.synced(&rv);
                     self.push(Ok(if deleted {
                         WEvent::Delete(object)
                     } else {
                         WEvent::Apply(object)
                     }));
                 }
-                Decoded::Bookmark(v) => {
+                Decoded::Bookmark(v, _) => {
                     if let Some(v) = v.filter(|v| !v.is_empty()) {
                         rv = v;
+                        self.synced(&rv);
                     }
                 }
                 Decoded::Error(status) => {
@@ -583,97 +702,6 @@ where
             }
         }
         Phase::Watching { body, frames, rv }
-    }
-}
-
-/// A watch event, whichever wire it came on (the object inline, as in `watcher::Event`).
-#[allow(clippy::large_enum_variant)]
-enum Decoded<K> {
-    Object { deleted: bool, object: Lenient<K> },
-    Bookmark(Option<String>),
-    Error(Box<Status>),
-}
-
-/// Feed a watch's bytes to its reader: the events they complete.
-fn frames_fed<K>(
-    frames: &mut Frames<K>,
-    chunk: &[u8],
-    path: &str,
-) -> Result<Vec<Decoded<K>>, ProtoWatchError>
-where
-    K: FromProto + Resource<DynamicType = ()> + Decode + Clone,
-{
-    match frames {
-        Frames::Protobuf(r) => {
-            let events = r.feed(chunk).map_err(|source| ProtoWatchError::Protobuf {
-                path: path.to_string(),
-                source,
-            })?;
-            Ok(events
-                .into_iter()
-                .map(|e| match e {
-                    WatchEvent::Object { deleted, object } => Decoded::Object {
-                        deleted,
-                        object: Lenient::from_proto(object),
-                    },
-                    WatchEvent::Bookmark {
-                        resource_version, ..
-                    } => Decoded::Bookmark(resource_version),
-                    WatchEvent::Error {
-                        code,
-                        reason,
-                        message,
-                    } => Decoded::Error(
-                        Status {
-                            code: code.and_then(|c| u16::try_from(c).ok()).unwrap_or(0),
-                            message: message.unwrap_or_default(),
-                            reason: reason.unwrap_or_default(),
-                            ..Status::failure("", "")
-                        }
-                        .boxed(),
-                    ),
-                })
-                .collect())
-        }
-        Frames::Json(line) => {
-            let mut out = Vec::new();
-            for piece in chunk.split_inclusive(|b| *b == b'\n') {
-                line.extend_from_slice(piece);
-                if !line.ends_with(b"\n") {
-                    if line.len() > MAX_JSON_LINE {
-                        return Err(ProtoWatchError::LineTooLong {
-                            path: path.to_string(),
-                            max: MAX_JSON_LINE,
-                        });
-                    }
-                    continue;
-                }
-                let text = std::mem::take(line);
-                if text.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                let ev =
-                    serde_json::from_slice::<JsonEvent<Lenient<K>>>(&text).map_err(|source| {
-                        ProtoWatchError::Json {
-                            path: path.to_string(),
-                            source,
-                        }
-                    })?;
-                out.push(match ev {
-                    JsonEvent::Added(o) | JsonEvent::Modified(o) => Decoded::Object {
-                        deleted: false,
-                        object: o,
-                    },
-                    JsonEvent::Deleted(o) => Decoded::Object {
-                        deleted: true,
-                        object: o,
-                    },
-                    JsonEvent::Bookmark(b) => Decoded::Bookmark(Some(b.metadata.resource_version)),
-                    JsonEvent::Error(s) => Decoded::Error(s),
-                });
-            }
-            Ok(out)
-        }
     }
 }
 

@@ -295,7 +295,34 @@ async fn quiet<S: Stream<Item = Item<Service>> + Unpin>(s: &mut S) {
 }
 
 fn stream(api: &Api<Lenient<Service>>) -> impl Stream<Item = Item<Service>> + Unpin {
-    Box::pin(watch(api, config(), Arc::default()))
+    Box::pin(watch(api, config(), Arc::default(), false))
+}
+
+/// The stream with streamed lists tried first.
+fn streamed(api: &Api<Lenient<Service>>) -> impl Stream<Item = Item<Service>> + Unpin {
+    Box::pin(watch(api, config(), Arc::default(), true))
+}
+
+/// The bookmark that ends a streamed list's initial events.
+fn initial_events_end(rv: &str) -> Vec<u8> {
+    let m = pb::Service {
+        metadata: Some(pb::ObjectMeta {
+            resource_version: Some(rv.into()),
+            annotations: [("k8s.io/initial-events-end".to_string(), "true".to_string())].into(),
+            ..pb::ObjectMeta::default()
+        }),
+        spec: None,
+        status: None,
+    };
+    frame("BOOKMARK", enveloped("Service", m.encode_to_vec()))
+}
+
+fn uris(seen: &Seen) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|(u, _)| u.clone())
+        .collect()
 }
 
 #[tokio::test]
@@ -555,7 +582,7 @@ async fn a_watch_cut_short_resumes_without_an_error_and_a_broken_one_is_reported
     assert!(seen[3].0.contains("resourceVersion=12"), "{seen:?}");
 }
 
-/// The whole source in protobuf: kube_source's pumps on proto_watch, engine events out.
+/// The whole source in protobuf: kube_source's pumps on list_watch, engine events out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_source_turns_protobuf_lists_into_engine_events() {
     use crate::api_client::{Progress, Timing};
@@ -607,7 +634,10 @@ async fn the_source_turns_protobuf_lists_into_engine_events() {
     let t = Timing::from_watch(Duration::from_secs(30));
     let source = tokio::spawn(run(
         client,
-        Wire::Protobuf,
+        Reading {
+            wire: Wire::Protobuf,
+            streaming: false,
+        },
         "n1".into(),
         t,
         Arc::new(Progress::default()),
@@ -650,4 +680,133 @@ fn the_configured_content_type_chooses_the_wire() {
     );
     assert_eq!(Wire::from_content_type("application/json"), Wire::Json);
     assert_eq!(Wire::from_content_type("application/yaml"), Wire::Json);
+}
+
+#[tokio::test]
+async fn a_streamed_list_yields_its_objects_until_the_bookmark_then_watches() {
+    let body = [
+        event("ADDED", "a", "7"),
+        event("ADDED", "b", "8"),
+        bookmark("9"),
+        initial_events_end("10"),
+        event("MODIFIED", "a", "11"),
+    ]
+    .concat();
+    for n in [1, 5, body.len()] {
+        let (api, seen) = server(vec![Reply {
+            hang: true,
+            ..proto(pieces(&body, n))
+        }]);
+        let mut s = streamed(&api);
+        assert_eq!(
+            take(&mut s, 5).await,
+            [
+                "Init",
+                "InitApply a@7",
+                "InitApply b@8",
+                "InitDone",
+                "Apply a@11"
+            ],
+            "pieces of {n}"
+        );
+        quiet(&mut s).await;
+        let uris = uris(&seen);
+        assert_eq!(uris.len(), 1, "one request, no list: {uris:?}");
+        for want in [
+            "watch=true",
+            "allowWatchBookmarks=true",
+            "sendInitialEvents=true",
+            "resourceVersionMatch=NotOlderThan",
+            "resourceVersion=&",
+        ] {
+            assert!(format!("{}&", uris[0]).contains(want), "{want} in {uris:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_refused_streamed_list_falls_back_to_list_and_watch_and_is_tried_again() {
+    let (api, seen) = server(vec![
+        Reply {
+            status: 422,
+            ..proto(vec![status(422, "Invalid")])
+        },
+        proto(vec![list("10", vec![service("a", "7")])]),
+        proto(vec![frame("ERROR", status(410, "Expired"))]),
+        // the relist: a streamed list again, from the last version
+        Reply {
+            hang: true,
+            ..proto(vec![event("ADDED", "a", "12"), initial_events_end("13")])
+        },
+    ]);
+    let mut s = streamed(&api);
+    let got = take(&mut s, 7).await;
+    assert_eq!(got[..3], ["Init", "InitApply a@7", "InitDone"], "{got:?}");
+    assert!(got[3].contains("Expired"), "{got:?}");
+    assert_eq!(
+        got[4..],
+        ["Init", "InitApply a@12", "InitDone"][..],
+        "{got:?}"
+    );
+    let uris = uris(&seen);
+    let kinds: Vec<&str> = uris
+        .iter()
+        .map(|u| {
+            match (
+                u.contains("sendInitialEvents=true"),
+                u.contains("watch=true"),
+            ) {
+                (true, _) => "stream",
+                (false, true) => "watch",
+                (false, false) => "list",
+            }
+        })
+        .collect();
+    assert_eq!(kinds, ["stream", "list", "watch", "stream"], "{uris:?}");
+    assert!(uris[3].contains("resourceVersion=10"), "{uris:?}");
+}
+
+#[tokio::test]
+async fn relists_resume_from_the_last_version_and_from_the_most_recent_when_it_is_gone() {
+    let (api, seen) = server(vec![
+        proto(vec![list("10", vec![service("a", "7")])]),
+        proto(vec![
+            event("MODIFIED", "a", "20"),
+            frame("ERROR", status(410, "Expired")),
+        ]),
+        Reply {
+            status: 410,
+            ..proto(vec![status(410, "Expired")])
+        },
+        proto(vec![list("40", vec![service("a", "30")])]),
+    ]);
+    let mut s = stream(&api);
+    let got = take(&mut s, 9).await;
+    assert_eq!(
+        got[..4],
+        ["Init", "InitApply a@7", "InitDone", "Apply a@20"],
+        "{got:?}"
+    );
+    assert!(got[4].contains("Expired"), "{got:?}");
+    assert_eq!(got[5], "Init", "{got:?}");
+    assert!(got[6].contains("Expired"), "the refused relist: {got:?}");
+    assert_eq!(got[7..], ["Init", "InitApply a@30"][..], "{got:?}");
+    let uris = uris(&seen);
+    assert!(uris[0].contains("resourceVersion=0&"), "{uris:?}");
+    // client-go's relistResourceVersion: the last version seen, not paged
+    assert!(
+        uris[2].contains("resourceVersion=20&resourceVersionMatch=NotOlderThan"),
+        "{uris:?}"
+    );
+    // ... and after it was refused as expired, the most recent state
+    assert!(!uris[3].contains("resourceVersion="), "{uris:?}");
+}
+
+#[test]
+fn the_watch_list_gate_is_read_as_client_go_reads_it() {
+    assert_eq!(streaming_from_env(None), Ok(true));
+    assert_eq!(streaming_from_env(Some("false")), Ok(false));
+    assert_eq!(streaming_from_env(Some("0")), Ok(false));
+    assert_eq!(streaming_from_env(Some("True")), Ok(true));
+    assert_eq!(streaming_from_env(Some("yes")), Err("yes".into()));
 }

@@ -15,11 +15,11 @@ const NODE: &str = "node-a";
 const WAIT: Duration = Duration::from_secs(30);
 
 fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
-    start_wrapped(server, dir, &[])
+    start_with(server, dir, &[])
 }
 
-/// The daemon run through `wrapper` (e.g. `env NAME=VALUE`).
-fn start_wrapped(server: &ApiServer, dir: &TempDir, wrapper: &[&str]) -> Daemon {
+/// The daemon with `extra` arguments.
+fn start_with(server: &ApiServer, dir: &TempDir, extra: &[&str]) -> Daemon {
     let url = server.url();
     let out = dir.path("ruleset.nft");
     let mut args = vec![
@@ -41,7 +41,8 @@ fn start_wrapped(server: &ApiServer, dir: &TempDir, wrapper: &[&str]) -> Daemon 
         "2",
     ];
     args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    Daemon::start_wrapped(daemon_binary!(), wrapper, &args, dir.path("daemon.log"))
+    args.extend(extra);
+    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
 }
 
 fn seeded() -> ApiServer {
@@ -195,7 +196,7 @@ fn lists_from_the_watch_cache_in_one_request() {
     }
     let dir = TempDir::new("api-rv0");
     // lists, not streamed lists (client-go's gate off)
-    let d = start_wrapped(&s, &dir, &["env", "KUBE_FEATURE_WatchListClient=false"]);
+    let d = start_with(&s, &dir, &["--feature-gates", "WatchListClient=false"]);
     wait_rules(&d, &dir, "all 1,200 services", |t| {
         known(t, "198.18.100.1", 80) && known(t, "198.18.104.200", 80)
     });

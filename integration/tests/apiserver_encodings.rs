@@ -39,19 +39,14 @@ fn load(api: &ApiServer) {
 }
 
 fn start(api: &ApiServer, dir: &TempDir, content_type: Option<&str>) -> Daemon {
-    start_wrapped(api, dir, content_type, &[])
+    start_with(api, dir, content_type, &[])
 }
 
-/// The daemon with an environment variable set (`env NAME=VALUE` runs it).
-fn start_with_env(api: &ApiServer, dir: &TempDir, (name, value): (&str, &str)) -> Daemon {
-    start_wrapped(api, dir, None, &["env", &format!("{name}={value}")])
-}
-
-fn start_wrapped(
+fn start_with(
     api: &ApiServer,
     dir: &TempDir,
     content_type: Option<&str>,
-    wrapper: &[&str],
+    extra: &[&str],
 ) -> Daemon {
     let url = api.url();
     let out = dir.path("ruleset.nft");
@@ -76,7 +71,8 @@ fn start_wrapped(
     if let Some(ct) = content_type {
         args.extend(["--kube-api-content-type", ct]);
     }
-    Daemon::start_wrapped(daemon_binary!(), wrapper, &args, dir.path("daemon.log"))
+    args.extend(extra);
+    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
 }
 
 fn rules(dir: &TempDir) -> String {
@@ -200,7 +196,8 @@ fn a_server_that_answers_json_is_read_as_json() {
 /// lists nothing, it watches with `sendInitialEvents=true` and syncs at the bookmark
 /// that ends the initial events; a server that refuses them (no WatchList feature) is
 /// listed and watched instead, and the daemon syncs the same. With the gate off
-/// (`KUBE_FEATURE_WatchListClient=false`, client-go's variable) it lists.
+/// (`--feature-gates WatchListClient=false`: kube-proxy registers client-go's gates) it
+/// lists.
 #[test]
 fn streamed_lists_when_the_server_has_them_and_lists_when_not() {
     for (refuse, gate) in [(false, None), (true, None), (false, Some("false"))] {
@@ -210,7 +207,12 @@ fn streamed_lists_when_the_server_has_them_and_lists_when_not() {
         let dir = TempDir::new("enc-stream");
         let d = match gate {
             None => start(&api, &dir, None),
-            Some(v) => start_with_env(&api, &dir, ("KUBE_FEATURE_WatchListClient", v)),
+            Some(v) => start_with(
+                &api,
+                &dir,
+                None,
+                &["--feature-gates", &format!("WatchListClient={v}")],
+            ),
         };
         let what = format!("refused {refuse}, gate {gate:?}");
         let ok = wait_for(WAIT, || {

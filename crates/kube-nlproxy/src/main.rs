@@ -276,18 +276,12 @@ fn start_source(
             if !flags.dry_run {
                 rt.spawn(node_event::post(client.clone(), node.clone()));
             }
-            let env = std::env::var(list_watch::WATCH_LIST_CLIENT_ENV).ok();
-            let streaming = list_watch::streaming_from_env(env.as_deref()).unwrap_or_else(|v| {
-                warn!(
-                    env = list_watch::WATCH_LIST_CLIENT_ENV,
-                    value = %v,
-                    "not a boolean; the default (streamed lists) is used"
-                );
-                true
-            });
             let reading = list_watch::Reading {
                 wire: list_watch::Wire::from_content_type(&kube.content_type),
-                streaming,
+                // client-go's gate, registered into kube-proxy's (--feature-gates)
+                streaming: settings
+                    .gates
+                    .enabled(proxy_config::gates::WATCH_LIST_CLIENT),
             };
             rt.spawn(kube_source::run(
                 client, reading, node, timing, progress, tx,

@@ -82,6 +82,7 @@ pub const ALLOW_SERVICE_EXTERNAL_IPS: &str = "AllowServiceExternalIPs";
 pub const KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS: &str = "KubeProxyNFTablesLocalhostNodePorts";
 pub const COMPONENT_STATUSZ: &str = "ComponentStatusz";
 pub const COMPONENT_FLAGZ: &str = "ComponentFlagz";
+pub const WATCH_LIST_CLIENT: &str = "WatchListClient";
 
 /// The gates that change kube-proxy's behaviour between 1.33 and 1.38 (read in
 /// `pkg/proxy/...` or `cmd/kube-proxy`), at 1.38.
@@ -104,6 +105,17 @@ pub const PROXY_GATES: &[Gate] = &[
         "nftables mode serves NodePorts on localhost (a userspace TCP proxy) when \
          nodePortAddresses holds `localhost`. Alpha (off) in 1.37. Resolved here; read by \
          the localhost NodePort proxy.",
+    ),
+    gate(
+        WATCH_LIST_CLIENT,
+        Stage::Beta,
+        true,
+        false,
+        "1.35",
+        "client-go's gate (kube-proxy registers client-go's gates into its own): the \
+         initial list streamed as watch events (sendInitialEvents, KEP-3157), falling back \
+         to list + watch. Off (beta since 1.30) before 1.35. Honoured (proxy-sources \
+         list_watch).",
     ),
     gate(
         COMPONENT_STATUSZ,

@@ -77,27 +77,12 @@ pub enum Wire {
 }
 
 /// How the API client lists and watches: the encoding, and whether streamed lists are
-/// tried first.
+/// tried first (client-go's `WatchListClient` gate, which kube-proxy registers into its
+/// `--feature-gates`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reading {
     pub wire: Wire,
     pub streaming: bool,
-}
-
-/// client-go's environment variable for its `WatchListClient` gate.
-pub const WATCH_LIST_CLIENT_ENV: &str = "KUBE_FEATURE_WatchListClient";
-
-/// Whether streamed lists are tried, from the value of [`WATCH_LIST_CLIENT_ENV`], as
-/// client-go reads its environment-variable gates (Go's `strconv.ParseBool`): unset or
-/// not a boolean is the default, on (beta and on by default since 1.35). Err: the value
-/// that is not a boolean.
-pub fn streaming_from_env(value: Option<&str>) -> Result<bool, String> {
-    match value {
-        None => Ok(true),
-        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
-        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
-        Some(v) => Err(v.to_string()),
-    }
 }
 
 impl Wire {

@@ -801,12 +801,3 @@ async fn relists_resume_from_the_last_version_and_from_the_most_recent_when_it_i
     // ... and after it was refused as expired, the most recent state
     assert!(!uris[3].contains("resourceVersion="), "{uris:?}");
 }
-
-#[test]
-fn the_watch_list_gate_is_read_as_client_go_reads_it() {
-    assert_eq!(streaming_from_env(None), Ok(true));
-    assert_eq!(streaming_from_env(Some("false")), Ok(false));
-    assert_eq!(streaming_from_env(Some("0")), Ok(false));
-    assert_eq!(streaming_from_env(Some("True")), Ok(true));
-    assert_eq!(streaming_from_env(Some("yes")), Err("yes".into()));
-}

@@ -127,7 +127,13 @@ pub struct ApiServer {
 
 impl ApiServer {
     pub fn start() -> ApiServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into())
+    }
+
+    /// The double listening on `ip` (a port of the kernel's choosing), e.g. a bridge's
+    /// address that other network namespaces reach (`daemon-bench`'s fleet).
+    pub fn start_on(ip: std::net::IpAddr) -> ApiServer {
+        let listener = TcpListener::bind((ip, 0)).expect("bind the double's address");
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new((
             Mutex::new(State {

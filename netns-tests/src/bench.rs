@@ -100,7 +100,9 @@ pub fn stat_cpu(path: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
 }
 
-/// CPU so far of this process's live threads named `comm`, and how many there are.
+/// CPU so far of this process's live threads named `comm`, and how many there are:
+/// each thread's time on a CPU in nanoseconds (`/proc/self/task/TID/schedstat`; its
+/// `stat` counts clock ticks, which round a thread's few milliseconds to nothing).
 /// Threads that exited are not counted (their time is only in the process's total).
 pub fn threads_cpu(comm: &str) -> (Duration, usize) {
     let (mut cpu, mut n) = (Duration::ZERO, 0);
@@ -112,8 +114,11 @@ pub fn threads_cpu(comm: &str) -> (Duration, usize) {
         if name.trim() != comm {
             continue;
         }
-        if let Some(c) = stat_cpu(&t.path().join("stat").to_string_lossy()) {
-            cpu += c;
+        let ran = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok());
+        if let Some(ns) = ran {
+            cpu += Duration::from_nanos(ns);
             n += 1;
         }
     }

@@ -83,6 +83,27 @@ fn quiet(daemons: &[Daemon]) {
     }
 }
 
+/// Probe every node's kernel for the daemon's table in rounds `POLL` apart (only the
+/// nodes not seen yet) until all hold it or `COLD_LIMIT` passed: when each was first
+/// seen holding it, the number of rounds and the longest round.
+fn poll_tables(mut probes: Vec<TableProbe>) -> (Vec<Option<Instant>>, u32, Duration) {
+    let t0 = Instant::now();
+    let mut seen: Vec<Option<Instant>> = vec![None; probes.len()];
+    let (mut rounds, mut longest) = (0u32, Duration::ZERO);
+    while seen.iter().any(Option::is_none) && t0.elapsed() < COLD_LIMIT {
+        let r0 = Instant::now();
+        for (i, p) in probes.iter_mut().enumerate() {
+            if seen[i].is_none() && p.holds(ruleset::names::TABLE) {
+                seen[i] = Some(Instant::now());
+            }
+        }
+        rounds += 1;
+        longest = longest.max(r0.elapsed());
+        std::thread::sleep(POLL);
+    }
+    (seen, rounds, longest)
+}
+
 /// "p50 / p99 / max" of `v` with `unit`.
 fn dist(v: Vec<f64>, unit: &str) -> String {
     let (p50, p99, max, n) = stats(v);
@@ -165,7 +186,7 @@ pub fn fleet(o: &Opts) {
         t_build.elapsed().as_secs_f64(),
         loadavg()
     );
-    let mut probes: Vec<TableProbe> = hosts
+    let probes: Vec<TableProbe> = hosts
         .iter()
         .map(|h| TableProbe::open(&h.ns).expect("open a table probe"))
         .collect();
@@ -174,6 +195,9 @@ pub fn fleet(o: &Opts) {
     let c0 = read_counters(&hosts);
     let cpu0 = bench_cpu();
     let t0 = Instant::now();
+    // the probes run on a thread of their own from before the first spawn, so that a
+    // node started early is seen when its table appears, not after the last spawn
+    let poller = std::thread::spawn(move || poll_tables(probes));
     let daemons: Vec<Daemon> = hosts
         .iter()
         .map(|h| {
@@ -182,20 +206,7 @@ pub fn fleet(o: &Opts) {
         })
         .collect();
     let spawned = t0.elapsed();
-    let mut seen: Vec<Option<Instant>> = vec![None; hosts.len()];
-    let (mut rounds, mut longest_round) = (0u32, Duration::ZERO);
-    while seen.iter().any(Option::is_none) && t0.elapsed() < COLD_LIMIT {
-        let r0 = Instant::now();
-        for (i, p) in probes.iter_mut().enumerate() {
-            if seen[i].is_none() && p.holds(ruleset::names::TABLE) {
-                seen[i] = Some(Instant::now());
-            }
-        }
-        rounds += 1;
-        longest_round = longest_round.max(r0.elapsed());
-        std::thread::sleep(POLL);
-    }
-    drop(probes);
+    let (seen, rounds, longest_round) = poller.join().expect("the table probes");
     let missing: Vec<&str> = hosts
         .iter()
         .zip(&seen)
@@ -396,7 +407,7 @@ pub fn fleet(o: &Opts) {
                 .as_secs_f64()
         })
         .sum();
-    let change_requests = api.requests().len() - requests_before;
+    let change_requests = api.requests().split_off(requests_before);
     summary(&hosts, &lat, &acks);
     let per_s = |c: u64| c as f64 / (i1.1 - i0.1).as_secs_f64();
     let idle_rx = median(&idle.iter().map(|c| per_s(c.rx_bytes)).collect::<Vec<_>>());
@@ -410,12 +421,16 @@ pub fn fleet(o: &Opts) {
         spread(&bytes.iter().map(|c| c.tx_packets).collect::<Vec<_>>()),
     );
     println!(
-        "   requests to the double during the changes: {change_requests}; CPU over the changes: the daemons {changes_cpu:.3} s in all ({:.2} ms per node per change, idle included), the bench process {:.3} s, of which the double's live threads {:.3} s ({} threads)",
+        "   requests to the double during the changes: {}; CPU over the changes: the daemons {changes_cpu:.3} s in all ({:.2} ms per node per change, idle included), the bench process {:.3} s, of which the double's live threads {:.3} s ({} threads)",
+        change_requests.len(),
         changes_cpu * 1e3 / (n as f64 * lat.len().max(1) as f64),
         cpu_c1.0.saturating_sub(cpu_c0.0).as_secs_f64(),
         cpu_c1.1.saturating_sub(cpu_c0.1).as_secs_f64(),
         cpu_c1.2
     );
+    for (kind, count) in request_kinds(&change_requests) {
+        println!("     {count:>6}  {kind}");
+    }
     drop(observers);
     drop(daemons);
     drop(api);

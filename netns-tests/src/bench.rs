@@ -86,6 +86,53 @@ pub fn ctxt_switches(pid: u32) -> std::collections::BTreeMap<(u32, String), (u64
     out
 }
 
+/// User + system CPU of a process or thread so far, from its `stat` file
+/// (`/proc/PID/stat`, `/proc/PID/task/TID/stat`).
+pub fn stat_cpu(path: &str) -> Option<Duration> {
+    let text = std::fs::read_to_string(path).ok()?;
+    // the fields after the command name (which may hold spaces) in parentheses
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
+}
+
+/// CPU so far of this process's live threads named `comm`, and how many there are:
+/// each thread's time on a CPU in nanoseconds (`/proc/self/task/TID/schedstat`; its
+/// `stat` counts clock ticks, which round a thread's few milliseconds to nothing).
+/// Threads that exited are not counted (their time is only in the process's total).
+pub fn threads_cpu(comm: &str) -> (Duration, usize) {
+    let (mut cpu, mut n) = (Duration::ZERO, 0);
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (cpu, n);
+    };
+    for t in tasks.flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim() != comm {
+            continue;
+        }
+        let ran = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok());
+        if let Some(ns) = ran {
+            cpu += Duration::from_nanos(ns);
+            n += 1;
+        }
+    }
+    (cpu, n)
+}
+
+/// Name the calling thread (`comm`, at most 15 bytes; threads it starts inherit it).
+pub fn name_thread(name: &str) {
+    let mut b: Vec<u8> = name.bytes().take(15).filter(|&c| c != 0).collect();
+    b.push(0);
+    // SAFETY: a NUL-terminated buffer that outlives the call; PR_SET_NAME copies it.
+    unsafe { libc::prctl(libc::PR_SET_NAME, b.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
 /// Read `VmHWM` (KiB) of `pid` every 5 ms until it exits (a zombie has none): its
 /// peak RSS, less whatever it grew in its last 5 ms.
 pub fn peak_rss(pid: u32) -> u64 {
@@ -383,15 +430,7 @@ impl Daemon {
 
     /// User + system CPU used so far (`/proc/PID/stat`).
     pub fn cpu(&self) -> Option<Duration> {
-        let text = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
-        // the fields after the command name (which may hold spaces) in parentheses
-        let rest = &text[text.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // utime and stime are fields 14 and 15 of the whole line, 12 and 13 here
-        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
+        stat_cpu(&format!("/proc/{}/stat", self.pid()))
     }
 
     /// Kill (SIGKILL) and reap: peak RSS and CPU of the whole run.

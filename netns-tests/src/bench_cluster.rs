@@ -93,7 +93,22 @@ pub fn api_in(ns: &Netns, n: u32, m: u32) -> NsApi {
 /// The API-server double, listening inside `ns`, holding what `load` applies to it.
 /// Drop it before `ns`.
 pub fn api_with(ns: &Netns, load: impl FnOnce(&ApiServer)) -> NsApi {
-    let api = ns.run(ApiServer::start);
+    api_on(ns, std::net::Ipv4Addr::LOCALHOST.into(), load)
+}
+
+/// The name (`comm`) of the double's threads: its accept thread is started from a thread
+/// of this name, and the kernel gives a new thread its creator's name, so every thread
+/// of the double (one per connection) carries it ([`crate::bench::threads_cpu`]).
+pub const DOUBLE_THREADS: &str = "api-double";
+
+/// The API-server double, listening on `ip` (an address of `ns`) inside `ns`, holding
+/// what `load` applies to it; its threads are named [`DOUBLE_THREADS`]. Drop it before
+/// `ns`.
+pub fn api_on(ns: &Netns, ip: std::net::IpAddr, load: impl FnOnce(&ApiServer)) -> NsApi {
+    let api = ns.run(move || {
+        crate::bench::name_thread(DOUBLE_THREADS);
+        ApiServer::start_on(std::net::SocketAddr::new(ip, 0))
+    });
     load(&api);
     NsApi {
         api: Some(api),

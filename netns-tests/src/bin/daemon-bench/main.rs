@@ -7,14 +7,17 @@
 //! Usage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M]
 //!                     [--seconds S] [--source manifests|api|both]
 //!                     [--daemon-arg ARG]... [--shape uniform|prod] [--seed N]
-//!                     SCENARIO...
+//!                     [--nodes N] [--changes K] SCENARIO...
 //!
 //! Scenarios: `cold` (start until the first batch is committed, from a manifests file and
 //! from the API-server double), `peers` (ours vs `nft -f` vs `iptables-restore` at 4k),
 //! `change` (one change with N services loaded: the engine's event-to-ACK and the
 //! double's send-to-sync), `e2e` (event sent -> a new TCP connection reaches the new
 //! endpoint), `churn` (100 endpoint changes/s: latency, CPU, RSS), `idle` (no change:
-//! wakeups per second and CPU of the daemon left alone), or `all`.
+//! wakeups per second and CPU of the daemon left alone), or `all`; `fleet` (not in
+//! `all`: `--nodes` daemons, each in a node namespace of its own, against one API double
+//! on a bridge: the fleet's cold start, `--changes` endpoint changes reaching every node,
+//! bytes per node).
 //!
 //! The cluster is `integration::scale` (`--shape uniform`, the default: N services of
 //! one TCP port, each with one EndpointSlice of M endpoints, shaped as the API server
@@ -44,7 +47,7 @@ fn main() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] cold|peers|change|e2e|churn|idle|all ...");
+            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] cold|peers|change|e2e|churn|idle|all|fleet ...");
             std::process::exit(2);
         }
     };
@@ -88,6 +91,10 @@ fn main() {
     }
     if want("idle") {
         scenarios::idle::idle(&o, &scratch.0);
+    }
+    // not in `all`: it starts `--nodes` daemons
+    if o.scenarios.iter().any(|s| s == "fleet") {
+        scenarios::fleet::fleet(&o);
     }
     // not a measurement: the cluster's manifests file, kept in the working directory
     // (to run the daemon on it by hand, e.g. under perf)

@@ -19,10 +19,13 @@ use nft_wire::consts::{
     NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_KEY_END, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
     NFTA_SET_ELEM_LIST_TABLE, NFT_MSG_DELSETELEM, NFT_MSG_NEWGEN, NFT_MSG_NEWSETELEM,
 };
+use nft_wire::consts::{NFTA_TABLE_NAME, NFT_MSG_GETTABLE, NFT_MSG_NEWTABLE};
 use nft_wire::events::NFNLGRP_NFTABLES;
-use nft_wire::msg::NlMsgIter;
+use nft_wire::msg::{nft_type, push_message, NlMsg, NlMsgIter};
 use nft_wire::nla::NlaIter;
-use nl_core::{NlSocket, SockConfig, NETLINK_NETFILTER};
+use nl_core::{
+    Control, NlSocket, OnLoss, ReadOpts, SockConfig, NETLINK_NETFILTER, NLM_F_DUMP, NLM_F_REQUEST,
+};
 
 /// What one notification said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -258,6 +261,69 @@ impl Observer {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
     }
+}
+
+/// Whether a namespace's kernel holds a table yet: a dump of its tables
+/// (`NFT_MSG_GETTABLE`, every family) over a netlink socket of the bench's own, opened
+/// in that namespace. How a cold start is seen from outside: a monitor socket
+/// ([`Observer`]) open during the first commit would make the kernel build one
+/// notification per element inside that commit, and a transaction is atomic, so the
+/// table appears with everything the first sync wrote.
+pub struct TableProbe {
+    sock: NlSocket,
+}
+
+impl TableProbe {
+    pub fn open(ns: &Netns) -> std::io::Result<TableProbe> {
+        let sock = ns.run(|| {
+            NlSocket::open(
+                NETLINK_NETFILTER,
+                &SockConfig {
+                    recv_timeout: Some(Duration::from_secs(2)),
+                    strict_buffers: false,
+                    ..SockConfig::default()
+                },
+            )
+            .map_err(|e| e.source)
+        })?;
+        Ok(TableProbe { sock })
+    }
+
+    /// Whether a table named `name` exists (in any family); `false` when the kernel
+    /// could not be asked.
+    pub fn holds(&mut self, name: &str) -> bool {
+        let mut found = false;
+        let asked = self.sock.request(
+            &ReadOpts {
+                on_loss: OnLoss::Drain,
+                limit: Some(Duration::from_secs(2)),
+            },
+            |w, seq| {
+                push_message(
+                    &mut w.buf,
+                    nft_type(NFT_MSG_GETTABLE),
+                    NLM_F_REQUEST | NLM_F_DUMP,
+                    seq,
+                    0,
+                    0,
+                    &[],
+                )
+            },
+            |m| {
+                found |= table_named(m, name);
+                Control::Continue
+            },
+        );
+        asked.is_ok() && found
+    }
+}
+
+/// Whether `m` is a table message naming `name` (pure).
+fn table_named(m: &NlMsg<'_>, name: &str) -> bool {
+    m.kind == nft_type(NFT_MSG_NEWTABLE)
+        && m.nfgen().is_some_and(|(_, _, attrs)| {
+            NlaIter::new(attrs).any(|a| a.kind == NFTA_TABLE_NAME && a.str() == Some(name))
+        })
 }
 
 impl Drop for Observer {

@@ -16,6 +16,10 @@ pub struct Opts {
     pub shape: String,
     /// The production shape's seed.
     pub seed: u64,
+    /// Node namespaces of the `fleet` scenario, one daemon each.
+    pub nodes: u32,
+    /// Measured changes of the `fleet` scenario.
+    pub changes: u32,
 }
 
 pub fn parse_args() -> Result<Opts, String> {
@@ -30,6 +34,8 @@ pub fn parse_args() -> Result<Opts, String> {
         scenarios: Vec::new(),
         shape: "uniform".into(),
         seed: 1,
+        nodes: 5,
+        changes: 20,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -61,6 +67,8 @@ pub fn parse_args() -> Result<Opts, String> {
                 }
             }
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--nodes" => o.nodes = val()?.parse().map_err(|e| format!("--nodes: {e}"))?,
+            "--changes" => o.changes = val()?.parse().map_err(|e| format!("--changes: {e}"))?,
             "--services" => {
                 o.services = Some(
                     val()?

@@ -28,3 +28,18 @@ pub fn verdict(ok: bool) -> &'static str {
         "NOT met"
     }
 }
+
+/// The `p` quantile of `sorted` (ascending) by nearest rank; NaN when empty.
+pub fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let k = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[k - 1]
+}
+
+/// p50, p99 and max (nearest rank) of `v`, and how many values it holds.
+pub fn stats(mut v: Vec<f64>) -> (f64, f64, f64, usize) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (pct(&v, 0.5), pct(&v, 0.99), pct(&v, 1.0), v.len())
+}

@@ -5,6 +5,8 @@ pub mod change;
 pub mod churn;
 pub mod cold;
 pub mod e2e;
+pub mod fleet;
+pub mod fleet_hosts;
 pub mod idle;
 pub mod peers;
 pub mod prod;
@@ -25,7 +27,13 @@ use crate::shape;
 pub const SPACING: Duration = Duration::from_millis(1200);
 
 pub fn api_args(o: &Opts, api: &ApiServer) -> Vec<String> {
-    ["--master", &api.url(), "--hostname-override", NODE, "-v=2"]
+    daemon_args(o, &api.url(), NODE)
+}
+
+/// The daemon's command line against the API at `url` as node `node`, with `-v=2` (its
+/// `synced` lines) and the `--daemon-arg`s.
+pub fn daemon_args(o: &Opts, url: &str, node: &str) -> Vec<String> {
+    ["--master", url, "--hostname-override", node, "-v=2"]
         .iter()
         .map(|s| s.to_string())
         .chain(o.daemon_args.iter().cloned())

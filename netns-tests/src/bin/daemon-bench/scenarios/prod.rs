@@ -434,20 +434,6 @@ pub fn change_prod(o: &Opts) {
     footer();
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    // nearest rank
-    let k = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[k - 1]
-}
-
-fn stats(mut v: Vec<f64>) -> (f64, f64, f64, usize) {
-    v.sort_by(|a, b| a.total_cmp(b));
-    (pct(&v, 0.5), pct(&v, 0.99), pct(&v, 1.0), v.len())
-}
-
 fn summary(table: &[(u32, Vec<Vec<Sample>>)]) {
     println!("   per change kind: p50 / p99 / max in ms (nearest rank; with fewer than 100 samples p99 is the max) over the changes that came after minSyncPeriod had passed; targets of issue 24: event->kernel p99 <= 5 ms for those, every other (after a periodic sync) <= minSyncPeriod + 20 ms = 1020 ms; first packet: the e2e target <= 50 ms, UDP cleanup <= 500 ms");
     for (n, samples) in table {

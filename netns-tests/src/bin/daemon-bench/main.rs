@@ -86,6 +86,9 @@ fn main() {
     if want("churn") {
         scenarios::churn::churn(&o);
     }
+    if o.scenarios.iter().any(|s| s == "churn-prod") {
+        scenarios::churn_prod::churn_prod(&o);
+    }
     if want("idle") {
         scenarios::idle::idle(&o, &scratch.0);
     }

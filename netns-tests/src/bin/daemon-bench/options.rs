@@ -16,6 +16,15 @@ pub struct Opts {
     pub shape: String,
     /// The production shape's seed.
     pub seed: u64,
+    /// `churn-prod`: changes per second (each a run) and conntrack entries.
+    pub rate: Vec<u32>,
+    pub ct_entries: u64,
+}
+
+fn list(v: &str, flag: &str) -> Result<Vec<u32>, String> {
+    v.split(',')
+        .map(|s| s.parse().map_err(|e| format!("{flag} {s}: {e}")))
+        .collect()
 }
 
 pub fn parse_args() -> Result<Opts, String> {
@@ -30,6 +39,8 @@ pub fn parse_args() -> Result<Opts, String> {
         scenarios: Vec::new(),
         shape: "uniform".into(),
         seed: 1,
+        rate: vec![100],
+        ct_entries: 1_000_000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -59,6 +70,10 @@ pub fn parse_args() -> Result<Opts, String> {
                 if o.shape != "uniform" && o.shape != "prod" {
                     return Err(format!("--shape {}: uniform or prod", o.shape));
                 }
+            }
+            "--rate" => o.rate = list(&val()?, "--rate")?,
+            "--ct-entries" => {
+                o.ct_entries = val()?.parse().map_err(|e| format!("--ct-entries: {e}"))?
             }
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--services" => {

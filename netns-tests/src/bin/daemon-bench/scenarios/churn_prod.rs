@@ -413,8 +413,8 @@ fn run(o: &Opts, n: u32, rate: u32) {
     // transaction only if no other change of its address came between
     let mut by_addr: HashMap<Ipv4Addr, Vec<Instant>> = HashMap::new();
     for (r, s) in recs.iter().zip(&sent_of) {
-        if let (Some(w), Some(s)) = (r.c.witness, s) {
-            by_addr.entry(w.addr).or_default().push(*s);
+        for a in r.c.added.iter().chain(&r.c.removed) {
+            by_addr.entry(*a).or_default().extend(*s);
         }
     }
     for v in by_addr.values_mut() {
@@ -427,7 +427,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
             continue;
         };
         match attribute(&idx, w.add, w.addr, sent).map(|tx| (tx, commits[tx])) {
-            Some((_, t)) if ambiguous(&by_addr[&w.addr], sent, t) => e.4 += 1,
+            Some((_, t)) if by_addr.get(&w.addr).is_some_and(|v| ambiguous(v, sent, t)) => e.4 += 1,
             Some((tx, t)) if t - sent < Duration::from_secs(10) => {
                 let l = ms(t - sent);
                 if held(&commits, sent, tx) {

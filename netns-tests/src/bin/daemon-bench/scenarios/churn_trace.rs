@@ -91,6 +91,8 @@ pub struct Change {
     pub timed: usize,
     pub witness: Option<Witness>,
     pub removed: Vec<Ipv4Addr>,
+    /// The endpoint (or cluster) addresses it adds.
+    pub added: Vec<Ipv4Addr>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -272,6 +274,7 @@ impl Trace {
             timed: 0,
             witness,
             removed,
+            added: vec![],
         }
     }
 
@@ -332,12 +335,10 @@ impl Trace {
             .map(|e| e.addr)
             .collect();
         if !terminating.is_empty() {
+            // terminating endpoints are out of the rules already (ready ones exist):
+            // nothing to see in the kernel but their conntrack entries going
             self.svcs[i].eps.retain(|e| !(e.terminating && e.gen < gen));
-            let w = Witness {
-                add: false,
-                addr: terminating[0],
-            };
-            return Some(self.update(remove, i, Some(w), terminating));
+            return Some(self.update(remove, i, None, terminating));
         }
         let n = self.svcs[i].eps.len();
         let wave = n.div_ceil(4).clamp(1, MAX_WAVE);
@@ -356,8 +357,11 @@ impl Trace {
             add: true,
             addr: new[0].addr,
         };
+        let added = new.iter().map(|e| e.addr).collect();
         self.svcs[i].eps.extend(new);
-        Some(self.update(surge, i, Some(w), vec![]))
+        let mut c = self.update(surge, i, Some(w), vec![]);
+        c.added = added;
+        Some(c)
     }
 
     fn rollout_step(&mut self) -> Option<Change> {
@@ -397,8 +401,11 @@ impl Trace {
                 add: true,
                 addr: new[0].addr,
             };
+            let added = new.iter().map(|e| e.addr).collect();
             self.svcs[i].eps.extend(new);
-            Some(self.update(Kind::ScaleUp, i, Some(w), vec![]))
+            let mut c = self.update(Kind::ScaleUp, i, Some(w), vec![]);
+            c.added = added;
+            Some(c)
         } else {
             let target = (n / f).max(1);
             let gone: Vec<Ep> = self.svcs[i].eps.split_off(target);
@@ -461,6 +468,8 @@ impl Trace {
         self.svcs[i].eps = eps;
         self.created.push_back(i);
         let svc = super::prod::probe_service(&name, &vip.to_string(), "TCP", 80);
+        let mut added: Vec<Ipv4Addr> = self.svcs[i].eps.iter().map(|e| e.addr).collect();
+        added.push(vip);
         Change {
             kind: Kind::ServiceCreated,
             ops: vec![Op::Apply(self.render(i)), Op::Apply(svc)],
@@ -470,6 +479,7 @@ impl Trace {
                 addr: vip,
             }),
             removed: vec![],
+            added,
         }
     }
 
@@ -495,7 +505,8 @@ impl Trace {
             ],
             timed: 0,
             witness: s.created.map(|addr| Witness { add: false, addr }),
-            removed: vec![],
+            removed: s.created.into_iter().collect(),
+            added: vec![],
         })
     }
 

@@ -379,7 +379,15 @@ fn run(o: &Opts, n: u32, rate: u32) {
     }
     let window = t0.elapsed();
     let cpu1 = d.cpu().unwrap_or_default();
-    std::thread::sleep(Duration::from_secs(3));
+    // until the daemon is through: no sync for 3 s (at most 60 s)
+    for _ in 0..120 {
+        std::thread::sleep(Duration::from_millis(500));
+        if d.last_sync_at()
+            .is_some_and(|t| t.elapsed() >= Duration::from_secs(3))
+        {
+            break;
+        }
+    }
     rss.push(mib(d.status_kib("VmRSS").unwrap_or(0)));
     let hwm = mib(d.status_kib("VmHWM").unwrap_or(0));
     let shots: Vec<Vec<Shot>> = flows.into_iter().map(Probe::finish).collect();
@@ -449,7 +457,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
         let (h50, h99, hmax) = three(hd.clone());
         all_held.extend(hd.iter().copied());
         println!(
-            "   {:<36} n={:<6} after minSyncPeriod: {:<4} {f50:7.2} / {f99:7.2} / {fmax:7.2} ({})  held: {:<6} {h50:7.1} / {h99:7.1} / {hmax:7.1} ({}); {unseen} not seen in the kernel (coalesced or lost), {amb} not attributable (another change of its address came first), {blind} with nothing to see",
+            "   {:<36} n={:<6} after minSyncPeriod: {:<4} {f50:7.2} / {f99:7.2} / {fmax:7.2} ({})  held: {:<6} {h50:7.1} / {h99:7.1} / {hmax:7.1} ({}); {unseen} not seen in the kernel within 10 s (coalesced, later, or lost), {amb} not attributable (another change of its address came first), {blind} with nothing to see",
             k.name(),
             free.len() + hd.len() + unseen + blind + amb,
             free.len(),

@@ -522,13 +522,14 @@ impl Trace {
     /// The next change of the trace.
     pub fn next_change(&mut self) -> Change {
         self.count += 1;
+        // the drain first: its count may also be the UDP probe's
+        if self.drain_every > 0 && self.count % self.drain_every == self.drain_every / 5 {
+            self.drain();
+        }
         if self.udp_every > 0 && self.count.is_multiple_of(self.udp_every) {
             if let Some(c) = self.udp_step() {
                 return c;
             }
-        }
-        if self.drain_every > 0 && self.count % self.drain_every == self.drain_every / 5 {
-            self.drain();
         }
         if let Some(c) = self.queue.pop_front() {
             return c;
@@ -560,6 +561,7 @@ mod tests {
 
     fn trace(seed: u64) -> Trace {
         let c = crate::shape::cluster(2000, 1);
+        // the drain's count (600) is also the UDP probe's (a multiple of 300)
         Trace::new(&c.slices, seed, 300, 3000, 20)
     }
 

@@ -298,7 +298,7 @@ impl SyncLine {
 }
 
 /// The value of ` key=value` or ` key="value"` in a klog line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     let pat = format!(" {key}=");
     let at = line.find(&pat)? + pat.len();
     let rest = &line[at..];

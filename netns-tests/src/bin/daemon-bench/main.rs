@@ -47,7 +47,7 @@ fn main() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] cold|peers|change|e2e|churn|idle|all|fleet ...");
+            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] [--rate N,N..] [--ct-entries N] cold|peers|change|e2e|churn|churn-prod|idle|all|fleet ...");
             std::process::exit(2);
         }
     };
@@ -88,6 +88,9 @@ fn main() {
     }
     if want("churn") {
         scenarios::churn::churn(&o);
+    }
+    if o.scenarios.iter().any(|s| s == "churn-prod") {
+        scenarios::churn_prod::churn_prod(&o);
     }
     if want("idle") {
         scenarios::idle::idle(&o, &scratch.0);

@@ -253,6 +253,11 @@ impl Observer {
         }
     }
 
+    /// Everything received so far, taken out (for attributing many changes at once).
+    pub fn take(&self) -> Vec<(Instant, Note)> {
+        std::mem::take(&mut *self.notes.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Forget what was received so far (the notes of changes already measured).
     pub fn clear(&self) {
         self.notes

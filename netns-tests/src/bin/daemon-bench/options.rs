@@ -20,6 +20,15 @@ pub struct Opts {
     pub nodes: u32,
     /// Measured changes of the `fleet` scenario.
     pub changes: u32,
+    /// `churn-prod`: changes per second (each a run) and conntrack entries.
+    pub rate: Vec<u32>,
+    pub ct_entries: u64,
+}
+
+fn list(v: &str, flag: &str) -> Result<Vec<u32>, String> {
+    v.split(',')
+        .map(|s| s.parse().map_err(|e| format!("{flag} {s}: {e}")))
+        .collect()
 }
 
 pub fn parse_args() -> Result<Opts, String> {
@@ -36,6 +45,8 @@ pub fn parse_args() -> Result<Opts, String> {
         seed: 1,
         nodes: 5,
         changes: 20,
+        rate: vec![100],
+        ct_entries: 1_000_000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -65,6 +76,10 @@ pub fn parse_args() -> Result<Opts, String> {
                 if o.shape != "uniform" && o.shape != "prod" {
                     return Err(format!("--shape {}: uniform or prod", o.shape));
                 }
+            }
+            "--rate" => o.rate = list(&val()?, "--rate")?,
+            "--ct-entries" => {
+                o.ct_entries = val()?.parse().map_err(|e| format!("--ct-entries: {e}"))?
             }
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--nodes" => o.nodes = val()?.parse().map_err(|e| format!("--nodes: {e}"))?,

@@ -3,6 +3,8 @@
 
 pub mod change;
 pub mod churn;
+pub mod churn_prod;
+pub mod churn_trace;
 pub mod cold;
 pub mod e2e;
 pub mod fleet;

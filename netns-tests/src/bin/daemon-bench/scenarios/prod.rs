@@ -87,7 +87,7 @@ fn udp_identity(ns: &Netns) {
     }
 }
 
-fn probe_service(name: &str, vip: &str, proto: &str, port: u16) -> Value {
+pub fn probe_service(name: &str, vip: &str, proto: &str, port: u16) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "bench", "uid": format!("bench-{name}"),

@@ -7,7 +7,8 @@
 //! Usage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M]
 //!                     [--seconds S] [--source manifests|api|both]
 //!                     [--daemon-arg ARG]... [--shape uniform|prod] [--seed N]
-//!                     [--nodes N] [--changes K] SCENARIO...
+//!                     [--nodes N] [--changes K] [--connections N] [--nft-file FILE]...
+//!                     SCENARIO...
 //!
 //! Scenarios: `cold` (start until the first batch is committed, from a manifests file and
 //! from the API-server double), `peers` (ours vs `nft -f` vs `iptables-restore` at 4k),
@@ -17,7 +18,9 @@
 //! wakeups per second and CPU of the daemon left alone), or `all`; `fleet` (not in
 //! `all`: `--nodes` daemons, each in a node namespace of its own, against one API double
 //! on a bridge: the fleet's cold start, `--changes` endpoint changes reaching every node,
-//! bytes per node).
+//! bytes per node); `first-packet` (not in `all`: a new TCP connection's connect() round
+//! trip through our rules, upstream's nftables table and no proxy, three node namespaces
+//! in the same run, `--connections` each; `--nft-file` adds tables loaded by hand).
 //!
 //! The cluster is `integration::scale` (`--shape uniform`, the default: N services of
 //! one TCP port, each with one EndpointSlice of M endpoints, shaped as the API server
@@ -47,7 +50,7 @@ fn main() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] [--rate N,N..] [--ct-entries N] cold|peers|change|e2e|churn|churn-prod|idle|all|fleet ...");
+            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] [--rate N,N..] [--ct-entries N] [--connections N] [--nft-file FILE]... cold|peers|change|e2e|churn|churn-prod|idle|all|fleet|first-packet ...");
             std::process::exit(2);
         }
     };
@@ -94,6 +97,10 @@ fn main() {
     }
     if want("idle") {
         scenarios::idle::idle(&o, &scratch.0);
+    }
+    // not in `all`: three node namespaces and 20k connections each
+    if o.scenarios.iter().any(|s| s == "first-packet") {
+        scenarios::first_packet::first_packet(&o, &scratch.0);
     }
     // not in `all`: it starts `--nodes` daemons
     if o.scenarios.iter().any(|s| s == "fleet") {

@@ -23,6 +23,9 @@ pub struct Opts {
     /// `churn-prod`: changes per second (each a run) and conntrack entries.
     pub rate: Vec<u32>,
     pub ct_entries: u64,
+    /// `first-packet`: fresh connections per setup, and tables loaded by hand as more setups.
+    pub connections: usize,
+    pub nft_files: Vec<PathBuf>,
 }
 
 fn list(v: &str, flag: &str) -> Result<Vec<u32>, String> {
@@ -47,6 +50,8 @@ pub fn parse_args() -> Result<Opts, String> {
         changes: 20,
         rate: vec![100],
         ct_entries: 1_000_000,
+        connections: 20_000,
+        nft_files: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -81,6 +86,10 @@ pub fn parse_args() -> Result<Opts, String> {
             "--ct-entries" => {
                 o.ct_entries = val()?.parse().map_err(|e| format!("--ct-entries: {e}"))?
             }
+            "--connections" => {
+                o.connections = val()?.parse().map_err(|e| format!("--connections: {e}"))?
+            }
+            "--nft-file" => o.nft_files.push(PathBuf::from(val()?)),
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--nodes" => o.nodes = val()?.parse().map_err(|e| format!("--nodes: {e}"))?,
             "--changes" => o.changes = val()?.parse().map_err(|e| format!("--changes: {e}"))?,

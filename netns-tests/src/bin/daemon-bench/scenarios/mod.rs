@@ -7,6 +7,7 @@ pub mod churn_prod;
 pub mod churn_trace;
 pub mod cold;
 pub mod e2e;
+pub mod first_packet;
 pub mod fleet;
 pub mod fleet_hosts;
 pub mod idle;

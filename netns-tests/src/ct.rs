@@ -435,7 +435,7 @@ pub fn every_filter_every_strategy(v6: bool) {
 pub fn supports(version: (u32, u32), strategy: Strategy) -> bool {
     match strategy {
         Strategy::FilteredFlush => version >= (6, 12),
-        Strategy::FilteredDump => version >= (5, 8),
+        Strategy::FilteredDump | Strategy::PortDump => version >= (5, 8),
         Strategy::FullDump => true,
     }
 }

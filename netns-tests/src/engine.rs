@@ -246,6 +246,18 @@ impl Runner {
         });
         found
     }
+    /// The first sync, and its cleanup: the runner's `synced` line and, when targets were
+    /// left pending (the cleanup runs beside the engine), the `cleaned` line after which
+    /// none are (the table then holds no cleanup records). None on a timeout.
+    pub fn wait_settled(&self, timeout: Duration) -> Option<String> {
+        let synced = self.wait_line(timeout, |l| l.starts_with("synced"))?;
+        if field(&synced, "pending").unwrap_or(0) == 0 {
+            return Some(synced);
+        }
+        self.wait_line(timeout, |l| {
+            l.starts_with("cleaned") && field(l, "pending") == Some(0)
+        })
+    }
     /// SIGKILL (`ip netns exec` execs the runner, so this is the engine's pid).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -554,8 +566,8 @@ pub fn restart_after_sigkill_keeps_established_flows(bins: Bins) {
     ]);
     let mut runner = Runner::start(bins, &l.router, &m, &[]);
     runner
-        .wait_line(scaled(Duration::from_secs(10)), |l| l.starts_with("synced"))
-        .expect("first sync");
+        .wait_settled(scaled(Duration::from_secs(10)))
+        .expect("first sync and its cleanup");
     let before = listing(&l.router).expect("our table");
 
     // A TCP connection and a UDP stream (~200 packets per second) through the ClusterIP.
@@ -632,8 +644,8 @@ pub fn tampering_is_repaired_within_a_second(bins: Bins) {
     // Periodic resync far away: only the watcher can repair in time.
     let runner = Runner::start(bins, &l.router, &m, &["--sync-ms", "600000"]);
     runner
-        .wait_line(scaled(Duration::from_secs(10)), |l| l.starts_with("synced"))
-        .expect("first sync");
+        .wait_settled(scaled(Duration::from_secs(10)))
+        .expect("first sync and its cleanup");
     let model = listing(&l.router).expect("our table");
 
     let out = l
@@ -687,9 +699,17 @@ pub fn kernel_rejection_changes_nothing_and_a_later_sync_converges(bins: Bins) {
         slice_doc(V4, "svc"),
     ]);
     let runner = Runner::start(bins, &l.router, &m, &["--reject-commits", "2"]);
+    // the first sync and its own cleanup (its service became served)
     runner
-        .wait_line(scaled(Duration::from_secs(10)), |l| l.starts_with("synced"))
-        .expect("first sync");
+        .wait_settled(scaled(Duration::from_secs(10)))
+        .expect("first sync and its cleanup");
+    let cleaned = |r: &Runner| {
+        r.lines()
+            .iter()
+            .filter(|l| l.starts_with("cleaned"))
+            .count()
+    };
+    let cleaned_first = cleaned(&runner);
     let before = listing(&l.router).expect("our table");
     let mut client = UdpClient::start(
         &l.client,
@@ -735,8 +755,9 @@ pub fn kernel_rejection_changes_nothing_and_a_later_sync_converges(bins: Bins) {
         "{:?}",
         runner.lines()
     );
-    assert!(
-        !runner.lines().iter().any(|l| l.starts_with("cleaned")),
+    assert_eq!(
+        cleaned(&runner),
+        cleaned_first,
         "nothing is cleaned before the commit that makes the targets: {:?}",
         runner.lines()
     );

@@ -665,10 +665,32 @@ fn many_filters_take_one_walk_per_family() {
         };
         assert_eq!(left(&ns, &tcp_filter), 3, "TCP entries to {a} were touched");
     }
-    assert!(rep.plans.iter().all(|p| p.strategy == Strategy::FullDump));
+    // they all name the same port: one dump of that port per family
+    assert!(
+        rep.plans.iter().all(|p| p.strategy == Strategy::PortDump),
+        "{:?}",
+        rep.plans
+    );
     assert_eq!(rep.deleted, 400);
     assert!(rep.all_done());
     assert_done_iff_nothing_left(&ns, &rep, "one walk");
+    // Destinations without a port share nothing: one full dump per family.
+    fill(&mut ct, &flows_to(&v4[..100], 2));
+    fill(&mut ct, &flows_to(&v6[..100], 2));
+    let no_port: Vec<Filter> = v4
+        .iter()
+        .chain(&v6)
+        .map(|&a| Filter::udp_orig_dst(a, None))
+        .collect();
+    let rep = ct.delete(&no_port).unwrap();
+    assert_eq!(rep.walks, 2, "{:?}", rep.plans);
+    assert!(
+        rep.plans.iter().all(|p| p.strategy == Strategy::FullDump),
+        "{:?}",
+        rep.plans
+    );
+    assert_eq!(rep.deleted, 400);
+    assert_done_iff_nothing_left(&ns, &rep, "one full dump");
     let bystanders = Filter::udp_orig_dst("198.18.5.1".parse().unwrap(), None);
     assert_eq!(
         left(&ns, &bystanders),
@@ -689,4 +711,71 @@ fn many_filters_take_one_walk_per_family() {
         .delete_with(Strategy::FilteredDump, &filters[..10])
         .unwrap();
     assert_eq!(rep.walks, 10);
+}
+
+/// A rolling update of a UDP service: every removed endpoint has the service's target
+/// port, so the automatic choice makes one kernel walk (a dump filtered on the reply
+/// source port, no address) and copies only that port's entries to user space, however
+/// large the table and however many endpoints go. (Negative control: without the port
+/// groups the choice is a full dump, which copies every UDP entry: `scanned` 1,202.)
+#[test]
+fn a_rolling_update_is_one_walk_that_copies_only_its_port() {
+    require_root!();
+    let ns = synth_ns("rolling");
+    let mut ct = synth_open(&ns, Config::default());
+    let ep = |i: u8| -> IpAddr { IpAddr::from([198, 18, 6, i]) };
+    let flow = |dst: IpAddr, sport: u16, dport: u16| SyntheticFlow {
+        src: "198.18.1.2".parse().unwrap(),
+        dst,
+        proto: IPPROTO_UDP,
+        sport,
+        dport,
+    };
+    let mut flows: Vec<SyntheticFlow> = (0..100u8)
+        .flat_map(|i| (0..2).map(move |j| (i, j)))
+        .map(|(i, j)| flow(ep(i), 20_000 + u16::from(i) * 2 + j, 8053))
+        .collect();
+    // the same endpoints on another port, and a thousand flows elsewhere
+    flows.extend((0..2u8).map(|i| flow(ep(i), 30_000 + u16::from(i), 9000)));
+    flows.extend((0..1000u16).map(|k| {
+        flow(
+            IpAddr::from([198, 18, 7, (k % 250) as u8]),
+            40_000 + k,
+            9000,
+        )
+    }));
+    fill(&mut ct, &flows);
+    let gone: Vec<Filter> = (0..50u8)
+        .map(|i| Filter::udp_reply_src(ep(i), 8053))
+        .collect();
+    let rep = ct.delete(&gone).unwrap();
+    if ct.probe().strategy == Strategy::FullDump {
+        eprintln!("kernel without CTA_FILTER: no port dump here");
+        return;
+    }
+    assert_eq!(rep.plans.len(), 1);
+    assert_eq!(rep.plans[0].strategy, Strategy::PortDump, "{rep:?}");
+    assert_eq!(rep.walks, 1, "{rep:?}");
+    assert_eq!(
+        rep.scanned, 200,
+        "only port 8053's entries are copied: {rep:?}"
+    );
+    assert_eq!(rep.deleted, 100);
+    assert!(rep.all_done());
+    assert_done_iff_nothing_left(&ns, &rep, "rolling update");
+    for i in 0..2u8 {
+        let other_port = Filter::udp_reply_src(ep(i), 9000);
+        assert_eq!(
+            left(&ns, &other_port),
+            1,
+            "the endpoint's other port was touched"
+        );
+    }
+    for i in 50..100u8 {
+        assert_eq!(
+            left(&ns, &Filter::udp_reply_src(ep(i), 8053)),
+            2,
+            "a kept endpoint lost flows"
+        );
+    }
 }

@@ -127,8 +127,8 @@ fn repairs_back_off_while_another_writer_fights_and_the_rules_end_correct() {
     ]);
     let runner = Runner::start(bins!(), &l.router, &m, &["--sync-ms", "600000"]);
     runner
-        .wait_line(Duration::from_secs(10), |l| l.starts_with("synced"))
-        .expect("first sync");
+        .wait_settled(Duration::from_secs(10))
+        .expect("first sync and its cleanup");
     let model = listing(&l.router).expect("our table");
 
     let fight = Duration::from_secs(4);

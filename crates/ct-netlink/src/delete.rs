@@ -5,7 +5,7 @@
 //! concerns; one filter's failure never stops the others.
 
 use crate::exec::{record_error, KernelFilter};
-use crate::filter::{families, Filter, Matcher};
+use crate::filter::{families, port_groups, Filter, Matcher};
 use crate::plan::{TableSize, Walks};
 use crate::report::FamilyPlan;
 use crate::wire::*;
@@ -90,8 +90,8 @@ impl Conntrack {
             Mode::Forced(s) => return s,
             Mode::Auto => self.probe.strategy,
         };
-        if per_filter == Strategy::FullDump {
-            return Strategy::FullDump;
+        if matches!(per_filter, Strategy::FullDump | Strategy::PortDump) {
+            return per_filter;
         }
         // Walks the per-filter way would make: one per filter, and one more per flushed
         // filter when flushes are counted first.
@@ -103,13 +103,15 @@ impl Conntrack {
             0
         };
         let walks = (idx.len() + counted) as u64;
+        let groups = port_groups(filters, idx).len() as u64;
         match self
             .cfg
             .cost
-            .choose(table.unwrap_or(TableSize::UNKNOWN), walks)
+            .choose(table.unwrap_or(TableSize::UNKNOWN), walks, Some(groups))
         {
             Walks::PerFilter => per_filter,
             Walks::FullDump => Strategy::FullDump,
+            Walks::PortDump => Strategy::PortDump,
         }
     }
 
@@ -167,6 +169,12 @@ impl Conntrack {
                 }
                 Strategy::FullDump => {
                     let targets = self.collect_full(af, filters, &idx, budget, &mut rep);
+                    budget -= targets.len();
+                    before_delete(targets.len());
+                    self.delete_targets(&targets, filters, &mut rep);
+                }
+                Strategy::PortDump => {
+                    let targets = self.collect_by_port(af, filters, &idx, budget, &mut rep);
                     budget -= targets.len();
                     before_delete(targets.len());
                     self.delete_targets(&targets, filters, &mut rep);
@@ -356,24 +364,83 @@ impl Conntrack {
         cap: usize,
         rep: &mut DeleteReport,
     ) -> Vec<(Target, usize)> {
-        let sub: Vec<Filter> = idx.iter().map(|&i| filters[i]).collect();
-        let matcher = Matcher::new(&sub);
-        let mut seen: HashSet<Target> = HashSet::new();
-        let mut out = Vec::new();
-        let mut capped = vec![false; sub.len()];
-        let mut scanned = 0u64;
         // When every filter names one protocol and the kernel honours CTA_FILTER, only
         // that protocol's entries are copied to user space.
-        let protos: HashSet<u8> = sub.iter().map(Filter::proto).collect();
+        let protos: HashSet<u8> = idx.iter().map(|&i| filters[i].proto()).collect();
         let kernel = match protos.iter().next() {
             Some(&p) if protos.len() == 1 && self.probe.strategy != Strategy::FullDump => {
                 KernelFilter::Proto(p)
             }
             _ => KernelFilter::All,
         };
+        let mut found = Found::default();
+        self.collect_matching(af, kernel, "full dump", filters, idx, cap, rep, &mut found);
+        found.out
+    }
+
+    /// One filtered dump per port the filters of `idx` share (the kernel filters on
+    /// protocol and port, without an address: it copies only that port's entries),
+    /// each matched against that port's filters at once; at most `cap` matches.
+    fn collect_by_port(
+        &mut self,
+        af: u8,
+        filters: &[Filter],
+        idx: &[usize],
+        cap: usize,
+        rep: &mut DeleteReport,
+    ) -> Vec<(Target, usize)> {
+        let mut found = Found::default();
+        for g in port_groups(filters, idx) {
+            let coarse;
+            let kernel = match g.key {
+                Some(k) => {
+                    coarse = k.kernel_filter();
+                    KernelFilter::Filter(&coarse, false)
+                }
+                None => {
+                    let f = &filters[g.filters[0]];
+                    KernelFilter::Filter(f, self.kernel_addr_ok(f))
+                }
+            };
+            self.collect_matching(
+                af,
+                kernel,
+                "port dump",
+                filters,
+                &g.filters,
+                cap,
+                rep,
+                &mut found,
+            );
+        }
+        found.out
+    }
+
+    /// One dump of family `af` with `kernel`'s filter, matched against the filters of
+    /// `idx` at once (hash lookups: O(entries), whatever the number of filters); new
+    /// matches into `found` (deduplicated), at most `cap` in all.
+    #[allow(clippy::too_many_arguments)]
+    fn collect_matching(
+        &mut self,
+        af: u8,
+        kernel: KernelFilter<'_>,
+        op: &'static str,
+        filters: &[Filter],
+        idx: &[usize],
+        cap: usize,
+        rep: &mut DeleteReport,
+        found: &mut Found,
+    ) {
+        let sub: Vec<Filter> = idx.iter().map(|&i| filters[i]).collect();
+        let matcher = Matcher::new(&sub);
+        let mut capped = vec![false; sub.len()];
+        let mut scanned = 0u64;
         rep.walks += 1;
-        let r = self.dump_retrying(af, kernel, "full dump", rep, &mut |e, _| {
+        let Found { seen, out } = found;
+        let r = self.dump_retrying(af, kernel, op, rep, &mut |e, _| {
             scanned += 1;
+            // Re-checked in user space: a kernel that ignored part of the filter can
+            // cost time but never delete the wrong entry.
             let Some(k) = matcher.find(e) else {
                 return;
             };
@@ -400,6 +467,13 @@ impl Conntrack {
                 Err(e) => record_error(r_i, e),
             }
         }
-        out
     }
+}
+
+/// The matches of one call's dumps so far (deduplicated by tuple), each with the filter
+/// that found it.
+#[derive(Default)]
+struct Found {
+    seen: HashSet<Target>,
+    out: Vec<(Target, usize)>,
 }

@@ -301,6 +301,109 @@ impl fmt::Display for Filter {
     }
 }
 
+/// The port a group of filters shares, in the direction the kernel filters it: the
+/// kernel form of [`Strategy::PortDump`](crate::Strategy::PortDump)'s one dump per port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum PortKey {
+    /// Original destination port (a service or node port).
+    Orig { af: u8, proto: u8, port: u16 },
+    /// Reply source port (an endpoint's target port).
+    Reply { af: u8, proto: u8, port: u16 },
+}
+
+impl PortKey {
+    /// The filter the kernel is given for this port (its address left out).
+    pub(crate) fn kernel_filter(&self) -> Filter {
+        let family = |af: u8| {
+            if af == AF_INET6 {
+                Family::V6
+            } else {
+                Family::V4
+            }
+        };
+        match *self {
+            PortKey::Orig { af, proto, port } => Filter::OrigDstPort {
+                family: family(af),
+                port,
+                proto,
+            },
+            PortKey::Reply { af, proto, port } => Filter::ReplySrc {
+                addr: match family(af) {
+                    Family::V4 => IpAddr::from([0u8; 4]),
+                    Family::V6 => IpAddr::from([0u8; 16]),
+                },
+                port,
+                proto,
+            },
+        }
+    }
+}
+
+/// A port group: one kernel dump (`key`, or the filter's own kernel form when `key` is
+/// None: a destination without a port) and the filters (indices into the caller's
+/// slice) it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PortGroup {
+    pub(crate) key: Option<PortKey>,
+    pub(crate) filters: Vec<usize>,
+}
+
+/// The filters of `idx` grouped by the port they share, as few groups as the filters
+/// allow: a reply source (an endpoint) is found by its reply source port, a
+/// destination with a port or a node port by its original destination port; a
+/// not-DNAT'ed destination (`Unnated*`: both ports equal) joins a reply group of its
+/// port if there is one, else an original one, else opens a reply group; a destination
+/// without a port is a group of its own. Pure; groups in a stable order.
+pub(crate) fn port_groups(filters: &[Filter], idx: &[usize]) -> Vec<PortGroup> {
+    use std::collections::BTreeMap;
+    let mut groups: BTreeMap<PortKey, Vec<usize>> = BTreeMap::new();
+    let mut own = Vec::new();
+    let mut unnated = Vec::new();
+    for &i in idx {
+        let f = &filters[i];
+        let (af, proto) = (f.af(), f.proto());
+        match *f {
+            Filter::OrigDst {
+                port: Some(port), ..
+            }
+            | Filter::OrigDstPort { port, .. } => groups
+                .entry(PortKey::Orig { af, proto, port })
+                .or_default()
+                .push(i),
+            Filter::OrigDst { port: None, .. } => own.push(i),
+            Filter::ReplySrc { port, .. } => groups
+                .entry(PortKey::Reply { af, proto, port })
+                .or_default()
+                .push(i),
+            Filter::Unnated { port, .. } | Filter::UnnatedPort { port, .. } => {
+                unnated.push((i, af, proto, port))
+            }
+        }
+    }
+    for (i, af, proto, port) in unnated {
+        let reply = PortKey::Reply { af, proto, port };
+        let orig = PortKey::Orig { af, proto, port };
+        let key = if groups.contains_key(&reply) || !groups.contains_key(&orig) {
+            reply
+        } else {
+            orig
+        };
+        groups.entry(key).or_default().push(i);
+    }
+    let mut out: Vec<PortGroup> = groups
+        .into_iter()
+        .map(|(k, filters)| PortGroup {
+            key: Some(k),
+            filters,
+        })
+        .collect();
+    out.extend(own.into_iter().map(|i| PortGroup {
+        key: None,
+        filters: vec![i],
+    }));
+    out
+}
+
 pub(crate) fn families(filters: &[Filter]) -> Vec<u8> {
     let mut v: Vec<u8> = Vec::new();
     for f in filters {

@@ -17,17 +17,20 @@
 //! # Ok::<(), ct_netlink::Error>(())
 //! ```
 //!
-//! Three strategies (see docs/conntrack.md):
+//! Four strategies (see docs/conntrack.md):
 //! - [`Strategy::FilteredFlush`]: one IPCTNL_MSG_CT_DELETE with CTA_FILTER per filter
 //!   (Linux >= 6.12); the kernel deletes every match itself.
 //! - [`Strategy::FilteredDump`]: a dump with CTA_FILTER per filter (Linux >= 5.8), then
 //!   deletion of each returned entry by tuple (and CTA_ID).
 //! - [`Strategy::FullDump`]: one unfiltered dump per address family, matched in user
 //!   space against all filters at once, then deletion by tuple.
+//! - [`Strategy::PortDump`]: one dump with CTA_FILTER per port the filters share
+//!   (protocol and port, no address), matched in user space, then deletion by tuple.
 //!
 //! Unless the configuration forces one, each call chooses per family between the
-//! probed per-filter kind (one kernel table walk per filter) and one full dump (one
-//! walk whatever the number of filters) with a measured cost model ([`plan`]). Every
+//! probed per-filter kind (one kernel table walk per filter), one dump per shared port
+//! (one walk per port) and one full dump (one walk whatever the number of filters) with
+//! a measured cost model ([`plan`]). Every
 //! filter gets an [`Outcome`]; only a complete match makes it done.
 //!
 //! Safety rule: every delete request that carries CTA_FILTER also carries a partial
@@ -109,13 +112,20 @@ pub enum Strategy {
     FilteredDump,
     /// Full dump per family, user-space matching of all filters, delete by tuple.
     FullDump,
+    /// One dump with CTA_FILTER per port the filters share (Linux >= 5.8; protocol and
+    /// port only, no address: the kernel copies only that port's entries), matched in
+    /// user space against every filter naming the port, then delete by tuple. Chosen by
+    /// the cost model when the filters share fewer ports than they are (a rolling
+    /// update: every removed endpoint of a service has the same target port).
+    PortDump,
 }
 
 impl Strategy {
-    pub const ALL: [Strategy; 3] = [
+    pub const ALL: [Strategy; 4] = [
         Strategy::FilteredFlush,
         Strategy::FilteredDump,
         Strategy::FullDump,
+        Strategy::PortDump,
     ];
 }
 
@@ -125,6 +135,7 @@ impl fmt::Display for Strategy {
             Strategy::FilteredFlush => "filtered-flush",
             Strategy::FilteredDump => "filtered-dump",
             Strategy::FullDump => "full-dump",
+            Strategy::PortDump => "port-dump",
         })
     }
 }
@@ -136,8 +147,9 @@ impl std::str::FromStr for Strategy {
             "filtered-flush" => Ok(Strategy::FilteredFlush),
             "filtered-dump" => Ok(Strategy::FilteredDump),
             "full-dump" => Ok(Strategy::FullDump),
+            "port-dump" => Ok(Strategy::PortDump),
             _ => Err(format!(
-                "unknown conntrack strategy {s:?} (filtered-flush, filtered-dump, full-dump)"
+                "unknown conntrack strategy {s:?} (filtered-flush, filtered-dump, full-dump, port-dump)"
             )),
         }
     }

@@ -71,6 +71,8 @@ pub enum Walks {
     PerFilter,
     /// One full dump of the family, matched against all its filters.
     FullDump,
+    /// One filtered dump per port the filters share (protocol and port, no address).
+    PortDump,
 }
 
 impl CostModel {
@@ -89,12 +91,31 @@ impl CostModel {
         self.walk_ns(t) + t.entries as f64 * self.dump_entry_ns + self.request_ns
     }
 
-    /// The cheaper way for a family whose per-filter requests would make `walks` walks.
-    pub fn choose(&self, t: TableSize, walks: u64) -> Walks {
-        if walks <= 1 || self.per_filter_ns(t, walks) <= self.full_dump_ns(t) {
-            Walks::PerFilter
-        } else {
-            Walks::FullDump
+    /// `groups` filtered dumps by port. Each walks the table once; the entries of the
+    /// port it copies to user space are not known before, and are not counted: they
+    /// are flows to the service ports being cleaned, the ones a cleanup is about (at
+    /// worst, a port that holds the whole table, one full dump's copy per group).
+    pub fn port_dump_ns(&self, t: TableSize, groups: u64) -> f64 {
+        self.per_filter_ns(t, groups)
+    }
+
+    /// The cheaper way for a family whose per-filter requests would make `walks` walks
+    /// and whose filters share `port_groups` ports (None: the kernel cannot filter a
+    /// dump). Per filter unless another way makes fewer walks and costs less; ties go
+    /// to per filter (a filtered flush copies nothing), then to the port dumps.
+    pub fn choose(&self, t: TableSize, walks: u64, port_groups: Option<u64>) -> Walks {
+        if walks <= 1 {
+            return Walks::PerFilter;
+        }
+        let per_filter = self.per_filter_ns(t, walks);
+        let full = self.full_dump_ns(t);
+        let port = port_groups
+            .filter(|&g| g < walks)
+            .map(|g| self.port_dump_ns(t, g));
+        match port {
+            Some(p) if p < per_filter && p <= full => Walks::PortDump,
+            _ if per_filter <= full => Walks::PerFilter,
+            _ => Walks::FullDump,
         }
     }
 }
@@ -119,25 +140,26 @@ mod tests {
             },
             TableSize::UNKNOWN,
         ] {
-            assert_eq!(m.choose(t, 1), Walks::PerFilter);
-            assert_eq!(m.choose(t, 0), Walks::PerFilter);
+            assert_eq!(m.choose(t, 1, Some(1)), Walks::PerFilter);
+            assert_eq!(m.choose(t, 0, Some(0)), Walks::PerFilter);
         }
     }
 
     #[test]
     fn many_filters_take_one_full_dump() {
         let m = CostModel::default();
-        assert_eq!(m.choose(M, 1000), Walks::FullDump);
-        assert_eq!(m.choose(TableSize::UNKNOWN, 1000), Walks::FullDump);
+        assert_eq!(m.choose(M, 1000, None), Walks::FullDump);
+        assert_eq!(m.choose(TableSize::UNKNOWN, 1000, None), Walks::FullDump);
         // The crossover at 1M entries is a few filters: never more than ~1 full dump.
         let first_full = (1..100)
-            .find(|&k| m.choose(M, k) == Walks::FullDump)
+            .find(|&k| m.choose(M, k, None) == Walks::FullDump)
             .unwrap();
         assert!((2..=6).contains(&first_full), "{first_full}");
         let worst = (1..1000)
-            .map(|k| match m.choose(M, k) {
+            .map(|k| match m.choose(M, k, None) {
                 Walks::PerFilter => m.per_filter_ns(M, k),
                 Walks::FullDump => m.full_dump_ns(M),
+                Walks::PortDump => unreachable!("no port groups given"),
             })
             .fold(0.0, f64::max);
         assert!(worst <= m.full_dump_ns(M) * 1.0001, "{worst}");
@@ -152,6 +174,31 @@ mod tests {
         };
         // Walking empty buckets costs the same both ways; the dump adds almost nothing:
         // from two filters on, one dump is cheaper.
-        assert_eq!(m.choose(small, 2), Walks::FullDump);
+        assert_eq!(m.choose(small, 2, None), Walks::FullDump);
+    }
+
+    #[test]
+    fn filters_sharing_a_port_take_one_walk_per_port() {
+        let m = CostModel::default();
+        // A rolling update: 25 removed endpoints of one service, one target port.
+        assert_eq!(m.choose(M, 25, Some(1)), Walks::PortDump);
+        // As many ports as filters: per filter (a flush copies nothing) or full dump.
+        assert_eq!(m.choose(M, 2, Some(2)), Walks::PerFilter);
+        assert_eq!(m.choose(M, 1000, Some(1000)), Walks::FullDump);
+        // Many ports, fewer than filters, but more walks than one full dump costs.
+        assert_eq!(m.choose(M, 1000, Some(500)), Walks::FullDump);
+        // A single filter is one request, whatever the grouping.
+        assert_eq!(m.choose(M, 1, Some(1)), Walks::PerFilter);
+        // Never more than about one full dump, whatever the grouping.
+        for k in 2..200u64 {
+            for g in 1..=k {
+                let cost = match m.choose(M, k, Some(g)) {
+                    Walks::PerFilter => m.per_filter_ns(M, k),
+                    Walks::FullDump => m.full_dump_ns(M),
+                    Walks::PortDump => m.port_dump_ns(M, g),
+                };
+                assert!(cost <= m.full_dump_ns(M) * 1.0001, "{k} {g}");
+            }
+        }
     }
 }

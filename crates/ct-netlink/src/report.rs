@@ -160,8 +160,11 @@ impl DeleteReport {
             .per_filter
             .iter()
             .any(|r| r.incomplete || r.unacked > 0);
-        if self.plans.iter().any(|p| p.strategy == Strategy::FullDump) {
-            self.strategy = Strategy::FullDump;
+        for s in [Strategy::FullDump, Strategy::PortDump] {
+            if self.plans.iter().any(|p| p.strategy == s) {
+                self.strategy = s;
+                break;
+            }
         }
     }
 }

@@ -528,3 +528,89 @@ fn unnated_filters_keep_dnated_entries() {
         "udp orig dst 198.18.3.10:53 not dnat'ed"
     );
 }
+
+#[test]
+fn filters_are_grouped_by_the_port_they_share() {
+    let (a, b, c) = (ip("198.18.1.1"), ip("198.18.1.2"), ip("198.18.1.3"));
+    let filters = [
+        Filter::udp_reply_src(a, 5353),
+        Filter::udp_reply_src(b, 5353),
+        Filter::udp_unnated(c, 5353),
+        Filter::udp_orig_dst(c, Some(53)),
+        Filter::udp_nodeport(Family::V4, 30053),
+        Filter::udp_unnated_nodeport(Family::V4, 30053),
+        Filter::udp_orig_dst(b, None),
+        Filter::udp_reply_src(ip("2001:db8::1"), 5353),
+    ];
+    let idx: Vec<usize> = (0..filters.len()).collect();
+    let groups = port_groups(&filters, &idx);
+    let g = |key: Option<PortKey>| {
+        groups
+            .iter()
+            .find(|g| g.key == key)
+            .map(|g| g.filters.clone())
+    };
+    let (udp, v4, v6) = (IPPROTO_UDP, AF_INET, AF_INET6);
+    // endpoints by their reply source port; the not-DNAT'ed destination of that port
+    // joins them (its reply source port is the same)
+    assert_eq!(
+        g(Some(PortKey::Reply {
+            af: v4,
+            proto: udp,
+            port: 5353
+        })),
+        Some(vec![0, 1, 2])
+    );
+    assert_eq!(
+        g(Some(PortKey::Orig {
+            af: v4,
+            proto: udp,
+            port: 53
+        })),
+        Some(vec![3])
+    );
+    // a not-DNAT'ed node port joins its original-port group
+    assert_eq!(
+        g(Some(PortKey::Orig {
+            af: v4,
+            proto: udp,
+            port: 30053
+        })),
+        Some(vec![4, 5])
+    );
+    // a destination without a port is its own group; families never mix
+    assert_eq!(g(None), Some(vec![6]));
+    assert_eq!(
+        g(Some(PortKey::Reply {
+            af: v6,
+            proto: udp,
+            port: 5353
+        })),
+        Some(vec![7])
+    );
+    assert_eq!(groups.len(), 5);
+    // every filter in exactly one group, and each group's kernel filter (protocol and
+    // port, no address) lets through everything its filters match
+    let mut all: Vec<usize> = groups.iter().flat_map(|g| g.filters.clone()).collect();
+    all.sort();
+    assert_eq!(all, idx);
+    for g in &groups {
+        let Some(k) = g.key else { continue };
+        let coarse = k.kernel_filter();
+        for &i in &g.filters {
+            let f = filters[i];
+            assert_eq!(coarse.af(), f.af(), "{f}");
+            assert_eq!(coarse.proto(), f.proto(), "{f}");
+        }
+    }
+}
+
+#[test]
+fn a_rolling_update_is_one_port_group() {
+    let filters: Vec<Filter> = (0..100u8)
+        .map(|i| Filter::udp_reply_src(IpAddr::from([198, 18, 2, i]), 8053))
+        .chain([Filter::udp_unnated(ip("198.18.240.2"), 8053)])
+        .collect();
+    let idx: Vec<usize> = (0..filters.len()).collect();
+    assert_eq!(port_groups(&filters, &idx).len(), 1);
+}

@@ -363,7 +363,7 @@ fn drive<N, C, K>(
 ) -> anyhow::Result<ExitCode>
 where
     N: NftKernel,
-    C: ConntrackKernel,
+    C: ConntrackKernel + Send + 'static,
     K: Clock,
 {
     let synced = Arc::new(AtomicBool::new(false));

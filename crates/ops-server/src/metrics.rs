@@ -252,7 +252,7 @@ impl Metrics {
             )),
             ct_targets: r.register(Desc::counter(
                 "kubeproxy_conntrack_cleanup_targets_total",
-                "Conntrack cleanup targets (filters) worked on, by outcome (deleted, already-gone, capped, incomplete, failed) and by the strategy that served them (filtered-flush, filtered-dump, full-dump; unknown when the call failed as a whole)",
+                "Conntrack cleanup targets (filters) worked on, by outcome (deleted, already-gone, capped, incomplete, failed) and by the strategy that served them (filtered-flush, filtered-dump, port-dump, full-dump; unknown when the call failed as a whole)",
                 &["outcome", "strategy"],
             )),
             ct_deleted_by_strategy: r.register(Desc::counter(
@@ -262,7 +262,7 @@ impl Metrics {
             )),
             ct_seconds_by_strategy: r.register(Desc::histogram(
                 "kubeproxy_conntrack_cleanup_duration_seconds",
-                "Duration of each conntrack cleanup call in seconds, by the strategy used (full-dump when any family was served by a full dump, else filtered-dump when any filter was, else filtered-flush)",
+                "Duration of each conntrack cleanup call in seconds, by the strategy used (full-dump when any family was served by a full dump, else port-dump when any was, else filtered-dump when any filter was, else filtered-flush)",
                 &["strategy"],
                 sync_buckets(),
             )),

@@ -13,11 +13,11 @@ use crate::metrics::{unix, unix_now, Metrics};
 pub struct MetricsObserver(pub Arc<Metrics>);
 
 /// The strategy a cleanup call is reported under: full-dump if any filter was served by
-/// a full dump, else filtered-dump if any was, else filtered-flush; `unknown` when no
-/// filter says.
+/// a full dump, else port-dump, else filtered-dump if any was, else filtered-flush;
+/// `unknown` when no filter says.
 fn call_strategy(filters: &[FilterWork]) -> &'static str {
     let has = |s: &str| filters.iter().any(|f| f.strategy == Some(s));
-    ["full-dump", "filtered-dump", "filtered-flush"]
+    ["full-dump", "port-dump", "filtered-dump", "filtered-flush"]
         .into_iter()
         .find(|s| has(s))
         .unwrap_or("unknown")

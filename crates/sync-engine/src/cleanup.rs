@@ -4,10 +4,13 @@
 //! Every target stays pending until the kernel proves it finished (deleted, or already
 //! gone); capped, incomplete and failed targets are retried, failed and incomplete ones
 //! with an exponential backoff. Work is done in bounded slices (at most
-//! `cleanup_slice_targets` targets per kernel call, one call per loop turn), so a large
-//! backlog never holds rule syncs back for more than one call. Finished targets leave
-//! our tables in an element-only batch. Without ctnetlink the targets wait and the
-//! socket is opened again periodically.
+//! `cleanup_slice_targets` targets per kernel call). A slice runs on the engine's thread
+//! right after the commit (`Engine::sync` called directly: tests, `--once`), or, under
+//! [`crate::run`], on a worker thread of its own while the engine goes on syncing
+//! ([`crate::slice`]): a kernel walk of a large conntrack table then never delays the
+//! next sync, and a slice is still only ever taken after the commit that made its
+//! targets. Finished targets leave our tables in an element-only batch. Without
+//! ctnetlink the targets wait and the socket is opened again periodically.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -16,6 +19,7 @@ use crate::compile::families;
 use crate::engine::Engine;
 use crate::kernel::{CleanupOutcome, Clock, ConntrackKernel, FilterDetail, NftKernel};
 use crate::pending::{family_of, recorded_ops};
+use crate::slice::{Slice, SliceDone};
 use crate::targets::Target;
 use crate::{next_generation, CleanupReport};
 use kube_model::IpFamily;
@@ -47,6 +51,7 @@ fn filter_work(t: &Target, d: FilterDetail) -> FilterWork {
             ct_netlink::Strategy::FilteredFlush => "filtered-flush",
             ct_netlink::Strategy::FilteredDump => "filtered-dump",
             ct_netlink::Strategy::FullDump => "full-dump",
+            ct_netlink::Strategy::PortDump => "port-dump",
         }),
         outcome: match d.outcome {
             CleanupOutcome::Deleted { .. } => "deleted",
@@ -63,7 +68,10 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// Open the conntrack socket when it is unavailable and the re-probe is due.
     pub(crate) fn reprobe_conntrack(&mut self) {
         let now = self.clock.now();
-        if self.ct.kernel.is_some() || self.ct.unavailable.as_ref().is_some_and(|u| u.1 > now) {
+        if self.ct.kernel.is_some()
+            || self.ct.lent
+            || self.ct.unavailable.as_ref().is_some_and(|u| u.1 > now)
+        {
             return;
         }
         let Some(open) = self.ct.opener.as_mut() else {
@@ -97,6 +105,9 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
 
     /// When the conntrack socket is to be opened again (None: it is open, or cannot be).
     pub(crate) fn reprobe_due(&self) -> Option<Instant> {
+        if self.ct.lent {
+            return None;
+        }
         match (&self.ct.kernel, &self.ct.opener, &self.ct.unavailable) {
             (None, Some(_), Some((_, at))) => Some(*at),
             (None, Some(_), None) => Some(self.clock.now()),
@@ -110,34 +121,60 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.pending.next_due()
     }
 
-    /// One bounded slice: delete the entries of the targets due now (at most
-    /// `cleanup_slice_targets`, those of `first` before the others), record each
+    /// One bounded slice on this thread: delete the entries of the targets due now (at
+    /// most `cleanup_slice_targets`, those of `first` before the others), record each
     /// outcome, then remove the finished targets from our tables. Only after a
     /// successful commit.
     pub(crate) fn cleanup_slice(&mut self, first: &BTreeSet<Target>) -> Cleaned {
-        let t0 = self.clock.now();
-        let mut out = Cleaned::default();
-        let Some(ct) = self.ct.kernel.as_mut() else {
-            return out;
-        };
-        let due = self
-            .pending
-            .due(t0, self.cfg.cleanup_slice_targets.max(1), first);
-        if due.is_empty() {
-            return out;
+        match self.take_slice(first) {
+            Some(slice) => self.finish_slice(slice.run()),
+            None => Cleaned::default(),
         }
-        out.targets = due.len();
-        let filters: Vec<ct_netlink::Filter> = due.iter().map(Target::filter).collect();
-        let outcomes = match ct.delete_detailed(&filters) {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::warn!(error = %e, targets = due.len(), "conntrack cleanup failed; retrying with a backoff");
-                Vec::new()
-            }
+    }
+
+    /// Take the targets due now (at most `cleanup_slice_targets`, those of `first`
+    /// before the others) and lend them the conntrack kernel. None: nothing due, or no
+    /// kernel (unavailable, or lent to a slice still running).
+    pub(crate) fn take_slice(&mut self, first: &BTreeSet<Target>) -> Option<Slice<C>> {
+        self.ct.kernel.as_ref()?;
+        let due = self.pending.due(
+            self.clock.now(),
+            self.cfg.cleanup_slice_targets.max(1),
+            first,
+        );
+        if due.is_empty() {
+            return None;
+        }
+        let kernel = self.ct.kernel.take()?;
+        self.ct.lent = true;
+        let targets = due
+            .into_iter()
+            .map(|t| {
+                let renewed = self.pending.renewed(&t);
+                (t, renewed)
+            })
+            .collect();
+        Some(Slice { kernel, targets })
+    }
+
+    /// A slice that ran: the kernel back, each outcome recorded (a target renewed by a
+    /// commit while the slice ran stays pending), the finished targets removed from our
+    /// tables.
+    pub(crate) fn finish_slice(&mut self, done: SliceDone<C>) -> Cleaned {
+        self.ct.kernel = Some(done.kernel);
+        self.ct.lent = false;
+        let mut out = Cleaned {
+            targets: done.targets.len(),
+            took: done.took,
+            ..Cleaned::default()
         };
+        let outcomes = done.result.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, targets = done.targets.len(), "conntrack cleanup failed; retrying with a backoff");
+            Vec::new()
+        });
         let now = self.clock.now();
         let mut failed = 0usize;
-        for (i, t) in due.iter().enumerate() {
+        for (i, (t, renewed)) in done.targets.iter().enumerate() {
             let d = outcomes.get(i).copied().unwrap_or(FilterDetail {
                 outcome: CleanupOutcome::Failed,
                 strategy: None,
@@ -151,10 +188,14 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             if o == CleanupOutcome::Failed {
                 failed += 1;
             }
-            if self
-                .pending
-                .record(t, o, now, self.cfg.retry_initial, self.cfg.retry_max)
-            {
+            if self.pending.record(
+                t,
+                *renewed,
+                o,
+                now,
+                self.cfg.retry_initial,
+                self.cfg.retry_max,
+            ) {
                 out.done += 1;
             } else {
                 tracing::trace!(target_filter = %t.filter(), outcome = %o, "conntrack cleanup target not finished; pending");
@@ -167,7 +208,6 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             self.forget_finished();
         }
         self.publish_pending();
-        out.took = self.clock.now().saturating_duration_since(t0);
         tracing::trace!(
             targets = out.targets,
             done = out.done,
@@ -219,9 +259,41 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         });
     }
 
-    /// A cleanup slice between syncs (when due), reported to the observer.
-    pub(crate) fn cleanup_turn(&mut self) -> CleanupReport {
-        let c = self.cleanup_slice(&BTreeSet::new());
+    /// A cleanup slice between syncs (when due): on the worker when there is one (the
+    /// targets of the latest commits first; reported when it comes back,
+    /// [`Engine::slice_done`]), otherwise here, reported to the observer.
+    pub(crate) fn cleanup_turn(&mut self) {
+        let Some(worker) = self.cleaner.clone() else {
+            let c = self.cleanup_slice(&BTreeSet::new());
+            self.report_slice(c);
+            return;
+        };
+        let fresh = std::mem::take(&mut self.fresh);
+        let Some(slice) = self.take_slice(&fresh) else {
+            return;
+        };
+        if let Err(flume::SendError(slice)) = worker.send(slice) {
+            tracing::warn!("the conntrack cleanup worker is gone; cleaning on the engine's thread");
+            self.cleaner = None;
+            let c = self.finish_slice(slice.run());
+            self.report_slice(c);
+        }
+    }
+
+    /// A slice the worker ran: its outcomes recorded, reported to the observer.
+    pub fn slice_done(&mut self, done: SliceDone<C>) {
+        let c = self.finish_slice(done);
+        self.report_slice(c);
+    }
+
+    /// Slices run beside the engine from now on: sent to `worker`, which runs each
+    /// ([`Slice::run`]) and hands it back to [`Engine::slice_done`]. Syncs no longer
+    /// clean inline; their targets go to the next slice first.
+    pub fn clean_beside(&mut self, worker: flume::Sender<Slice<C>>) {
+        self.cleaner = Some(worker);
+    }
+
+    fn report_slice(&mut self, c: Cleaned) {
         let r = CleanupReport {
             targets: c.targets,
             done: c.done,
@@ -241,6 +313,5 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             );
             self.observer.cleaned(&r);
         }
-        r
     }
 }

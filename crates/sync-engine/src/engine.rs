@@ -15,6 +15,7 @@ use crate::isolate::Skips;
 use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, CtSlot, NftKernel};
 use crate::pending::{self, Pending};
 use crate::schedule::{Periods, Schedule};
+use crate::slice::Slice;
 use crate::targets::Target;
 use crate::{status, EngineConfig, Event, ForeignWriter, NodeHealth, Observer, StatusHandle};
 
@@ -99,6 +100,12 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) started_wall: SystemTime,
     /// Conflicts between services in the committed rules (logged once each).
     pub(crate) conflicts: std::collections::BTreeSet<String>,
+    /// The targets of the commits since the last cleanup slice was taken: the next
+    /// slice takes them first (when slices run beside the engine).
+    pub(crate) fresh: BTreeSet<Target>,
+    /// Where cleanup slices go to run beside the engine (`run`'s worker thread); None:
+    /// they run on the engine's thread, right after the commit.
+    pub(crate) cleaner: Option<flume::Sender<Slice<C>>>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -120,6 +127,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             kernel: None,
             opener: Some(open),
             unavailable: None,
+            lent: false,
         };
         let mut e = Engine::with_slot(cfg, nft, slot, clock);
         e.reprobe_conntrack();
@@ -168,6 +176,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
             conflicts: Default::default(),
+            fresh: BTreeSet::new(),
+            cleaner: None,
         }
     }
 
@@ -213,9 +223,10 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         &self.pending
     }
 
-    /// Whether the conntrack cleanup can run (ctnetlink open).
+    /// Whether the conntrack cleanup can run (ctnetlink open; it may be busy with a
+    /// slice beside the engine).
     pub fn conntrack_available(&self) -> bool {
-        self.ct.kernel.is_some()
+        self.ct.kernel.is_some() || self.ct.lent
     }
 
     /// Whether a change is queued and not yet applied.

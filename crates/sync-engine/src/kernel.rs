@@ -199,6 +199,8 @@ pub(crate) struct CtSlot<C> {
     pub opener: Option<ConntrackOpener<C>>,
     /// Why it is unavailable, and when to try opening it again.
     pub unavailable: Option<(String, Instant)>,
+    /// The kernel is lent to a cleanup slice running beside the engine.
+    pub lent: bool,
 }
 
 impl<C> CtSlot<C> {
@@ -207,6 +209,7 @@ impl<C> CtSlot<C> {
             kernel: Some(c),
             opener: None,
             unavailable: None,
+            lent: false,
         }
     }
 }

@@ -13,6 +13,8 @@
 //! - [`kernel`], [`targets`], [`backoff`], [`schedule`], [`status`]: the kernel traits,
 //!   cleanup targets, the backoff rule, when the next sync is due, the status;
 //! - [`pending`]: pending cleanup targets and their record in our tables (pure);
+//! - [`slice`]: a cleanup slice, its targets lent with the conntrack kernel (to run on
+//!   `run`'s worker thread);
 //! - [`compile`]: bringing the compiler up to date with what changed (pure);
 //! - [`plan`]: the planner: the batch, the targets it records and makes, and why (pure);
 //! - [`isolate`]: the service ports a refusal is to blame on, the skipped ports (pure);
@@ -32,6 +34,7 @@ pub mod plan;
 mod publish;
 pub mod run;
 pub mod schedule;
+pub mod slice;
 pub mod status;
 mod sync;
 pub mod targets;

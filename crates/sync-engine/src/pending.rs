@@ -33,6 +33,11 @@ pub struct Entry {
     /// Not before this time.
     pub next_try: Instant,
     pub last: Option<CleanupOutcome>,
+    /// How often it was made a target again since it became one: a cleanup slice
+    /// running beside the engine (`run`'s worker) finishes a target only if no commit
+    /// renewed it meanwhile (entries made after the renewing commit may be past the
+    /// kernel walk that was under way).
+    pub renewed: u64,
 }
 
 /// The pending targets.
@@ -62,13 +67,22 @@ impl Pending {
     pub fn add(&mut self, t: Target, now: Instant) {
         self.map
             .entry(t)
-            .and_modify(|e| e.next_try = e.next_try.min(now))
+            .and_modify(|e| {
+                e.next_try = e.next_try.min(now);
+                e.renewed += 1;
+            })
             .or_insert(Entry {
                 since: now,
                 attempts: 0,
                 next_try: now,
                 last: None,
+                renewed: 0,
             });
+    }
+
+    /// A target's renewal count now (0 when not pending).
+    pub fn renewed(&self, t: &Target) -> u64 {
+        self.map.get(t).map_or(0, |e| e.renewed)
     }
 
     pub fn clear(&mut self) {
@@ -99,19 +113,30 @@ impl Pending {
         self.map.values().map(|e| e.since).min()
     }
 
-    /// Record an attempt's outcome. Returns true when the target is finished (removed).
-    /// Capped targets are due again at once (work remains, nothing is wrong); failed and
-    /// incomplete ones after `initial` doubled per attempt, at most `max`.
+    /// Record an attempt's outcome; `renewed` is the target's renewal count when the
+    /// attempt took it. Returns true when the target is finished (removed). A done
+    /// target renewed since it was taken stays, due at once; capped targets are due
+    /// again at once (work remains, nothing is wrong); failed and incomplete ones after
+    /// `initial` doubled per attempt, at most `max`.
     pub fn record(
         &mut self,
         t: &Target,
+        renewed: u64,
         outcome: CleanupOutcome,
         now: Instant,
         initial: Duration,
         max: Duration,
     ) -> bool {
         if outcome.done() {
-            return self.map.remove(t).is_some();
+            return match self.map.get_mut(t) {
+                Some(e) if e.renewed != renewed => {
+                    e.last = Some(outcome);
+                    e.next_try = now;
+                    false
+                }
+                Some(_) => self.map.remove(t).is_some(),
+                None => false,
+            };
         }
         if let Some(e) = self.map.get_mut(t) {
             e.attempts = e.attempts.saturating_add(1);

@@ -1,6 +1,8 @@
 //! The loop around the engine: events in, the work that is due, nothing else. It sleeps
 //! until the next piece of work is due or an event arrives (no polling): the sources'
-//! events and the nftables notifications, read by a watcher thread of its own.
+//! events, the nftables notifications, read by a watcher thread of its own, and the
+//! conntrack cleanup slices coming back from the cleanup worker thread (each slice's
+//! kernel calls run there, so a walk of a large conntrack table never delays a sync).
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -9,6 +11,7 @@ use flume::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::Engine;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel, SystemClock};
+use crate::slice::{Slice, SliceDone};
 use crate::{our_tables, watch, EngineConfig, EngineError, Event};
 
 /// How long the loop sleeps when nothing is due (it wakes for events anyway).
@@ -28,9 +31,10 @@ pub fn channel(cap: usize) -> (EventSender, EventReceiver) {
 /// What the loop woke up for. (The event is not boxed: it is moved once, as on the
 /// channel.)
 #[allow(clippy::large_enum_variant)]
-enum Woke {
+enum Woke<C> {
     Event(Event),
     Notified(watch::Poll),
+    Cleaned(SliceDone<C>),
     Closed,
     Nothing,
 }
@@ -38,14 +42,23 @@ enum Woke {
 /// The loop, on the calling thread: handles events, does the work that is due
 /// ([`Engine::next_work`]: a sync, a conntrack cleanup slice, a check of a skipped
 /// port, re-opening ctnetlink), and (when `watch_tamper` is on) follows nftables
-/// notifications to repair our tables when another program changes them. Events are
-/// taken between any two pieces of work, so a cleanup backlog never delays a sync by
-/// more than one slice. Returns on [`Event::Shutdown`] or when every sender is dropped.
-/// Sync failures are retried, never returned.
-pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
+/// notifications to repair our tables when another program changes them. Conntrack
+/// cleanup slices run on a worker thread (`ct-cleanup`), one at a time, each sent
+/// after the commit that made its targets; the loop goes on syncing meanwhile. Events
+/// are taken between any two pieces of work. Returns on [`Event::Shutdown`] or when
+/// every sender is dropped (a slice still running is left to finish on its own; its
+/// targets stay recorded in our tables). Sync failures are retried, never returned.
+pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
     mut engine: Engine<N, C, K>,
     events: EventReceiver,
 ) -> Result<(), EngineError> {
+    let (done_tx, cleaned) = flume::bounded::<SliceDone<C>>(1);
+    match start_cleaner(done_tx) {
+        Ok(jobs) => engine.clean_beside(jobs),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the conntrack cleanup thread; cleaning after each commit on the engine's thread")
+        }
+    }
     // The watcher listens from our first commit on: that commit creates every element
     // of the ruleset, and a listener would make the kernel build one notification per
     // element (its time is the commit's, and they overflow the socket at scale).
@@ -84,12 +97,17 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
         let woke = flume::Selector::new()
             .recv(&events, |r| r.map_or(Woke::Closed, Woke::Event))
             .recv(&notes, |r| r.map_or(Woke::Nothing, Woke::Notified))
+            .recv(&cleaned, |r| r.map_or(Woke::Nothing, Woke::Cleaned))
             .wait_timeout(wait)
             .unwrap_or(Woke::Nothing);
         let first = match woke {
             Woke::Event(ev) => Some(ev),
             Woke::Notified(p) => {
                 engine.handle(Event::Nftables(p));
+                None
+            }
+            Woke::Cleaned(done) => {
+                engine.slice_done(done);
                 None
             }
             Woke::Closed => return Ok(()),
@@ -111,6 +129,24 @@ pub fn run<N: NftKernel, C: ConntrackKernel, K: Clock>(
             }
         }
     }
+}
+
+/// The cleanup worker: runs each slice it is sent and sends it back on `done`. It ends
+/// when the loop drops its sender (after the slice under way, if any).
+fn start_cleaner<C: ConntrackKernel + Send + 'static>(
+    done: Sender<SliceDone<C>>,
+) -> std::io::Result<Sender<Slice<C>>> {
+    let (jobs, rx) = flume::bounded::<Slice<C>>(1);
+    std::thread::Builder::new()
+        .name("ct-cleanup".into())
+        .spawn(move || {
+            for slice in rx.iter() {
+                if done.send(slice.run()).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(jobs)
 }
 
 /// The nftables watcher on a thread of its own (its socket opened in the loop's

@@ -316,8 +316,18 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
     }
 
-    /// The conntrack cleanup of a commit: its own targets first (one bounded slice).
+    /// The conntrack cleanup of a commit: its own targets first (one bounded slice, on
+    /// this thread; or, when slices run beside the engine, handed to the next slice,
+    /// which the loop sends off at once: the report counts them, their time and
+    /// deletions are the slice's own report).
     pub(crate) fn clear(&mut self, fresh: &BTreeSet<Target>, dropped: usize) -> Cleaned {
+        if self.cfg.conntrack_cleanup && self.cleaner.is_some() {
+            self.fresh.extend(fresh.iter().copied());
+            return Cleaned {
+                targets: fresh.len(),
+                ..Cleaned::default()
+            };
+        }
         if self.cfg.conntrack_cleanup {
             return self.cleanup_slice(fresh);
         }

@@ -157,29 +157,19 @@ impl Conntrack {
             for &i in &idx {
                 rep.per_filter[i].strategy = strategy;
             }
-            match strategy {
+            // the dump strategies collect the matches, then delete them by tuple
+            let targets = match strategy {
                 Strategy::FilteredFlush => {
-                    self.filtered_flush(filters, &idx, &mut budget, &mut rep, before_delete)
+                    self.filtered_flush(filters, &idx, &mut budget, &mut rep, before_delete);
+                    continue;
                 }
-                Strategy::FilteredDump => {
-                    let targets = self.collect_filtered(filters, &idx, budget, &mut rep);
-                    budget -= targets.len();
-                    before_delete(targets.len());
-                    self.delete_targets(&targets, filters, &mut rep);
-                }
-                Strategy::FullDump => {
-                    let targets = self.collect_full(af, filters, &idx, budget, &mut rep);
-                    budget -= targets.len();
-                    before_delete(targets.len());
-                    self.delete_targets(&targets, filters, &mut rep);
-                }
-                Strategy::PortDump => {
-                    let targets = self.collect_by_port(af, filters, &idx, budget, &mut rep);
-                    budget -= targets.len();
-                    before_delete(targets.len());
-                    self.delete_targets(&targets, filters, &mut rep);
-                }
-            }
+                Strategy::FilteredDump => self.collect_filtered(filters, &idx, budget, &mut rep),
+                Strategy::FullDump => self.collect_full(af, filters, &idx, budget, &mut rep),
+                Strategy::PortDump => self.collect_by_port(af, filters, &idx, budget, &mut rep),
+            };
+            budget -= targets.len();
+            before_delete(targets.len());
+            self.delete_targets(&targets, filters, &mut rep);
         }
         rep.finish();
         tracing::debug!(?rep, "conntrack delete done");

@@ -42,6 +42,7 @@ pub fn cold(o: &Opts, dir: &Path) {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
+                let listeners = nftables_listeners();
                 let d = Daemon::start(&ns, &o.bin, &args).expect("start the daemon");
                 let synced = d.wait_sync(0, Duration::from_secs(600));
                 let started = d.started;
@@ -53,14 +54,15 @@ pub fn cold(o: &Opts, dir: &Path) {
                 };
                 let f = (t - started).as_secs_f64();
                 println!(
-                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB, CPU {:.2} s, ops {}, the first sync's compile {:.0} ms + commit {:.0} ms  [load {}]",
+                    "   run {r}: first commit {f:.3} s, exit {:.3} s, peak RSS {:.0} MiB, CPU {:.2} s, ops {}, the first sync's compile {:.0} ms + commit {:.0} ms  [load {}] [{}]",
                     e.wall.as_secs_f64(),
                     mib(e.maxrss_kib),
                     e.cpu.as_secs_f64(),
                     s.ops,
                     s.compile_ms,
                     s.commit_ms,
-                    loadavg()
+                    loadavg(),
+                    listeners_text(listeners)
                 );
                 first.push(f);
                 exit.push(e.wall.as_secs_f64());
@@ -78,6 +80,7 @@ pub fn cold(o: &Opts, dir: &Path) {
             for r in 0..o.runs {
                 let ns = Netns::new("bca");
                 let api = api_for(o, &ns, n);
+                let listeners = nftables_listeners();
                 let Some((d, f)) = running_daemon(o, &ns, &api) else {
                     println!("   run {r}: FAILED");
                     continue;
@@ -91,10 +94,11 @@ pub fn cold(o: &Opts, dir: &Path) {
                     .join(", ");
                 d.kill();
                 println!(
-                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync); lists complete at: {lists}  [load {}]",
+                    "   run {r}: first commit {:.3} s, peak RSS {:.0} MiB (VmHWM at the first sync); lists complete at: {lists}  [load {}] [{}]",
                     f.as_secs_f64(),
                     mib(hwm),
-                    loadavg()
+                    loadavg(),
+                    listeners_text(listeners)
                 );
                 first.push(f.as_secs_f64());
                 rss.push(mib(hwm));
@@ -122,5 +126,71 @@ fn print_cold_medians(
     );
     if let Some(e) = exit {
         println!("   median at {n}: start -> exit {:.3} s", median(e));
+    }
+}
+
+/// Netlink sockets subscribed to `NFNLGRP_NFTABLES` (group 7) in any network namespace
+/// of the machine, read from `/proc/PID/net/netlink` once per namespace (root reads every
+/// process's). The kernel builds a notification per element of a commit whenever one
+/// exists anywhere: `netlink_has_listeners` looks at the protocol's global listener
+/// mask, not the namespace's, so another program's monitor (a daemon's watcher, `nft
+/// monitor`) slows a cold start in an unrelated namespace (10k: commit 0.69 s -> 1.05 s,
+/// docs/benchmarks.md). `None` when `/proc` cannot be read.
+fn nftables_listeners() -> Option<usize> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let pid = e.file_name();
+        if !pid.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(ns) = std::fs::read_link(e.path().join("ns/net")) else {
+            continue;
+        };
+        if !seen.insert(ns) {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(e.path().join("net/netlink")) else {
+            continue;
+        };
+        n += listeners_in(&text);
+    }
+    Some(n)
+}
+
+/// Of one `/proc/net/netlink` text: the NETLINK_NETFILTER (12) sockets whose groups
+/// (the first 32 bits, in hex) include NFNLGRP_NFTABLES (bit 6).
+fn listeners_in(text: &str) -> usize {
+    text.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3
+                && f[1] == "12"
+                && u32::from_str_radix(f[3], 16).is_ok_and(|g| g & (1 << 6) != 0)
+        })
+        .count()
+}
+
+fn listeners_text(n: Option<usize>) -> String {
+    match n {
+        Some(0) => "no nftables listener on the machine".into(),
+        Some(n) => format!(
+            "{n} nftables listener(s) elsewhere: the commit builds a notification per element"
+        ),
+        None => "nftables listeners unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn listeners_are_netfilter_sockets_in_group_7() {
+        let text = "sk               Eth Pid        Groups   Rmem     Wmem     Dump  Locks    Drops    Inode\n\
+00000000e207010f 12  3456950510 00000000 0        0        0     2        0        2677981\n\
+00000000526e76b7 12  0          00000040 0        0        0     2        0        2677635\n\
+0000000047362dbe 0   29896      00000040 0        0        0     2        0        2677980\n\
+0000000047362dbf 12  29897      000000c1 0        0        0     2        0        2677982\n";
+        assert_eq!(super::listeners_in(text), 2);
     }
 }

@@ -293,6 +293,20 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.cleaner = Some(worker);
     }
 
+    /// The cleanup thread ended (it panicked): slices run on this thread from now on; a
+    /// kernel it held is lost, so the socket is opened again when the engine has an
+    /// opener. The pending targets stay (recorded in our tables).
+    pub fn cleaner_gone(&mut self) {
+        self.cleaner = None;
+        if self.ct.lent {
+            self.ct.lent = false;
+            tracing::error!(
+                pending = self.pending.len(),
+                "the conntrack cleanup thread ended; its socket is lost, opening a new one"
+            );
+        }
+    }
+
     fn report_slice(&mut self, c: Cleaned) {
         let r = CleanupReport {
             targets: c.targets,

@@ -36,6 +36,10 @@ enum Woke<C> {
     Notified(watch::Poll),
     Cleaned(SliceDone<C>),
     Closed,
+    /// The watcher thread ended (its sender dropped).
+    WatcherGone,
+    /// The cleanup thread ended (its sender dropped: it panicked).
+    CleanerGone,
     Nothing,
 }
 
@@ -52,7 +56,10 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
     mut engine: Engine<N, C, K>,
     events: EventReceiver,
 ) -> Result<(), EngineError> {
+    // A channel whose sender is gone leaves the selection (a closed channel would wake
+    // the selector at once, every time).
     let (done_tx, cleaned) = flume::bounded::<SliceDone<C>>(1);
+    let mut cleaned = Some(cleaned);
     match start_cleaner(done_tx) {
         Ok(jobs) => engine.clean_beside(jobs),
         Err(e) => {
@@ -69,6 +76,7 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
     let mut want_watcher = engine.config().watch_tamper;
     // the watcher thread's notifications (the sender is the thread's once it runs)
     let (note_tx, notes) = flume::bounded::<watch::Poll>(64);
+    let mut notes = Some(notes);
     let mut note_tx = Some(note_tx);
     loop {
         let worked = engine.step().is_some();
@@ -94,12 +102,15 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
                 .next_work()
                 .map_or(IDLE, |(at, _)| at.saturating_duration_since(now))
         };
-        let woke = flume::Selector::new()
-            .recv(&events, |r| r.map_or(Woke::Closed, Woke::Event))
-            .recv(&notes, |r| r.map_or(Woke::Nothing, Woke::Notified))
-            .recv(&cleaned, |r| r.map_or(Woke::Nothing, Woke::Cleaned))
-            .wait_timeout(wait)
-            .unwrap_or(Woke::Nothing);
+        let mut selector =
+            flume::Selector::new().recv(&events, |r| r.map_or(Woke::Closed, Woke::Event));
+        if let Some(n) = notes.as_ref() {
+            selector = selector.recv(n, |r| r.map_or(Woke::WatcherGone, Woke::Notified));
+        }
+        if let Some(c) = cleaned.as_ref() {
+            selector = selector.recv(c, |r| r.map_or(Woke::CleanerGone, Woke::Cleaned));
+        }
+        let woke = selector.wait_timeout(wait).unwrap_or(Woke::Nothing);
         let first = match woke {
             Woke::Event(ev) => Some(ev),
             Woke::Notified(p) => {
@@ -108,6 +119,15 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
             }
             Woke::Cleaned(done) => {
                 engine.slice_done(done);
+                None
+            }
+            Woke::WatcherGone => {
+                notes = None;
+                None
+            }
+            Woke::CleanerGone => {
+                cleaned = None;
+                engine.cleaner_gone();
                 None
             }
             Woke::Closed => return Ok(()),

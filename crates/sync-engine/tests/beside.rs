@@ -177,3 +177,90 @@ fn a_target_renewed_while_its_slice_is_out_is_cleaned_again() {
     assert_eq!(deletes(&calls).len(), 9, "{calls:?}");
     assert_deletes_after_commit(&calls);
 }
+
+/// The fake conntrack kernel that panics in its first delete (a bug in the kernel
+/// layer, on the cleanup thread); the kernels opened after it work.
+struct PanicsOnce {
+    inner: FakeCt,
+    armed: Arc<Mutex<bool>>,
+}
+
+impl ConntrackKernel for PanicsOnce {
+    fn delete(&mut self, filters: &[Filter]) -> Result<Vec<CleanupOutcome>, EngineError> {
+        if std::mem::take(&mut *self.armed.lock().unwrap()) {
+            panic!("injected: the conntrack layer panics on the cleanup thread");
+        }
+        self.inner.delete(filters)
+    }
+}
+
+/// CPU time of this process (every thread), for telling a sleeping loop from a spinning
+/// one.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage writes into the struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The cleanup thread dies (a panic in the conntrack layer) with the socket it was lent:
+/// the loop neither spins on the closed channel nor stops; the socket is opened again and
+/// the targets are cleaned on the engine's thread, and later changes are committed.
+/// (Negative control: with the closed channel kept in the selection the loop wakes at
+/// once, every time: about a core of CPU over the idle second; without `cleaner_gone`
+/// the kernel stays lent and the targets are never cleaned.)
+#[test]
+fn a_cleanup_thread_that_dies_neither_stops_nor_spins_the_loop() {
+    let w = World::new();
+    let mut cfg = w.config(true);
+    cfg.min_sync_period = Duration::from_millis(50);
+    let armed = Arc::new(Mutex::new(true));
+    let nft = w.nft();
+    // the first socket panics; the ones opened after it work
+    let mut kernels: Vec<PanicsOnce> = (0..4)
+        .map(|_| PanicsOnce {
+            inner: w.ct(),
+            armed: armed.clone(),
+        })
+        .collect();
+    let (tx, rx) = channel(64);
+    let loop_thread = std::thread::spawn(move || {
+        let open: ConntrackOpener<PanicsOnce> = Box::new(move || {
+            kernels
+                .pop()
+                .ok_or_else(|| EngineError::Other("no more sockets".into()))
+        });
+        run(
+            Engine::with_conntrack_opener(cfg, nft, open, SystemClock),
+            rx,
+        )
+    });
+    for ev in [
+        Event::ServiceApplied(udp_lb()),
+        Event::SliceApplied(slice("dns-1", &[("198.18.2.2", true, true, false)])),
+        Event::ServicesListed,
+        Event::SlicesListed,
+    ] {
+        tx.send(ev).unwrap();
+    }
+    wait_for("the panic", || !*armed.lock().unwrap());
+    wait_for("the targets cleaned with a new socket", || {
+        deletes(&w.log.lock().unwrap()).len() == 4
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let cpu0 = process_cpu();
+    std::thread::sleep(Duration::from_secs(1));
+    let idle = process_cpu() - cpu0;
+    assert!(
+        idle < Duration::from_millis(300),
+        "the loop spins: {idle:?} of CPU in 1 s idle"
+    );
+    tx.send(Event::ServiceApplied(tcp_service("web", "198.18.100.20")))
+        .unwrap();
+    let before = commits(&w);
+    wait_for("a later change committed", || commits(&w) > before);
+    tx.send(Event::Shutdown).unwrap();
+    loop_thread.join().unwrap().unwrap();
+    assert_deletes_after_commit(&w.take());
+}

@@ -536,9 +536,8 @@ fn run(o: &Opts, n: u32, rate: u32) {
     );
     let hmax = all_held.iter().copied().fold(0.0f64, f64::max);
     println!(
-        "   conntrack cleanup per sync <= 500 ms (the daemon's conntrack_ms and slice took_ms, {} entries): {}; never delays the next sync (every held change within 1020 ms from outside, max {hmax:.0} ms; largest gap between transactions {max_gap:.0} ms): {}",
+        "   conntrack cleanup per sync <= 500 ms: judged from outside by the UDP flows' moves above; the daemon's own conntrack_ms / slice took_ms max {cmax:.0} ms beside, not judged ({} entries); never delays the next sync (every held change within 1020 ms from outside, max {hmax:.0} ms; largest gap between transactions {max_gap:.0} ms): {}",
         ct_count(&h.node),
-        verdict(cmax <= 500.0),
         verdict(hmax <= 1020.0)
     );
     let cores = cpu1.saturating_sub(cpu0).as_secs_f64() / window.as_secs_f64();

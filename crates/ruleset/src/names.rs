@@ -191,6 +191,15 @@ impl PortId {
             self.readable()
         )
     }
+    /// Per-endpoint chain that sends a client known to the endpoint's affinity set to
+    /// the endpoint's chain (session affinity only; the list chains jump to it).
+    pub fn affinity_check_chain(&self, addr: &IpAddr, port: u16) -> String {
+        format!(
+            "chk-{:010x}-{}",
+            self.endpoint_hash(addr, port) >> 24,
+            self.readable()
+        )
+    }
     /// Per-endpoint affinity set (session affinity only).
     pub fn affinity_set(&self, addr: &IpAddr, port: u16) -> String {
         format!(

@@ -454,6 +454,44 @@ fn a_local_endpoint_coming_and_going_is_element_operations_only() {
     assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
 }
 
+/// Session affinity: an endpoint added to a list of many adds the set lookups of its own
+/// objects only. The kernel finds a named set by a linear walk of every set of the
+/// table, and a list chain is rewritten whole when its list changes: its rules must not
+/// look sets up (they jump to the endpoints' check chains), or one endpoint added to a
+/// list of N walks the table's thousands of per-endpoint sets N times.
+#[test]
+fn an_affinity_endpoint_added_looks_up_only_its_own_set() {
+    let cfg = parsed();
+    let mut c = cluster(0);
+    let eps = |n: u32| -> Vec<kube_model::Endpoint> {
+        (0..n)
+            .map(|a| endpoint(pod(a), "node-b", true, false))
+            .collect()
+    };
+    add(&mut c, 1, eps(40));
+    let svc = ServiceKey::new("ns", "svc1");
+    c.services.get_mut(&svc).unwrap().affinity_timeout = Some(10_800);
+    let mut comp = Compiler::new(cfg.clone(), &c);
+    let changed = Changes {
+        services: BTreeSet::from([svc]),
+        node: false,
+    };
+    c.insert_slice(slice(1, eps(41)));
+    let upd = comp.update(&c, &changed);
+    comp.confirm();
+    let lookups: Vec<&Op> = upd
+        .ops
+        .iter()
+        .filter(|o| {
+            matches!(o, Op::AddRule { rule, .. }
+                if rule.exprs.iter().any(|e| matches!(e, nft_model::Expr::Lookup { .. })))
+        })
+        .collect();
+    // the new endpoint's check rule, and the list's draw (`numgen ... vmap @affinity-…`)
+    assert_eq!(lookups.len(), 2, "{}", nft_model::render::script(&upd.ops));
+    assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
+}
+
 /// Conflicts: both names, once per change that touches the destination; the first
 /// service keeps it, in full and incremental compiles alike.
 #[test]

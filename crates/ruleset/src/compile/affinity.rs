@@ -1,12 +1,22 @@
 //! Session affinity (ClientIP): the one case with per-service objects. Each endpoint has
 //! a chain that records the client in the endpoint's dynamic set (with the affinity
-//! timeout) and DNATs; the list chain first sends a known client to its endpoint's chain,
-//! then draws one through the list's verdict map. Dispatch to these chains goes through
-//! `goto` elements, which make the kernel re-validate the table at commit; affinity is
-//! rare and the table it validates is small (see docs/ruleset.md).
+//! timeout) and DNATs, and a check chain that sends a client found in that set to it;
+//! the list chain first jumps to every endpoint's check chain, then draws one through
+//! the list's verdict map. Dispatch to these chains goes through `goto` elements, which
+//! make the kernel re-validate the table at commit; affinity is rare and the table it
+//! validates is small (see docs/ruleset.md).
+//!
+//! Why a check chain rather than the check in the list chain: a rule that looks a named
+//! set up finds it by a linear walk of every set of the table (`nft_set_lookup`), and a
+//! list chain is rewritten whole (flushed, every rule added again) whenever its list
+//! changes. With the lookups in the list chain, one endpoint added to a list of N cost
+//! N walks of every set (a rolling update of a large affinity service, or a node drain,
+//! walked the table's thousands of per-endpoint sets thousands of times per sync); with
+//! them in check chains, which change only with their own endpoint, the list chain's
+//! rules are `jump`s, whose chain is found through the kernel's hash of chain names.
 
 use kube_model::ResolvedEndpoint;
-use nft_model::build::{self, goto, rule, KeyField};
+use nft_model::build::{self, goto, jump, rule, KeyField};
 use nft_model::*;
 
 use super::Ctx;
@@ -14,7 +24,7 @@ use crate::names::PortId;
 use crate::rules::addr_type;
 
 /// The list chain (`svc-…` or `local-…`), its verdict map and the per-endpoint chains
-/// and sets of one endpoint list.
+/// (`chk-…`, `ep-…`) and sets of one endpoint list.
 pub fn list_objects(
     ctx: &Ctx,
     id: &PortId,
@@ -40,11 +50,13 @@ pub fn list_objects(
     let mut sets = Vec::new();
     for (i, e) in eps.iter().enumerate() {
         let ep_chain = id.endpoint_chain(&e.addr, e.port);
+        let check = id.affinity_check_chain(&e.addr, e.port);
         let aff = id.affinity_set(&e.addr, e.port);
-        rules.push(rule(vec![
+        rules.push(rule(vec![vec![jump(&check)]]));
+        chains.push(Chain::regular(check).with_rules(vec![rule(vec![
             build::addr_in_set(family, true, &aff, false),
             vec![goto(&ep_chain)],
-        ]));
+        ])]));
         map.elements.push(Element::map(
             vec![Value::Int(i as u32)],
             ElemData::Verdict(Verdict::Goto(ep_chain.clone())),

@@ -374,3 +374,37 @@ pub fn every_object_kind_programs_reads_back_and_round_trips() {
         );
     }
 }
+
+/// The watcher's subscription (`nft_netlink::watch::Membership`), dropped, hears none of
+/// a commit; taken again, it hears the next one. Another socket of the same process,
+/// subscribed all along, hears both (the drop is this socket's alone).
+pub fn a_dropped_watcher_subscription_hears_nothing_until_taken_again() {
+    let ns = Netns::new("mute");
+    let ours = vec![TableRef::new(Family::Ip, "kube-nlproxy")];
+    let (muted, heard, other) = ns.run(|| {
+        let mut w = nft_netlink::watch::Watcher::open(ours.clone()).unwrap();
+        let mut witness = nft_netlink::watch::Watcher::open(ours.clone()).unwrap();
+        let m = w.membership().unwrap();
+        let mut nft = Nft::open().unwrap();
+        m.set(false).unwrap();
+        nft.commit(&create_table_ops(&small_table(2)), None)
+            .unwrap();
+        m.set(true).unwrap();
+        let muted = w.poll();
+        let mut more = small_table(3);
+        more.chains.retain(|c| c.name == "svc-2");
+        nft.commit(
+            &[add_chain_op(
+                &TableRef::new(Family::Ip, "kube-nlproxy"),
+                &more.chains[0],
+            )],
+            None,
+        )
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        (muted, w.poll(), witness.poll())
+    });
+    assert!(muted.touches.is_empty() && !muted.overflow, "{muted:?}");
+    assert_eq!(heard.touches.len(), 1, "{heard:?}");
+    assert_eq!(other.touches.len(), 2, "{other:?}");
+}

@@ -42,3 +42,9 @@ fn a_refused_element_is_named_among_thousands() {
         Some(2345)
     );
 }
+
+#[test]
+fn a_dropped_watcher_subscription_hears_nothing_until_taken_again() {
+    require_root!();
+    transport::a_dropped_watcher_subscription_hears_nothing_until_taken_again();
+}

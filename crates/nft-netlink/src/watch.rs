@@ -3,7 +3,7 @@
 //! transactions that touched our tables. One whose generation is not one our own
 //! commits produced is foreign (the engine tells, and repairs its tables).
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nft_model::TableRef;
 pub use nft_wire::events::{
@@ -36,6 +36,16 @@ impl Watcher {
         Ok(Watcher {
             sock,
             parser: EventParser::new(tables),
+        })
+    }
+
+    /// A handle on this socket's subscription, usable from another thread (the socket
+    /// duplicated): see [`Membership`].
+    pub fn membership(&self) -> std::io::Result<Membership> {
+        // SAFETY: the descriptor is this watcher's socket, open while `self` lives.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.sock.as_raw_fd()) };
+        Ok(Membership {
+            fd: fd.try_clone_to_owned()?,
         })
     }
 
@@ -92,5 +102,43 @@ impl Watcher {
             }
         }
         out
+    }
+}
+
+/// A watcher's subscription to `NFNLGRP_NFTABLES`, dropped and taken again around the
+/// engine's own commits. While any socket on the machine is subscribed, the kernel builds
+/// a notification for every object and element a commit touches (the listener mask it
+/// asks, `nfnetlink_has_listeners`, is per protocol, not per network namespace); our own
+/// commits need none, since the engine knows what it committed and the generation it
+/// produced. A commit by another program while the subscription is dropped shows in the
+/// generation the engine reads once it is taken again.
+pub struct Membership {
+    fd: OwnedFd,
+}
+
+impl Membership {
+    /// Subscribe (`true`) or unsubscribe (`false`).
+    pub fn set(&self, on: bool) -> std::io::Result<()> {
+        let op = if on {
+            libc::NETLINK_ADD_MEMBERSHIP
+        } else {
+            libc::NETLINK_DROP_MEMBERSHIP
+        };
+        let group: u32 = NFNLGRP_NFTABLES;
+        // SAFETY: a valid socket descriptor; the option value is a u32 that outlives
+        // the call, its size given.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd.as_fd().as_raw_fd(),
+                libc::SOL_NETLINK,
+                op,
+                (&group as *const u32).cast(),
+                std::mem::size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
     }
 }

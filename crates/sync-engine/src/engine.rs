@@ -12,7 +12,7 @@ use nft_model::{Op, Table};
 
 use crate::compile::Serving;
 use crate::isolate::Skips;
-use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, CtSlot, NftKernel};
+use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, CtSlot, Listening, NftKernel};
 use crate::pending::{self, Pending};
 use crate::schedule::{Periods, Schedule};
 use crate::slice::Slice;
@@ -106,6 +106,9 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// Where cleanup slices go to run beside the engine (`run`'s worker thread); None:
     /// they run on the engine's thread, right after the commit.
     pub(crate) cleaner: Option<flume::Sender<Slice<C>>>,
+    /// The watcher's subscription, dropped for the time of each of our commits (None: no
+    /// watcher, or it could not be taken again once).
+    pub(crate) listening: Option<Box<dyn Listening>>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
@@ -178,6 +181,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             conflicts: Default::default(),
             fresh: BTreeSet::new(),
             cleaner: None,
+            listening: None,
         }
     }
 
@@ -329,6 +333,13 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             }
             self.our_generation(g);
         }
+    }
+
+    /// The watcher's subscription: from now on it is dropped for the time of each of
+    /// our commits, so that the kernel builds no notification of our own elements
+    /// ([`Listening`]).
+    pub fn quiet_own_commits(&mut self, l: Box<dyn Listening>) {
+        self.listening = Some(l);
     }
 
     /// The nftables watcher was just opened: whatever another program committed

@@ -21,6 +21,21 @@ pub trait NftKernel {
     fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError>;
 }
 
+/// The nftables watcher's subscription to notifications, dropped (`set(false)`) right
+/// before each of our commits and taken again (`set(true)`) right after it, before the
+/// generation is read: the kernel builds a notification per element of a commit only
+/// while some socket on the machine listens, and the engine needs none of its own. A
+/// commit by another program while it was dropped shows in that generation (a repair).
+pub trait Listening: Send {
+    fn set(&self, on: bool) -> std::io::Result<()>;
+}
+
+impl Listening for nft_netlink::watch::Membership {
+    fn set(&self, on: bool) -> std::io::Result<()> {
+        nft_netlink::watch::Membership::set(self, on)
+    }
+}
+
 impl NftKernel for nft_netlink::Nft {
     fn generation(&mut self) -> Result<u32, EngineError> {
         Ok(nft_netlink::Nft::generation(self)?)

@@ -49,7 +49,8 @@ use std::time::Instant;
 pub use engine::{Engine, SideCommits, Work};
 pub use kernel::ConntrackOpener;
 pub use kernel::{
-    CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, NftKernel, SystemClock,
+    CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, Listening, NftKernel,
+    SystemClock,
 };
 pub use proxy_status::{
     CleanupReport, FilterWork, ForeignWriter, HealthCheck, LocalhostNodePort, NodeHealth, Observer,

@@ -83,7 +83,10 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
         if want_watcher && engine.has_committed() {
             want_watcher = false;
             match note_tx.take().map(WatcherThread::start) {
-                Some(Ok(w)) => {
+                Some(Ok(mut w)) => {
+                    if let Some(m) = w.membership.take() {
+                        engine.quiet_own_commits(Box::new(m));
+                    }
                     _watcher = Some(w);
                     engine.watcher_opened();
                 }
@@ -175,11 +178,18 @@ fn start_cleaner<C: ConntrackKernel + Send + 'static>(
 struct WatcherThread {
     stop: OwnedFd,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Its socket's subscription, for the engine (None: the socket could not be
+    /// duplicated; our commits are then heard, as before).
+    membership: Option<watch::Membership>,
 }
 
 impl WatcherThread {
     fn start(tx: Sender<watch::Poll>) -> std::io::Result<WatcherThread> {
         let mut w = watch::Watcher::open(our_tables())?;
+        let membership = w
+            .membership()
+            .map_err(|e| tracing::warn!(error = %e, "cannot share the nftables watcher's subscription; our own commits stay heard"))
+            .ok();
         // SAFETY: eventfd has no memory preconditions; the descriptor is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -208,6 +218,7 @@ impl WatcherThread {
         Ok(WatcherThread {
             stop,
             thread: Some(thread),
+            membership,
         })
     }
 }

@@ -185,7 +185,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let result = if plan.ops.is_empty() {
                 Ok(CommitStats::default())
             } else {
-                self.nft.commit(&plan.ops, Some(plan.genid))
+                self.commit_unheard(&plan.ops, plan.genid)
             };
             match result {
                 Ok(stats) => return Ok(self.take_commit(plan, stats, t.elapsed())),
@@ -259,6 +259,29 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             first: !self.applied,
         };
         Ok(plan::plan(kernel, &want, &cleanup))
+    }
+
+    /// Commit with the watcher's subscription dropped (see [`crate::kernel::Listening`]), taken again
+    /// before anything else reads the kernel. If it cannot be taken again, the watcher
+    /// is deaf from then on: logged, and the periodic resyncs are what remains.
+    fn commit_unheard(&mut self, ops: &[Op], genid: u32) -> Result<CommitStats, EngineError> {
+        let dropped = match self.listening.as_ref().map(|l| l.set(false)) {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "cannot drop the nftables watcher's subscription; committing heard");
+                false
+            }
+            None => false,
+        };
+        let result = self.nft.commit(ops, Some(genid));
+        if dropped {
+            if let Some(Err(e)) = self.listening.as_ref().map(|l| l.set(true)) {
+                tracing::error!(error = %e,
+                    "cannot listen to nftables notifications again after our commit; relying on periodic resyncs");
+                self.listening = None;
+            }
+        }
+        result
     }
 
     /// The kernel holds the plan's batch now: trust it, take its cleanup targets.

@@ -40,6 +40,9 @@ pub struct FakeNft {
     pub refuse_rules_in: Arc<Mutex<Option<String>>>,
     /// The kernel refuses the next batches (commits only), whatever they hold.
     pub refuse_next: Arc<Mutex<u32>>,
+    /// Every commit call and generation read, in order, with the watcher's subscription
+    /// changes ([`FakeListening`]).
+    pub kernel_log: Arc<Mutex<Vec<&'static str>>>,
 }
 
 /// Whether an element key starts with the address `addr` (text; false if not one).
@@ -100,9 +103,11 @@ impl FakeNft {
 
 impl NftKernel for FakeNft {
     fn generation(&mut self) -> Result<u32, EngineError> {
+        self.kernel_log.lock().unwrap().push("generation");
         Ok(*self.gen.lock().unwrap())
     }
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
+        self.kernel_log.lock().unwrap().push("commit");
         let next = match self.process(ops, genid) {
             Err(e @ EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. })) => {
                 return Err(e)
@@ -248,6 +253,9 @@ pub struct World {
     pub batches: Arc<Mutex<Vec<Vec<Op>>>>,
     pub refuse_rules_in: Arc<Mutex<Option<String>>>,
     pub refuse_next: Arc<Mutex<u32>>,
+    pub kernel_log: Arc<Mutex<Vec<&'static str>>>,
+    /// The watcher's subscription cannot be taken again.
+    pub listen_fails: Arc<Mutex<bool>>,
     pub clock: FakeClock,
 }
 
@@ -267,6 +275,8 @@ impl World {
             batches: Arc::default(),
             refuse_rules_in: Arc::default(),
             refuse_next: Arc::default(),
+            kernel_log: Arc::default(),
+            listen_fails: Arc::default(),
             clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
         }
     }
@@ -296,6 +306,14 @@ impl World {
             batches: self.batches.clone(),
             refuse_rules_in: self.refuse_rules_in.clone(),
             refuse_next: self.refuse_next.clone(),
+            kernel_log: self.kernel_log.clone(),
+        }
+    }
+    /// The watcher's subscription, recording into the kernel log.
+    pub fn listening(&self) -> FakeListening {
+        FakeListening {
+            log: self.kernel_log.clone(),
+            fails: self.listen_fails.clone(),
         }
     }
     pub fn ct(&self) -> FakeCt {
@@ -475,4 +493,24 @@ pub fn drive(
         w.clock.advance(next - now);
     }
     panic!("the loop did not reach its end");
+}
+
+/// A watcher's subscription (`sync_engine::Listening`): `drop` and `listen` go into the
+/// kernel log; taking it again fails while `fails` is set.
+pub struct FakeListening {
+    pub log: Arc<Mutex<Vec<&'static str>>>,
+    pub fails: Arc<Mutex<bool>>,
+}
+
+impl Listening for FakeListening {
+    fn set(&self, on: bool) -> std::io::Result<()> {
+        if on && *self.fails.lock().unwrap() {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        self.log
+            .lock()
+            .unwrap()
+            .push(if on { "listen" } else { "drop" });
+        Ok(())
+    }
 }

@@ -1,0 +1,84 @@
+//! The watcher's subscription is dropped for the time of each of our commits (so the
+//! kernel builds no notification of our own elements) and taken again before the
+//! generation is read: a commit by another program meanwhile is still caught.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use sync_engine::*;
+
+fn take(w: &World) -> Vec<&'static str> {
+    std::mem::take(&mut *w.kernel_log.lock().unwrap())
+}
+
+fn synced_engine(w: &World) -> Engine<FakeNft, FakeCt, FakeClock> {
+    let mut e = w.engine(true);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+    e.quiet_own_commits(Box::new(w.listening()));
+    take(w);
+    e
+}
+
+fn endpoint_change(w: &World, e: &mut Engine<FakeNft, FakeCt, FakeClock>, addr: &str) {
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[(addr, true, true, false)],
+    )));
+    w.clock.advance(Duration::from_secs(2));
+}
+
+#[test]
+fn dropped_around_our_commit_and_taken_again_before_the_generation_is_read() {
+    let w = World::new();
+    let mut e = synced_engine(&w);
+    endpoint_change(&w, &mut e, "198.18.2.2");
+    e.sync().unwrap();
+    let log = take(&w);
+    let commit = log.iter().position(|c| *c == "commit").expect("a commit");
+    assert_eq!(
+        &log[commit - 1..commit + 3],
+        ["drop", "commit", "listen", "generation"],
+        "{log:?}"
+    );
+    assert_eq!(log.iter().filter(|c| **c == "drop").count(), 1, "{log:?}");
+    // nothing to commit: the subscription is left alone
+    w.clock.advance(Duration::from_secs(2));
+    e.sync().unwrap();
+    let log = take(&w);
+    assert!(!log.contains(&"drop"), "{log:?}");
+}
+
+#[test]
+fn a_commit_by_another_program_while_it_was_dropped_is_repaired() {
+    let w = World::new();
+    let mut e = synced_engine(&w);
+    *w.foreign_after_commit.lock().unwrap() = true;
+    endpoint_change(&w, &mut e, "198.18.2.2");
+    assert!(!e.sync().unwrap().full);
+    assert_eq!(
+        e.next_sync_at(),
+        Some(w.clock.now()),
+        "a repair is due at once"
+    );
+    assert!(e.sync().unwrap().full, "our tables read back");
+}
+
+#[test]
+fn a_subscription_that_cannot_be_taken_again_is_given_up() {
+    let w = World::new();
+    let mut e = synced_engine(&w);
+    *w.listen_fails.lock().unwrap() = true;
+    endpoint_change(&w, &mut e, "198.18.2.2");
+    e.sync().unwrap();
+    assert!(take(&w).contains(&"drop"));
+    // given up: later commits are made heard, without dropping it again
+    *w.listen_fails.lock().unwrap() = false;
+    endpoint_change(&w, &mut e, "198.18.2.3");
+    e.sync().unwrap();
+    let log = take(&w);
+    assert!(log.contains(&"commit") && !log.contains(&"drop"), "{log:?}");
+}

@@ -155,6 +155,71 @@ fn a_silent_watch_is_relisted() {
     );
 }
 
+/// A query parameter of a request line (`GET /path?a=1&b=2 HTTP/1.1`), as sent.
+fn param<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let target = line.split_whitespace().nth(1)?;
+    let (_, query) = target.split_once('?')?;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// A stalled kind relists from the last resourceVersion it synced, as client-go's
+/// reflector does (`lastSyncResourceVersion` outlives a `ListAndWatch` call), neither
+/// from the watch cache (`0`, possibly older than what it saw) nor from the most recent
+/// state (`""`): streamed lists, and list + watch on a server that refuses them.
+#[test]
+fn a_stalled_kind_relists_from_the_last_version_synced() {
+    for streamed in [true, false] {
+        let server = seeded();
+        server.set_no_watch_list(!streamed);
+        let r = start(&server, "api-stall-rv");
+        let synced = server.apply(service("demo", "before", "198.18.100.5", 80));
+        r.wait_rules("the services before the stall", |t| {
+            has_service(t, "198.18.100.1") && t.contains("198.18.100.5")
+        });
+        // every kind's watch gets a bookmark at the latest version within 500 ms
+        std::thread::sleep(Duration::from_millis(1500));
+        let mark = server.requests().len();
+        server.set_silent_watches(true);
+        server.drop_connections();
+        std::thread::sleep(Duration::from_millis(300));
+        server.apply(service("demo", "quiet", "198.18.100.4", 80));
+        r.wait_rules("the service added while watches were silent", |t| {
+            t.contains("198.18.100.4")
+        });
+        let log = r.d.log_text();
+        assert!(log.contains("source stalled"), "{log}");
+        let requests = server.requests().split_off(mark);
+        let relists: Vec<&String> = requests
+            .iter()
+            .filter(|l| {
+                param(l, "watch") != Some("true") || param(l, "sendInitialEvents") == Some("true")
+            })
+            .collect();
+        let want = synced.to_string();
+        for path in [
+            "/api/v1/services?",
+            "/apis/discovery.k8s.io/v1/endpointslices?",
+        ] {
+            let first = relists.iter().find(|l| l.contains(path));
+            let rv = first.and_then(|l| param(l, "resourceVersion"));
+            assert_eq!(
+                rv,
+                Some(want.as_str()),
+                "streamed {streamed}: {path}'s relist after the stall resumes from the last version synced:\n{relists:#?}\n--- log ---\n{log}"
+            );
+        }
+        for l in &relists {
+            let rv: Option<u64> = param(l, "resourceVersion").and_then(|v| v.parse().ok());
+            assert!(
+                rv.is_some_and(|rv| rv >= synced),
+                "streamed {streamed}: a relist from before the last version synced: {l}\n{relists:#?}"
+            );
+        }
+    }
+}
+
 /// An undecodable Service among good ones, in a list and in a watch event: named and
 /// skipped; the others are programmed; a good service that turns undecodable goes.
 #[test]

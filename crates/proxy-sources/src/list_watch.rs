@@ -9,7 +9,9 @@
 //!   response is the watch. Refused (a server without the WatchList feature): list +
 //!   watch for this round.
 //! - Relists from the last synced version (client-go's `relistResourceVersion`), from
-//!   the most recent state once the server called it expired or too large.
+//!   the most recent state once the server called it expired or too large; a new stream
+//!   of the kind (the pump's relist after a stall) too: the version is kept in the
+//!   kind's [`Memory`], which outlives its streams.
 //! - The list: `GET` with `Accept: application/vnd.kubernetes.protobuf, */*` (as
 //!   client-go asks), the selectors and `resourceVersion` semantics of the
 //!   `watcher::Config` the JSON path uses, read as the body arrives through
@@ -32,7 +34,7 @@ use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -314,27 +316,70 @@ struct Machine<K> {
     client: Client,
     path: String,
     config: watcher::Config,
-    /// The server answered this kind in JSON: ask for JSON.
-    json: Arc<AtomicBool>,
+    /// Whether to ask for JSON, and the version relists resume from: kept across the
+    /// restarts of this kind's stream.
+    memory: Arc<Memory>,
     /// Streamed lists are tried (client-go's `WatchListClient`, on by default since 1.35).
     streaming: bool,
-    /// The last resourceVersion synced (a list's, an event's, a bookmark's): relists and
-    /// streamed lists resume from it, as client-go's reflector does.
-    last_rv: Option<String>,
-    /// The last resourceVersion is too old or too new for the server (it said Expired,
-    /// Gone or too large): the next list is of the most recent state (`""`).
-    rv_unavailable: bool,
     phase: Phase<K>,
     out: VecDeque<Item<K>>,
 }
 
-/// The list-then-watch stream of one kind. `json` says to ask for JSON, and is set
-/// when the server answers the kind in JSON (remembered across the restarts of this
-/// stream); `streaming`: try a streamed list first (falling back to list + watch).
+/// What one kind's list-then-watch keeps across the restarts of its stream (the pump
+/// starts a new one when the kind stalls), as client-go's reflector keeps its fields
+/// across `ListAndWatch` calls: whether the server answered the kind in JSON (then JSON
+/// is asked), the last resourceVersion synced (relists and streamed lists resume from
+/// it), and whether the server called that version unavailable.
+#[derive(Debug, Default)]
+pub struct Memory {
+    json: AtomicBool,
+    synced: Mutex<Synced>,
+}
+
+/// Where a kind's relist resumes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Synced {
+    /// The last resourceVersion synced (a list's, an event's, a bookmark's).
+    rv: Option<String>,
+    /// The last resourceVersion is too old or too new for the server (it said Expired,
+    /// Gone or too large): the next list is of the most recent state (`""`).
+    unavailable: bool,
+}
+
+impl Memory {
+    /// Nothing synced yet; JSON asked when `wire` says so.
+    pub fn new(wire: Wire) -> Memory {
+        Memory {
+            json: AtomicBool::new(wire == Wire::Json),
+            synced: Mutex::default(),
+        }
+    }
+
+    /// The last resourceVersion synced, if any.
+    pub fn last_synced(&self) -> Option<String> {
+        self.synced().rv
+    }
+
+    fn synced(&self) -> Synced {
+        self.synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Synced)) {
+        f(&mut self.synced.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+/// The list-then-watch stream of one kind. `memory` is what the kind's streams share
+/// across restarts: a new stream resumes from the version the last one synced, in the
+/// encoding it settled on; `streaming`: try a streamed list first (falling back to list
+/// + watch).
 pub fn watch<K>(
     api: &Api<Lenient<K>>,
     config: watcher::Config,
-    json: Arc<AtomicBool>,
+    memory: Arc<Memory>,
     streaming: bool,
 ) -> impl Stream<Item = Item<K>> + Send + 'static
 where
@@ -345,10 +390,8 @@ where
         client: api.clone().into_client(),
         path: api.resource_url().to_string(),
         config,
-        json,
+        memory,
         streaming,
-        last_rv: None,
-        rv_unavailable: false,
         phase: Phase::Empty,
         out: VecDeque::new(),
     };
@@ -374,7 +417,7 @@ where
     }
 
     fn accept(&self) -> &'static str {
-        if self.json.load(Ordering::Relaxed) {
+        if self.memory.json.load(Ordering::Relaxed) {
             JSON
         } else {
             ACCEPT_PROTOBUF
@@ -382,7 +425,7 @@ where
     }
 
     fn answered(&self, answer: Answer) {
-        if answer == Answer::Json && !self.json.swap(true, Ordering::Relaxed) {
+        if answer == Answer::Json && !self.memory.json.swap(true, Ordering::Relaxed) {
             info!(path = %self.path, "the API server answers in JSON; reading JSON");
         }
     }
@@ -393,8 +436,9 @@ where
     /// unavailable.
     fn list_params(&self, r#continue: Option<String>) -> ListParams {
         let c = &self.config;
-        let (resource_version, version_match, limit) = match (&self.last_rv, &c.list_semantic) {
-            _ if self.rv_unavailable => (None, None, c.page_size),
+        let synced = self.memory.synced();
+        let (resource_version, version_match, limit) = match (&synced.rv, &c.list_semantic) {
+            _ if synced.unavailable => (None, None, c.page_size),
             (Some(rv), _) => (Some(rv.clone()), Some(VersionMatch::NotOlderThan), None),
             (None, ListSemantic::Any) => (
                 Some("0".to_string()),
@@ -432,7 +476,7 @@ where
     fn list_failed(&mut self, e: kube::Error) -> Phase<K> {
         debug!(path = %self.path, error = %e, "list failed");
         if unavailable_version(&e) {
-            self.rv_unavailable = true;
+            self.unavailable();
         }
         self.push(Err(watcher::Error::InitialListFailed(e)));
         Phase::Empty
@@ -527,9 +571,17 @@ where
     }
 
     /// Synced up to `rv` (a list, an event, a bookmark).
-    fn synced(&mut self, rv: &str) {
-        self.last_rv = Some(rv.to_string());
-        self.rv_unavailable = false;
+    fn synced(&self, rv: &str) {
+        self.memory.update(|s| {
+            s.rv = Some(rv.to_string());
+            s.unavailable = false;
+        });
+    }
+
+    /// The server cannot serve from the last synced version: relist the most recent
+    /// state.
+    fn unavailable(&self) {
+        self.memory.update(|s| s.unavailable = true);
     }
 
     fn proto_error(&self, source: kube_proto::Error) -> kube::Error {

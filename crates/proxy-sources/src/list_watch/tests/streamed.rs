@@ -141,3 +141,213 @@ async fn relists_resume_from_the_last_version_and_from_the_most_recent_when_it_i
     // ... and after it was refused as expired, the most recent state
     assert!(!uris[3].contains("resourceVersion="), "{uris:?}");
 }
+
+/// A stall ends a kind's stream and the pump starts a new one (kube_source): what the
+/// two share.
+fn remembered(
+    api: &Api<Lenient<Service>>,
+    memory: &Arc<Memory>,
+    streaming: bool,
+) -> impl Stream<Item = Item<Service>> + Unpin {
+    Box::pin(watch(api, config(), memory.clone(), streaming))
+}
+
+#[tokio::test]
+async fn a_restarted_list_and_watch_resumes_from_the_version_the_last_one_synced() {
+    let (api, seen) = server(vec![
+        proto(vec![list("10", vec![service("a", "7")])]),
+        Reply {
+            hang: true,
+            ..proto(vec![event("MODIFIED", "a", "20")])
+        },
+        proto(vec![list("30", vec![service("a", "25")])]),
+    ]);
+    let memory = Arc::new(Memory::default());
+    let mut s = remembered(&api, &memory, false);
+    assert_eq!(
+        take(&mut s, 4).await,
+        ["Init", "InitApply a@7", "InitDone", "Apply a@20"]
+    );
+    // the watch goes silent: the pump gives up on this stream and starts another
+    drop(s);
+    assert_eq!(memory.last_synced().as_deref(), Some("20"));
+    let mut s = remembered(&api, &memory, false);
+    assert_eq!(
+        take(&mut s, 3).await,
+        ["Init", "InitApply a@25", "InitDone"]
+    );
+    let uris = uris(&seen);
+    assert!(uris[0].contains("resourceVersion=0&"), "{uris:?}");
+    assert!(
+        uris[2].contains("resourceVersion=20&resourceVersionMatch=NotOlderThan")
+            && !uris[2].contains("watch=true")
+            && !uris[2].contains("limit="),
+        "the relist resumes from the last version synced: {uris:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_streamed_list_resumes_from_the_version_the_last_one_synced() {
+    let (api, seen) = server(vec![
+        Reply {
+            hang: true,
+            ..proto(vec![
+                event("ADDED", "a", "7"),
+                initial_events_end("10"),
+                event("MODIFIED", "a", "20"),
+            ])
+        },
+        Reply {
+            hang: true,
+            ..proto(vec![event("ADDED", "a", "25"), initial_events_end("30")])
+        },
+    ]);
+    let memory = Arc::new(Memory::default());
+    let mut s = remembered(&api, &memory, true);
+    assert_eq!(
+        take(&mut s, 4).await,
+        ["Init", "InitApply a@7", "InitDone", "Apply a@20"]
+    );
+    drop(s);
+    let mut s = remembered(&api, &memory, true);
+    assert_eq!(
+        take(&mut s, 3).await,
+        ["Init", "InitApply a@25", "InitDone"]
+    );
+    let uris = uris(&seen);
+    assert!(
+        format!("{}&", uris[0]).contains("resourceVersion=&"),
+        "{uris:?}"
+    );
+    for want in [
+        "sendInitialEvents=true",
+        "resourceVersion=20&",
+        "resourceVersionMatch=NotOlderThan",
+    ] {
+        assert!(format!("{}&", uris[1]).contains(want), "{want} in {uris:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_stream_lists_the_most_recent_state_when_the_last_version_was_refused() {
+    let (api, seen) = server(vec![
+        proto(vec![list("10", vec![service("a", "7")])]),
+        proto(vec![frame("ERROR", status(410, "Expired"))]),
+        Reply {
+            status: 410,
+            ..proto(vec![status(410, "Expired")])
+        },
+        proto(vec![list("40", vec![service("a", "30")])]),
+    ]);
+    let memory = Arc::new(Memory::default());
+    let mut s = remembered(&api, &memory, false);
+    let got = take(&mut s, 6).await;
+    assert!(got[5].contains("Expired"), "the refused relist: {got:?}");
+    drop(s);
+    let mut s = remembered(&api, &memory, false);
+    assert_eq!(
+        take(&mut s, 3).await,
+        ["Init", "InitApply a@30", "InitDone"]
+    );
+    let uris = uris(&seen);
+    assert!(uris[2].contains("resourceVersion=10&"), "{uris:?}");
+    assert!(!uris[3].contains("resourceVersion="), "{uris:?}");
+}
+
+/// Through kube_source's pump: a watch that goes silent stalls the kind, and the
+/// relist the stall starts asks for the last version synced (an event's), not the
+/// watch cache's `0`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_kind_relists_from_the_last_version_synced() {
+    use crate::api_client::{Progress, Timing};
+    use crate::kube_source::run;
+    use sync_engine::Event;
+
+    let node = pb::Node {
+        metadata: Some(pb::ObjectMeta {
+            name: Some("n1".into()),
+            resource_version: Some("3".into()),
+            ..pb::ObjectMeta::default()
+        }),
+        ..pb::Node::default()
+    }
+    .encode_to_vec();
+    let (client, seen) = routed(vec![
+        (
+            "/nodes",
+            vec![proto(vec![list_of("v1", "NodeList", "3", vec![node])])],
+        ),
+        (
+            "/servicecidrs",
+            vec![proto(vec![list_of(
+                "networking.k8s.io/v1",
+                "ServiceCIDRList",
+                "4",
+                vec![],
+            )])],
+        ),
+        (
+            "/services",
+            vec![
+                proto(vec![list("10", vec![service("a", "7")])]),
+                // an event, then silence: no byte, no bookmark, no end
+                Reply {
+                    hang: true,
+                    ..proto(vec![event("MODIFIED", "a", "20")])
+                },
+                proto(vec![list("30", vec![service("b", "25")])]),
+            ],
+        ),
+        (
+            "/endpointslices",
+            vec![proto(vec![list_of(
+                "discovery.k8s.io/v1",
+                "EndpointSliceList",
+                "11",
+                vec![],
+            )])],
+        ),
+    ]);
+    let (tx, rx) = sync_engine::channel(64);
+    let tx = crate::events::EventSender::new(tx, None);
+    let t = Timing {
+        stall_after: Duration::from_millis(400),
+        ..Timing::from_watch(Duration::from_secs(30))
+    };
+    let source = tokio::spawn(run(
+        client,
+        Reading {
+            wire: Wire::Protobuf,
+            streaming: false,
+        },
+        "n1".into(),
+        t,
+        Arc::new(Progress::default()),
+        tx,
+    ));
+    let mut got = Vec::new();
+    while !got.contains(&"Service b".to_string()) {
+        let ev = rx
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("{e} after {got:?}"));
+        got.push(match ev {
+            Event::ServiceApplied(s) => format!("Service {}", s.metadata.name.unwrap_or_default()),
+            Event::SourceStalled { source, .. } => format!("Stalled {source}"),
+            other => format!("{other:?}").chars().take(20).collect(),
+        });
+    }
+    source.abort();
+    assert!(got.contains(&"Stalled service".to_string()), "{got:?}");
+    let services: Vec<String> = uris(&seen)
+        .into_iter()
+        .filter(|u| u.starts_with("/api/v1/services?"))
+        .collect();
+    assert!(services.len() >= 3, "{services:?}");
+    assert!(services[0].contains("resourceVersion=0&"), "{services:?}");
+    assert!(services[1].contains("watch=true"), "{services:?}");
+    assert!(
+        services[2].contains("resourceVersion=20&resourceVersionMatch=NotOlderThan")
+            && !services[2].contains("watch=true"),
+        "the stall's relist resumes from the last version synced: {services:?}"
+    );
+}

@@ -123,22 +123,52 @@ struct HeadMeta {
     resource_version: Option<String>,
 }
 
+impl Head {
+    fn meta(self) -> ObjectMeta {
+        ObjectMeta {
+            name: self.metadata.name,
+            namespace: self.metadata.namespace,
+            resource_version: self.metadata.resource_version,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
 impl<'de, K: Decode> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // A watch event's object reaches us through serde's buffered content (the event
         // is an adjacently tagged enum), so the object is read as a JSON value first:
         // transient, one object at a time.
         let v = serde_json::Value::deserialize(d)?;
-        let head = Head::deserialize(&v).unwrap_or_default();
-        let meta = ObjectMeta {
-            name: head.metadata.name,
-            namespace: head.metadata.namespace,
-            resource_version: head.metadata.resource_version,
-            ..ObjectMeta::default()
-        };
+        let meta = Head::deserialize(&v).unwrap_or_default().meta();
         // Services and EndpointSlices only as far as they are read (kube_model::lean).
         let decoded = K::decode(v).map_err(|e| DecodeError::Json(Arc::new(e)));
         Ok(Lenient { meta, decoded })
+    }
+}
+
+impl<K: Decode> Lenient<K> {
+    /// An object from its JSON text alone (a list's item), read without building a JSON
+    /// value: its metadata, then the object by the lean decoder. As [`Deserialize`] makes
+    /// it, a type error is the object's (unnamed when it is in the metadata); text that
+    /// is no JSON is an error.
+    pub(crate) fn from_json(text: &[u8]) -> Result<Self, serde_json::Error> {
+        let not_json = |e: &serde_json::Error| e.is_syntax() || e.is_eof();
+        let head = match serde_json::from_slice::<Head>(text) {
+            Ok(h) => h,
+            Err(e) if not_json(&e) => return Err(e),
+            Err(_) => Head::default(),
+        };
+        let mut de = serde_json::Deserializer::from_slice(text);
+        let decoded = match K::decode(&mut de).and_then(|k| de.end().map(|()| k)) {
+            Ok(k) => Ok(k),
+            Err(e) if not_json(&e) => return Err(e),
+            Err(e) => Err(DecodeError::Json(Arc::new(e))),
+        };
+        Ok(Lenient {
+            meta: head.meta(),
+            decoded,
+        })
     }
 }
 

@@ -14,9 +14,10 @@
 //!   kind's [`Memory`], which outlives its streams.
 //! - The list: `GET` with `Accept: application/vnd.kubernetes.protobuf, */*` (as
 //!   client-go asks), the selectors and `resourceVersion` semantics of the
-//!   `watcher::Config` the JSON path uses, read as the body arrives through
-//!   [`ListReader`]: each item is handed on as soon as its last byte arrived, never the
-//!   whole list in memory. A `continue` token is followed (one list, no new `Init`).
+//!   `watcher::Config` the JSON path uses, read as the body arrives (`list_body`:
+//!   protobuf through `kube-proto`'s `ListReader`, JSON through `json_list`'s scanner):
+//!   each item is handed on as soon as its last byte arrived, never the whole list in
+//!   memory. A `continue` token is followed (one list, no new `Init`).
 //! - The watch: from the list's (then the last event's or bookmark's) resourceVersion,
 //!   `watch=true&timeoutSeconds=...&allowWatchBookmarks=true`, through [`WatchReader`];
 //!   the stream's end resumes from the last version, no byte for the timeout plus 5 s
@@ -27,8 +28,8 @@
 //! - An object that does not decode is a [`Lenient`] with its error (named from its
 //!   metadata), never a failed list or watch.
 //! - A server that answers `application/json` is read as JSON for that response (the
-//!   list whole, as kube-rs reads it; the watch line by line), and the kind asks for JSON
-//!   from then on.
+//!   list item by item, the watch line by line), and the kind asks for JSON from then
+//!   on.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
@@ -42,19 +43,22 @@ use futures::Stream;
 use http_body::Body as _;
 use kube::api::{Api, ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
-use kube::core::{ObjectList, Request, Status};
+use kube::core::{Request, Status};
 use kube::runtime::watcher::{self, Event as WEvent, ListSemantic};
 use kube::{Client, Resource};
 use kube_model::lean::Decode;
-use kube_proto::{FromProto, ListItem, ListReader};
+use kube_proto::FromProto;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
 use crate::kube_source::Lenient;
 
 mod frames;
+mod json_list;
+mod list_body;
 mod streamed;
 use frames::{frames_fed, Decoded, Frames};
+use list_body::{ListBody, Listed};
 
 /// Kubernetes' protobuf media type (`clientConnection.contentType`'s default).
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -110,6 +114,11 @@ pub enum ListWatchError {
     Json {
         path: String,
         source: serde_json::Error,
+    },
+    #[error("{path}: {source}")]
+    JsonList {
+        path: String,
+        source: json_list::JsonListError,
     },
     #[error("{path}: a response of content type {content_type:?}, neither protobuf nor JSON")]
     ContentType { path: String, content_type: String },
@@ -294,10 +303,10 @@ enum Phase<K> {
     },
     /// A list (or its next page) to request.
     List { r#continue: Option<String> },
-    /// A list response being read (protobuf).
+    /// A list response being read, item by item.
     Listing {
         body: Body,
-        reader: ListReader<K>,
+        reader: ListBody<K>,
         rv: Option<String>,
         r#continue: Option<String>,
     },
@@ -520,20 +529,18 @@ where
                 mut rv,
                 mut r#continue,
             } => match next_data(&mut body).await {
-                Some(Ok(chunk)) => match reader.feed(&chunk) {
+                Some(Ok(chunk)) => match reader.feed(&chunk, &self.path) {
                     Ok(items) => {
                         for item in items {
                             match item {
-                                ListItem::Meta {
+                                Listed::Meta {
                                     resource_version,
                                     r#continue: c,
                                 } => {
                                     rv = resource_version.filter(|s| !s.is_empty());
                                     r#continue = c.filter(|s| !s.is_empty());
                                 }
-                                ListItem::Object(o) => {
-                                    self.push(Ok(WEvent::InitApply(Lenient::from_proto(o))))
-                                }
+                                Listed::Object(o) => self.push(Ok(WEvent::InitApply(o))),
                             }
                         }
                         Phase::Listing {
@@ -543,11 +550,11 @@ where
                             r#continue,
                         }
                     }
-                    Err(e) => self.list_failed(self.proto_error(e)),
+                    Err(e) => self.list_failed(e.into_kube()),
                 },
                 Some(Err(e)) => self.list_failed(e),
-                None => match reader.finish() {
-                    Err(e) => self.list_failed(self.proto_error(e)),
+                None => match reader.finish(&self.path) {
+                    Err(e) => self.list_failed(e.into_kube()),
                     Ok(()) => self.listed(rv, r#continue),
                 },
             },
@@ -584,15 +591,7 @@ where
         self.memory.update(|s| s.unavailable = true);
     }
 
-    fn proto_error(&self, source: kube_proto::Error) -> kube::Error {
-        ListWatchError::Protobuf {
-            path: self.path.clone(),
-            source,
-        }
-        .into_kube()
-    }
-
-    /// A list (page) requested; JSON answers read whole.
+    /// A list (page) requested; its body is read as it arrives.
     async fn list(&mut self, r#continue: Option<String>) -> Phase<K> {
         let req = Request::new(&self.path).list(&self.list_params(r#continue));
         let resp = match send(self.client.clone(), self.accept(), req).await {
@@ -604,37 +603,11 @@ where
             Err(e) => return self.list_failed(e.into_kube()),
         };
         self.answered(answer);
-        let mut body = resp.into_body();
-        if answer == Answer::Protobuf {
-            return Phase::Listing {
-                body,
-                reader: ListReader::new(),
-                rv: None,
-                r#continue: None,
-            };
-        }
-        let bytes = match collect(&mut body, usize::MAX).await {
-            Ok(b) => b.unwrap_or_default(),
-            Err(e) => return self.list_failed(e),
-        };
-        match serde_json::from_slice::<ObjectList<Lenient<K>>>(&bytes) {
-            Err(source) => {
-                let e = ListWatchError::Json {
-                    path: self.path.clone(),
-                    source,
-                };
-                self.list_failed(e.into_kube())
-            }
-            Ok(list) => {
-                for o in list.items {
-                    self.push(Ok(WEvent::InitApply(o)));
-                }
-                let m = list.metadata;
-                self.listed(
-                    m.resource_version.filter(|s| !s.is_empty()),
-                    m.continue_.filter(|s| !s.is_empty()),
-                )
-            }
+        Phase::Listing {
+            body: resp.into_body(),
+            reader: ListBody::of(answer),
+            rv: None,
+            r#continue: None,
         }
     }
 

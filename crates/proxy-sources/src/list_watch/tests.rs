@@ -663,4 +663,5 @@ fn the_configured_content_type_chooses_the_wire() {
     assert_eq!(Wire::from_content_type("application/yaml"), Wire::Json);
 }
 
+mod json_list;
 mod streamed;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::cpu::{CpuMeter, ThreadsCpu};
 use crate::http::{Meter, Traffic};
 use crate::proto;
 
@@ -142,6 +143,7 @@ pub struct ApiServer {
     state: Shared,
     stop: Arc<AtomicBool>,
     traffic: Meter,
+    cpu: CpuMeter,
 }
 
 impl ApiServer {
@@ -166,15 +168,18 @@ impl ApiServer {
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = Meter::default();
-        let (st, sp, tr) = (state.clone(), stop.clone(), traffic.clone());
+        let cpu = CpuMeter::default();
+        let (st, sp, tr, cm) = (state.clone(), stop.clone(), traffic.clone(), cpu.clone());
         std::thread::spawn(move || {
+            let _counted = cm.enter();
             for conn in listener.incoming() {
                 if sp.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
-                let (st, sp, tr) = (st.clone(), sp.clone(), tr.clone());
+                let (st, sp, tr, cm) = (st.clone(), sp.clone(), tr.clone(), cm.clone());
                 std::thread::spawn(move || {
+                    let _counted = cm.enter();
                     let _ = crate::serve::serve(conn, st, sp, tr);
                 });
             }
@@ -184,6 +189,7 @@ impl ApiServer {
             state,
             stop,
             traffic,
+            cpu,
         }
     }
 
@@ -313,6 +319,13 @@ impl ApiServer {
     /// What the double has answered so far, per client address and content type.
     pub fn traffic(&self) -> Traffic {
         self.traffic.snapshot()
+    }
+
+    /// The CPU time the double's threads (the acceptor and one per connection) used so
+    /// far: the ended ones' and the live ones', exact at the moment of the call (not the
+    /// caller's, whose `apply` serializes objects on its own thread).
+    pub fn cpu(&self) -> ThreadsCpu {
+        self.cpu.read()
     }
 
     /// When the event of resourceVersion `rv` was first written to a watch (waiting up

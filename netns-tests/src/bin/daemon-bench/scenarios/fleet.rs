@@ -12,15 +12,17 @@
 //!   and the distribution over nodes;
 //! - bytes and packets per node from the node veths' counters (`fleet_hosts`); requests
 //!   from the double's request log (which cannot tell the nodes apart); CPU of the
-//!   daemons, of the whole bench process and of the double's live threads.
+//!   daemons, of the whole bench process and of the double's threads (`ApiServer::cpu`:
+//!   every connection thread's, also of those that ended).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use integration::scale::{scale_node, scale_service, scale_slice};
-use netns_tests::bench::{loadavg, median, stat_cpu, threads_cpu, Daemon};
-use netns_tests::bench_cluster::{api_on, replaced, DOUBLE_THREADS};
+use integration::{ApiServer, ThreadsCpu};
+use netns_tests::bench::{loadavg, median, stat_cpu, Daemon};
+use netns_tests::bench_cluster::{api_on, replaced};
 use serde_json::json;
 
 use super::fleet_hosts::{build, read_counters, Counters, Host, HUB, MAX_NODES};
@@ -46,14 +48,21 @@ fn change_addr(k: u32) -> IpAddr {
     ))
 }
 
-/// CPU of the whole bench process and of the double's live threads, and how many of
-/// those there are.
-fn bench_cpu() -> (Duration, Duration, usize) {
-    let (double, threads) = threads_cpu(DOUBLE_THREADS);
-    (
-        stat_cpu("/proc/self/stat").unwrap_or_default(),
-        double,
-        threads,
+/// CPU of the whole bench process, and of the double's threads (every connection's,
+/// ended or live, and its acceptor's: `ApiServer::cpu`).
+fn bench_cpu(api: &ApiServer) -> (Duration, ThreadsCpu) {
+    (stat_cpu("/proc/self/stat").unwrap_or_default(), api.cpu())
+}
+
+/// "X s (n connection threads, of which m ended)" of the double's threads between two
+/// readings.
+fn double_cpu(from: &ThreadsCpu, to: &ThreadsCpu) -> String {
+    let started = (to.ended + to.live as u64).saturating_sub(from.ended + from.live as u64);
+    format!(
+        "{:.3} s ({started} connection threads started, {} ended; {} live now)",
+        to.used.saturating_sub(from.used).as_secs_f64(),
+        to.ended.saturating_sub(from.ended),
+        to.live
     )
 }
 
@@ -193,7 +202,7 @@ pub fn fleet(o: &Opts) {
 
     // ---- cold start
     let c0 = read_counters(&hosts);
-    let cpu0 = bench_cpu();
+    let cpu0 = bench_cpu(&api);
     let t0 = Instant::now();
     // the probes run on a thread of their own from before the first spawn, so that a
     // node started early is seen when its table appears, not after the last spawn
@@ -235,7 +244,7 @@ pub fn fleet(o: &Opts) {
                 .map_or(f64::NAN, |(_, t, _)| (t - d.started).as_secs_f64())
         })
         .collect();
-    let cpu1 = bench_cpu();
+    let cpu1 = bench_cpu(&api);
     let c1 = read_counters(&hosts);
     let cold_bytes: Vec<Counters> = c1.iter().zip(&c0).map(|(a, b)| *a - *b).collect();
     let from_spawn: Vec<f64> = seen
@@ -265,12 +274,11 @@ pub fn fleet(o: &Opts) {
         dist(own.clone(), "s")
     );
     println!(
-        "   CPU of the cold start: the daemons {:.2} s in all (per daemon min / median / max {}) ms; the bench process {:.2} s (the double, the probes, the log readers), of which the double's live threads {:.2} s ({} threads; its list connections' threads have exited and are not in that figure)",
+        "   CPU of the cold start: the daemons {:.2} s in all (per daemon min / median / max {}) ms; the bench process {:.2} s (the double, the probes, the log readers), of which the double's threads {}",
         daemon_cpu.iter().sum::<f64>(),
         spread(&daemon_cpu.iter().map(|c| (c * 1e3) as u64).collect::<Vec<_>>()),
         cpu1.0.saturating_sub(cpu0.0).as_secs_f64(),
-        cpu1.1.saturating_sub(cpu0.1).as_secs_f64(),
-        cpu1.2
+        double_cpu(&cpu0.1, &cpu1.1)
     );
     println!(
         "   the daemons' RSS after the cold start (VmRSS, MiB): min / median / max {}",
@@ -325,7 +333,7 @@ pub fn fleet(o: &Opts) {
         spread(&idle.iter().map(|c| c.tx_bytes).collect::<Vec<_>>()),
     );
     let requests_before = api.requests().len();
-    let cpu_c0 = bench_cpu();
+    let cpu_c0 = bench_cpu(&api);
     let daemon_cpu0: Vec<Duration> = daemons
         .iter()
         .map(|d| d.cpu().unwrap_or_default())
@@ -396,7 +404,7 @@ pub fn fleet(o: &Opts) {
         );
         lat.push(row);
     }
-    let cpu_c1 = bench_cpu();
+    let cpu_c1 = bench_cpu(&api);
     let changes_cpu: f64 = daemons
         .iter()
         .zip(&daemon_cpu0)
@@ -421,12 +429,11 @@ pub fn fleet(o: &Opts) {
         spread(&bytes.iter().map(|c| c.tx_packets).collect::<Vec<_>>()),
     );
     println!(
-        "   requests to the double during the changes: {}; CPU over the changes: the daemons {changes_cpu:.3} s in all ({:.2} ms per node per change, idle included), the bench process {:.3} s, of which the double's live threads {:.3} s ({} threads)",
+        "   requests to the double during the changes: {}; CPU over the changes: the daemons {changes_cpu:.3} s in all ({:.2} ms per node per change, idle included), the bench process {:.3} s, of which the double's threads {}",
         change_requests.len(),
         changes_cpu * 1e3 / (n as f64 * lat.len().max(1) as f64),
         cpu_c1.0.saturating_sub(cpu_c0.0).as_secs_f64(),
-        cpu_c1.1.saturating_sub(cpu_c0.1).as_secs_f64(),
-        cpu_c1.2
+        double_cpu(&cpu_c0.1, &cpu_c1.1)
     );
     for (kind, count) in request_kinds(&change_requests) {
         println!("     {count:>6}  {kind}");

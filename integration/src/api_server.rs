@@ -1,7 +1,7 @@
 //! The double's state (objects, event history, knobs) and its handle, [`ApiServer`].
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -115,8 +115,8 @@ pub(crate) struct State {
     pub down: bool,
     /// Bumped to drop every open watch connection.
     pub epoch: u64,
-    /// Request lines received (for assertions).
-    pub requests: Vec<String>,
+    /// Request lines received, with the address of the client that sent each.
+    pub requests: Vec<(IpAddr, String)>,
     /// Bodies of the POST requests received, with their paths.
     pub posts: Vec<(String, Value)>,
     pub bookmark_every: Option<Duration>,
@@ -282,6 +282,12 @@ impl ApiServer {
 
     /// The request lines received so far.
     pub fn requests(&self) -> Vec<String> {
+        self.with(|s| s.requests.iter().map(|(_, line)| line.clone()).collect())
+    }
+
+    /// The request lines received so far, each with the address of the client that
+    /// sent it (as it connected): a fleet's requests told apart per node.
+    pub fn requests_by_peer(&self) -> Vec<(IpAddr, String)> {
         self.with(|s| s.requests.clone())
     }
 

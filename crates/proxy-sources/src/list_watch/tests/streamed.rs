@@ -8,6 +8,15 @@ fn streamed(api: &Api<Lenient<Service>>) -> impl Stream<Item = Item<Service>> + 
     Box::pin(watch(api, config(), Arc::default(), true))
 }
 
+/// The request `uri` has every one of the `params` (each `name=value`; one that ends
+/// in `&` ends there).
+fn asks(uri: &str, params: &[&str]) {
+    let uri = format!("{uri}&");
+    for want in params {
+        assert!(uri.contains(want), "{want} in {uri}");
+    }
+}
+
 /// The bookmark that ends a streamed list's initial events.
 fn initial_events_end(rv: &str) -> Vec<u8> {
     let m = pb::Service {
@@ -52,15 +61,16 @@ async fn a_streamed_list_yields_its_objects_until_the_bookmark_then_watches() {
         quiet(&mut s).await;
         let uris = uris(&seen);
         assert_eq!(uris.len(), 1, "one request, no list: {uris:?}");
-        for want in [
-            "watch=true",
-            "allowWatchBookmarks=true",
-            "sendInitialEvents=true",
-            "resourceVersionMatch=NotOlderThan",
-            "resourceVersion=&",
-        ] {
-            assert!(format!("{}&", uris[0]).contains(want), "{want} in {uris:?}");
-        }
+        asks(
+            &uris[0],
+            &[
+                "watch=true",
+                "allowWatchBookmarks=true",
+                "sendInitialEvents=true",
+                "resourceVersionMatch=NotOlderThan",
+                "resourceVersion=&",
+            ],
+        );
     }
 }
 
@@ -152,6 +162,25 @@ fn remembered(
     Box::pin(watch(api, config(), memory.clone(), streaming))
 }
 
+/// A stream that synced a@7, then a@20, given up (as the pump gives up on a stalled
+/// kind); then a new one sharing its memory, whose list brings a@25: the requests.
+async fn restarted(api: &Api<Lenient<Service>>, seen: &Seen, streaming: bool) -> Vec<String> {
+    let memory = Arc::new(Memory::default());
+    let mut s = remembered(api, &memory, streaming);
+    assert_eq!(
+        take(&mut s, 4).await,
+        ["Init", "InitApply a@7", "InitDone", "Apply a@20"]
+    );
+    drop(s);
+    assert_eq!(memory.last_synced().as_deref(), Some("20"));
+    let mut s = remembered(api, &memory, streaming);
+    assert_eq!(
+        take(&mut s, 3).await,
+        ["Init", "InitApply a@25", "InitDone"]
+    );
+    uris(seen)
+}
+
 #[tokio::test]
 async fn a_restarted_list_and_watch_resumes_from_the_version_the_last_one_synced() {
     let (api, seen) = server(vec![
@@ -162,21 +191,7 @@ async fn a_restarted_list_and_watch_resumes_from_the_version_the_last_one_synced
         },
         proto(vec![list("30", vec![service("a", "25")])]),
     ]);
-    let memory = Arc::new(Memory::default());
-    let mut s = remembered(&api, &memory, false);
-    assert_eq!(
-        take(&mut s, 4).await,
-        ["Init", "InitApply a@7", "InitDone", "Apply a@20"]
-    );
-    // the watch goes silent: the pump gives up on this stream and starts another
-    drop(s);
-    assert_eq!(memory.last_synced().as_deref(), Some("20"));
-    let mut s = remembered(&api, &memory, false);
-    assert_eq!(
-        take(&mut s, 3).await,
-        ["Init", "InitApply a@25", "InitDone"]
-    );
-    let uris = uris(&seen);
+    let uris = restarted(&api, &seen, false).await;
     assert!(uris[0].contains("resourceVersion=0&"), "{uris:?}");
     assert!(
         uris[2].contains("resourceVersion=20&resourceVersionMatch=NotOlderThan")
@@ -202,30 +217,16 @@ async fn a_restarted_streamed_list_resumes_from_the_version_the_last_one_synced(
             ..proto(vec![event("ADDED", "a", "25"), initial_events_end("30")])
         },
     ]);
-    let memory = Arc::new(Memory::default());
-    let mut s = remembered(&api, &memory, true);
-    assert_eq!(
-        take(&mut s, 4).await,
-        ["Init", "InitApply a@7", "InitDone", "Apply a@20"]
+    let uris = restarted(&api, &seen, true).await;
+    asks(&uris[0], &["resourceVersion=&"]);
+    asks(
+        &uris[1],
+        &[
+            "sendInitialEvents=true",
+            "resourceVersion=20&",
+            "resourceVersionMatch=NotOlderThan",
+        ],
     );
-    drop(s);
-    let mut s = remembered(&api, &memory, true);
-    assert_eq!(
-        take(&mut s, 3).await,
-        ["Init", "InitApply a@25", "InitDone"]
-    );
-    let uris = uris(&seen);
-    assert!(
-        format!("{}&", uris[0]).contains("resourceVersion=&"),
-        "{uris:?}"
-    );
-    for want in [
-        "sendInitialEvents=true",
-        "resourceVersion=20&",
-        "resourceVersionMatch=NotOlderThan",
-    ] {
-        assert!(format!("{}&", uris[1]).contains(want), "{want} in {uris:?}");
-    }
 }
 
 #[tokio::test]
@@ -259,84 +260,20 @@ async fn a_restarted_stream_lists_the_most_recent_state_when_the_last_version_wa
 /// watch cache's `0`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_kind_relists_from_the_last_version_synced() {
-    use crate::api_client::{Progress, Timing};
-    use crate::kube_source::run;
-    use sync_engine::Event;
-
-    let node = pb::Node {
-        metadata: Some(pb::ObjectMeta {
-            name: Some("n1".into()),
-            resource_version: Some("3".into()),
-            ..pb::ObjectMeta::default()
-        }),
-        ..pb::Node::default()
-    }
-    .encode_to_vec();
-    let (client, seen) = routed(vec![
-        (
-            "/nodes",
-            vec![proto(vec![list_of("v1", "NodeList", "3", vec![node])])],
-        ),
-        (
-            "/servicecidrs",
-            vec![proto(vec![list_of(
-                "networking.k8s.io/v1",
-                "ServiceCIDRList",
-                "4",
-                vec![],
-            )])],
-        ),
-        (
-            "/services",
-            vec![
-                proto(vec![list("10", vec![service("a", "7")])]),
-                // an event, then silence: no byte, no bookmark, no end
-                Reply {
-                    hang: true,
-                    ..proto(vec![event("MODIFIED", "a", "20")])
-                },
-                proto(vec![list("30", vec![service("b", "25")])]),
-            ],
-        ),
-        (
-            "/endpointslices",
-            vec![proto(vec![list_of(
-                "discovery.k8s.io/v1",
-                "EndpointSliceList",
-                "11",
-                vec![],
-            )])],
-        ),
-    ]);
-    let (tx, rx) = sync_engine::channel(64);
-    let tx = crate::events::EventSender::new(tx, None);
-    let t = Timing {
-        stall_after: Duration::from_millis(400),
-        ..Timing::from_watch(Duration::from_secs(30))
-    };
-    let source = tokio::spawn(run(
-        client,
-        Reading {
-            wire: Wire::Protobuf,
-            streaming: false,
+    let services = vec![
+        proto(vec![list("10", vec![service("a", "7")])]),
+        // an event, then silence: no byte, no bookmark, no end
+        Reply {
+            hang: true,
+            ..proto(vec![event("MODIFIED", "a", "20")])
         },
-        "n1".into(),
-        t,
-        Arc::new(Progress::default()),
-        tx,
-    ));
-    let mut got = Vec::new();
-    while !got.contains(&"Service b".to_string()) {
-        let ev = rx
-            .recv_timeout(Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("{e} after {got:?}"));
-        got.push(match ev {
-            Event::ServiceApplied(s) => format!("Service {}", s.metadata.name.unwrap_or_default()),
-            Event::SourceStalled { source, .. } => format!("Stalled {source}"),
-            other => format!("{other:?}").chars().take(20).collect(),
-        });
-    }
-    source.abort();
+        proto(vec![list("30", vec![service("b", "25")])]),
+    ];
+    let t = crate::api_client::Timing {
+        stall_after: Duration::from_millis(400),
+        ..crate::api_client::Timing::from_watch(Duration::from_secs(30))
+    };
+    let (got, seen) = source_events(services, t, |got| got.iter().any(|e| e == "Service b")).await;
     assert!(got.contains(&"Stalled service".to_string()), "{got:?}");
     let services: Vec<String> = uris(&seen)
         .into_iter()

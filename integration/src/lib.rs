@@ -31,6 +31,8 @@ pub mod testdata;
 
 pub use api_server::{ApiServer, Res};
 pub use cpu::ThreadsCpu;
-pub use daemon::{content_type_args, free_port, http_get, read, wait_for, Daemon, TempDir};
+pub use daemon::{
+    content_type_args, free_port, http_get, read, start_against_api, wait_for, Daemon, TempDir,
+};
 pub use http::{Counts, Encoding, Traffic};
 pub use objects::{node, service, slice};

@@ -25,31 +25,19 @@ struct Run {
 
 fn start(server: &ApiServer, tag: &str) -> Run {
     let dir = TempDir::new(tag);
-    let out = dir.path("ruleset.nft");
     let healthz = free_port();
     let hz = format!("127.0.0.1:{healthz}");
-    let url = server.url();
     let mut args = vec![
-        "--master",
-        &url,
-        "--hostname-override",
-        NODE,
-        "--proxy-mode",
-        "nftables",
-        "--iptables-min-sync-period",
-        "100ms",
         "--iptables-sync-period",
         "2s",
         "--api-watch-timeout",
         "2s",
         "--healthz-bind-address",
         &hz,
-        "--render-to",
-        out.to_str().expect("utf-8"),
         "--kube-api-qps=-1",
     ];
     args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    let d = Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"));
+    let d = start_against_api(daemon_binary!(), &server.url(), NODE, &dir, &args);
     Run { d, dir, healthz }
 }
 

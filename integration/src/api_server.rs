@@ -1,13 +1,14 @@
 //! The double's state (objects, event history, knobs) and its handle, [`ApiServer`].
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::cpu::{CpuMeter, ThreadsCpu};
 use crate::http::{Meter, Traffic};
 use crate::proto;
 
@@ -114,8 +115,8 @@ pub(crate) struct State {
     pub down: bool,
     /// Bumped to drop every open watch connection.
     pub epoch: u64,
-    /// Request lines received (for assertions).
-    pub requests: Vec<String>,
+    /// Request lines received, with the address of the client that sent each.
+    pub requests: Vec<(IpAddr, String)>,
     /// Bodies of the POST requests received, with their paths.
     pub posts: Vec<(String, Value)>,
     pub bookmark_every: Option<Duration>,
@@ -142,6 +143,7 @@ pub struct ApiServer {
     state: Shared,
     stop: Arc<AtomicBool>,
     traffic: Meter,
+    cpu: CpuMeter,
 }
 
 impl ApiServer {
@@ -166,15 +168,18 @@ impl ApiServer {
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let traffic = Meter::default();
-        let (st, sp, tr) = (state.clone(), stop.clone(), traffic.clone());
+        let cpu = CpuMeter::default();
+        let (st, sp, tr, cm) = (state.clone(), stop.clone(), traffic.clone(), cpu.clone());
         std::thread::spawn(move || {
+            let _counted = cm.enter();
             for conn in listener.incoming() {
                 if sp.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(conn) = conn else { continue };
-                let (st, sp, tr) = (st.clone(), sp.clone(), tr.clone());
+                let (st, sp, tr, cm) = (st.clone(), sp.clone(), tr.clone(), cm.clone());
                 std::thread::spawn(move || {
+                    let _counted = cm.enter();
                     let _ = crate::serve::serve(conn, st, sp, tr);
                 });
             }
@@ -184,6 +189,7 @@ impl ApiServer {
             state,
             stop,
             traffic,
+            cpu,
         }
     }
 
@@ -276,6 +282,12 @@ impl ApiServer {
 
     /// The request lines received so far.
     pub fn requests(&self) -> Vec<String> {
+        self.with(|s| s.requests.iter().map(|(_, line)| line.clone()).collect())
+    }
+
+    /// The request lines received so far, each with the address of the client that
+    /// sent it (as it connected): a fleet's requests told apart per node.
+    pub fn requests_by_peer(&self) -> Vec<(IpAddr, String)> {
         self.with(|s| s.requests.clone())
     }
 
@@ -313,6 +325,13 @@ impl ApiServer {
     /// What the double has answered so far, per client address and content type.
     pub fn traffic(&self) -> Traffic {
         self.traffic.snapshot()
+    }
+
+    /// The CPU time the double's threads (the acceptor and one per connection) used so
+    /// far: the ended ones' and the live ones', exact at the moment of the call (not the
+    /// caller's, whose `apply` serializes objects on its own thread).
+    pub fn cpu(&self) -> ThreadsCpu {
+        self.cpu.read()
     }
 
     /// When the event of resourceVersion `rv` was first written to a watch (waiting up

@@ -108,6 +108,34 @@ impl Drop for Daemon {
     }
 }
 
+/// The daemon against the API double at `url` (`--master`) as the API tests run it:
+/// named `node`, in nftables mode, syncing at most every 100 ms, the kernel replaced by
+/// the file `dir/ruleset.nft` (`--render-to`: the committed ruleset), its log in
+/// `dir/daemon.log`; `extra` after these.
+pub fn start_against_api(
+    bin: &Path,
+    url: &str,
+    node: &str,
+    dir: &TempDir,
+    extra: &[&str],
+) -> Daemon {
+    let out = dir.path("ruleset.nft");
+    let mut args = vec![
+        "--master",
+        url,
+        "--hostname-override",
+        node,
+        "--proxy-mode",
+        "nftables",
+        "--iptables-min-sync-period",
+        "100ms",
+        "--render-to",
+        out.to_str().expect("a UTF-8 path"),
+    ];
+    args.extend(extra);
+    Daemon::start(bin, &args, dir.path("daemon.log"))
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

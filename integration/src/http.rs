@@ -265,6 +265,11 @@ impl Out {
         })
     }
 
+    /// The client's address.
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+
     fn write(&mut self, bytes: &[u8], body: usize, requests: u64) -> std::io::Result<()> {
         // counted before the write: a client may read the bytes and look at the counts
         // before this thread runs again

@@ -8,16 +8,19 @@
 //!   `BOOKMARK`s when asked, send initial events when asked (`sendInitialEvents`), answer
 //!   a compacted resourceVersion with a `410 Expired` ERROR event, can drop every
 //!   connection or refuse service for a while (an outage), and count the bytes each
-//!   client received ([`ApiServer::traffic`]).
+//!   client received ([`ApiServer::traffic`]) and the CPU its threads used
+//!   ([`ApiServer::cpu`]).
 //! - [`daemon_binary!`] and [`Daemon`]: the `kube-nlproxy` binary cargo built for the
 //!   test, run as a child process and killed on drop.
 //!
 //! Modules: `api_server` (the state and its knobs), `http` (requests, content
-//! negotiation, counted responses), `serve` (lists and watches), `daemon`, `objects`,
+//! negotiation, counted responses), `serve` (lists and watches), `cpu` (its threads'
+//! CPU time), `daemon`, `objects`,
 //! [`proto`] (the protobuf encoders), [`scale`] (synthetic clusters) and
 //! [`testdata`].
 
 mod api_server;
+mod cpu;
 mod daemon;
 mod http;
 mod objects;
@@ -27,6 +30,9 @@ mod serve;
 pub mod testdata;
 
 pub use api_server::{ApiServer, Res};
-pub use daemon::{content_type_args, free_port, http_get, read, wait_for, Daemon, TempDir};
+pub use cpu::ThreadsCpu;
+pub use daemon::{
+    content_type_args, free_port, http_get, read, start_against_api, wait_for, Daemon, TempDir,
+};
 pub use http::{Counts, Encoding, Traffic};
 pub use objects::{node, service, slice};

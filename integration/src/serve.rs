@@ -34,7 +34,7 @@ pub(crate) fn serve(
     let mut out = Out::new(conn, meter)?;
     let (json_only, no_watch_list) = {
         let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
-        s.requests.push(req.line.clone());
+        s.requests.push((out.peer(), req.line.clone()));
         // A dead peer: hold the request unanswered while the hang lasts.
         if s.hang {
             // Held open and unanswered for good, like a connection to a dead peer

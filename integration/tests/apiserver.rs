@@ -20,29 +20,10 @@ fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
 
 /// The daemon with `extra` arguments.
 fn start_with(server: &ApiServer, dir: &TempDir, extra: &[&str]) -> Daemon {
-    let url = server.url();
-    let out = dir.path("ruleset.nft");
-    let mut args = vec![
-        "--master",
-        &url,
-        "--hostname-override",
-        NODE,
-        "--proxy-mode",
-        "nftables",
-        "--iptables-min-sync-period",
-        "100ms",
-        "--render-to",
-        out.to_str().expect("utf-8 path"),
-        "--kube-api-qps",
-        "50",
-        "--kube-api-burst",
-        "100",
-        "-v",
-        "2",
-    ];
+    let mut args = vec!["--kube-api-qps", "50", "--kube-api-burst", "100"];
     args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
     args.extend(extra);
-    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+    start_against_api(daemon_binary!(), &server.url(), NODE, dir, &args)
 }
 
 fn seeded() -> ApiServer {

@@ -48,31 +48,12 @@ fn start_with(
     content_type: Option<&str>,
     extra: &[&str],
 ) -> Daemon {
-    let url = api.url();
-    let out = dir.path("ruleset.nft");
-    let mut args = vec![
-        "--master",
-        &url,
-        "--hostname-override",
-        NODE,
-        "--proxy-mode",
-        "nftables",
-        "--iptables-min-sync-period",
-        "100ms",
-        "--render-to",
-        out.to_str().expect("utf-8 path"),
-        "--kube-api-qps",
-        "50",
-        "--kube-api-burst",
-        "100",
-        "-v",
-        "2",
-    ];
+    let mut args = vec!["--kube-api-qps", "50", "--kube-api-burst", "100"];
     if let Some(ct) = content_type {
         args.extend(["--kube-api-content-type", ct]);
     }
     args.extend(extra);
-    Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+    start_against_api(daemon_binary!(), &api.url(), NODE, dir, &args)
 }
 
 fn rules(dir: &TempDir) -> String {

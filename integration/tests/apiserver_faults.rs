@@ -25,31 +25,19 @@ struct Run {
 
 fn start(server: &ApiServer, tag: &str) -> Run {
     let dir = TempDir::new(tag);
-    let out = dir.path("ruleset.nft");
     let healthz = free_port();
     let hz = format!("127.0.0.1:{healthz}");
-    let url = server.url();
     let mut args = vec![
-        "--master",
-        &url,
-        "--hostname-override",
-        NODE,
-        "--proxy-mode",
-        "nftables",
-        "--iptables-min-sync-period",
-        "100ms",
         "--iptables-sync-period",
         "2s",
         "--api-watch-timeout",
         "2s",
         "--healthz-bind-address",
         &hz,
-        "--render-to",
-        out.to_str().expect("utf-8"),
         "--kube-api-qps=-1",
     ];
     args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    let d = Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"));
+    let d = start_against_api(daemon_binary!(), &server.url(), NODE, &dir, &args);
     Run { d, dir, healthz }
 }
 
@@ -134,25 +122,70 @@ fn a_hung_api_is_given_up_and_the_daemon_recovers() {
     );
 }
 
+/// A query parameter of a request line (`GET /path?a=1&b=2 HTTP/1.1`), as sent.
+fn param<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let target = line.split_whitespace().nth(1)?;
+    let (_, query) = target.split_once('?')?;
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// A watch that answers its headers and then sends nothing (no event, no bookmark, no
-/// end): the kind is relisted, and a change made meanwhile arrives.
+/// end): the kind stalls and is relisted, and a change made meanwhile arrives. The
+/// relist resumes from the last resourceVersion the kind synced, as client-go's
+/// reflector does (`lastSyncResourceVersion` outlives a `ListAndWatch` call), neither
+/// from the watch cache (`0`, possibly older than what it saw) nor from the most recent
+/// state (`""`): streamed lists, and list + watch on a server that refuses them.
 #[test]
-fn a_silent_watch_is_relisted() {
-    let server = seeded();
-    let r = start(&server, "api-silent");
-    r.wait_rules("the initial service", |t| has_service(t, "198.18.100.1"));
-    server.set_silent_watches(true);
-    server.drop_connections();
-    std::thread::sleep(Duration::from_millis(300));
-    server.apply(service("demo", "quiet", "198.18.100.4", 80));
-    r.wait_rules("the service added while watches were silent", |t| {
-        t.contains("198.18.100.4")
-    });
-    let log = r.d.log_text();
-    assert!(
-        log.contains("source stalled") && log.contains("relisted"),
-        "{log}"
-    );
+fn a_silent_watch_is_relisted_from_the_last_version_synced() {
+    for streamed in [true, false] {
+        let server = seeded();
+        server.set_no_watch_list(!streamed);
+        let r = start(&server, "api-stall-rv");
+        // the services' event: the services kind has synced this version once the
+        // rules show it; every kind has synced at least the version the double had
+        // when the daemon started (its lists), later bookmarks carry this one
+        let synced = server.apply(service("demo", "before", "198.18.100.5", 80));
+        let started = synced - 1;
+        r.wait_rules("the services before the stall", |t| {
+            has_service(t, "198.18.100.1") && t.contains("198.18.100.5")
+        });
+        let mark = server.requests().len();
+        server.set_silent_watches(true);
+        server.drop_connections();
+        std::thread::sleep(Duration::from_millis(300));
+        server.apply(service("demo", "quiet", "198.18.100.4", 80));
+        r.wait_rules("the service added while watches were silent", |t| {
+            t.contains("198.18.100.4")
+        });
+        let log = r.d.log_text();
+        assert!(
+            log.contains("source stalled") && log.contains("relisted"),
+            "{log}"
+        );
+        let requests = server.requests().split_off(mark);
+        let relists: Vec<&String> = requests
+            .iter()
+            .filter(|l| {
+                param(l, "watch") != Some("true") || param(l, "sendInitialEvents") == Some("true")
+            })
+            .collect();
+        let want = synced.to_string();
+        let first = relists.iter().find(|l| l.contains("/api/v1/services?"));
+        assert_eq!(
+            first.and_then(|l| param(l, "resourceVersion")),
+            Some(want.as_str()),
+            "streamed {streamed}: the services' relist after the stall resumes from the last version synced:\n{relists:#?}\n--- log ---\n{log}"
+        );
+        for l in &relists {
+            let rv: Option<u64> = param(l, "resourceVersion").and_then(|v| v.parse().ok());
+            assert!(
+                rv.is_some_and(|rv| rv >= started),
+                "streamed {streamed}: a relist from before what the kind synced: {l}\n{relists:#?}"
+            );
+        }
+    }
 }
 
 /// An undecodable Service among good ones, in a list and in a watch event: named and

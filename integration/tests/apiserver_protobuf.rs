@@ -429,7 +429,8 @@ fn the_accept_header_picks_the_encoding() {
 }
 
 /// The traffic counts, per client address and content type: each response once, its
-/// body's bytes and every byte on the wire exactly as the clients read them.
+/// body's bytes and every byte on the wire exactly as the clients read them; the
+/// request log names each request's client.
 #[test]
 fn traffic_counts_what_each_client_received() {
     let server = seeded();
@@ -480,6 +481,13 @@ fn traffic_counts_what_each_client_received() {
     assert_eq!(t.by_client.len(), 3);
     assert_eq!(t.of_content_type(pb), t.get(a, pb));
     assert!(t.get(a, watch) == integration::Counts::default());
+    // the request log tells the clients apart too
+    let peers: Vec<(IpAddr, bool)> = server
+        .requests_by_peer()
+        .into_iter()
+        .map(|(ip, line)| (ip, line.contains("watch=true")))
+        .collect();
+    assert_eq!(peers, [(a, false), (a, false), (b, false), (b, true)]);
 }
 
 /// The faults are the same in protobuf: silent watches send nothing until they speak

@@ -100,31 +100,6 @@ pub fn stat_cpu(path: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(ticks as f64 / hz as f64))
 }
 
-/// CPU so far of this process's live threads named `comm`, and how many there are:
-/// each thread's time on a CPU in nanoseconds (`/proc/self/task/TID/schedstat`; its
-/// `stat` counts clock ticks, which round a thread's few milliseconds to nothing).
-/// Threads that exited are not counted (their time is only in the process's total).
-pub fn threads_cpu(comm: &str) -> (Duration, usize) {
-    let (mut cpu, mut n) = (Duration::ZERO, 0);
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return (cpu, n);
-    };
-    for t in tasks.flatten() {
-        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if name.trim() != comm {
-            continue;
-        }
-        let ran = std::fs::read_to_string(t.path().join("schedstat"))
-            .ok()
-            .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok());
-        if let Some(ns) = ran {
-            cpu += Duration::from_nanos(ns);
-            n += 1;
-        }
-    }
-    (cpu, n)
-}
-
 /// Name the calling thread (`comm`, at most 15 bytes; threads it starts inherit it).
 pub fn name_thread(name: &str) {
     let mut b: Vec<u8> = name.bytes().take(15).filter(|&c| c != 0).collect();

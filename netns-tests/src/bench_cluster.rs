@@ -98,7 +98,8 @@ pub fn api_with(ns: &Netns, load: impl FnOnce(&ApiServer)) -> NsApi {
 
 /// The name (`comm`) of the double's threads: its accept thread is started from a thread
 /// of this name, and the kernel gives a new thread its creator's name, so every thread
-/// of the double (one per connection) carries it ([`crate::bench::threads_cpu`]).
+/// of the double (one per connection) carries it (`top -H`, `perf`); their CPU time is
+/// `ApiServer::cpu`'s.
 pub const DOUBLE_THREADS: &str = "api-double";
 
 /// The API-server double, listening on `ip` (an address of `ns`) inside `ns`, holding

@@ -16,7 +16,8 @@
 //! - A kind with no progress (no list completed, no event, no bookmark, no response
 //!   bytes) for [`Timing::stall_after`] is stalled: logged, reported to the engine
 //!   ([`Event::SourceStalled`], which /healthz counts as a change queued since the last
-//!   progress), and its watcher restarted (a relist). Progress again: logged, reported
+//!   progress), and its watcher restarted: a relist from the last resourceVersion synced
+//!   (kept across restarts, [`list_watch::Memory`]). Progress again: logged, reported
 //!   ([`Event::SourceRecovered`]).
 
 use std::borrow::Cow;
@@ -24,8 +25,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use std::sync::atomic::AtomicBool;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -44,7 +43,7 @@ use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};
 use crate::events::{self, EventSender};
-use crate::list_watch::{self, Reading, Wire};
+use crate::list_watch::{self, Reading};
 
 /// Objects proxied by another proxy, and headless services, are not even listed.
 pub const LABEL_SELECTOR: &str =
@@ -124,22 +123,52 @@ struct HeadMeta {
     resource_version: Option<String>,
 }
 
+impl Head {
+    fn meta(self) -> ObjectMeta {
+        ObjectMeta {
+            name: self.metadata.name,
+            namespace: self.metadata.namespace,
+            resource_version: self.metadata.resource_version,
+            ..ObjectMeta::default()
+        }
+    }
+}
+
 impl<'de, K: Decode> Deserialize<'de> for Lenient<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // A watch event's object reaches us through serde's buffered content (the event
         // is an adjacently tagged enum), so the object is read as a JSON value first:
         // transient, one object at a time.
         let v = serde_json::Value::deserialize(d)?;
-        let head = Head::deserialize(&v).unwrap_or_default();
-        let meta = ObjectMeta {
-            name: head.metadata.name,
-            namespace: head.metadata.namespace,
-            resource_version: head.metadata.resource_version,
-            ..ObjectMeta::default()
-        };
+        let meta = Head::deserialize(&v).unwrap_or_default().meta();
         // Services and EndpointSlices only as far as they are read (kube_model::lean).
         let decoded = K::decode(v).map_err(|e| DecodeError::Json(Arc::new(e)));
         Ok(Lenient { meta, decoded })
+    }
+}
+
+impl<K: Decode> Lenient<K> {
+    /// An object from its JSON text alone (a list's item), read without building a JSON
+    /// value: its metadata, then the object by the lean decoder. As [`Deserialize`] makes
+    /// it, a type error is the object's (unnamed when it is in the metadata); text that
+    /// is no JSON is an error.
+    pub(crate) fn from_json(text: &[u8]) -> Result<Self, serde_json::Error> {
+        let not_json = |e: &serde_json::Error| e.is_syntax() || e.is_eof();
+        let head = match serde_json::from_slice::<Head>(text) {
+            Ok(h) => h,
+            Err(e) if not_json(&e) => return Err(e),
+            Err(_) => Head::default(),
+        };
+        let mut de = serde_json::Deserializer::from_slice(text);
+        let decoded = match K::decode(&mut de).and_then(|k| de.end().map(|()| k)) {
+            Ok(k) => Ok(k),
+            Err(e) if not_json(&e) => return Err(e),
+            Err(e) => Err(DecodeError::Json(Arc::new(e))),
+        };
+        Ok(Lenient {
+            meta: head.meta(),
+            decoded,
+        })
     }
 }
 
@@ -343,11 +372,14 @@ async fn pump<K>(
     let mut last_progress = Instant::now();
     let mut stalled = false;
     let mut last_error: Option<String> = None;
-    // JSON asked, or the server answered this kind in JSON: asked in JSON from then on.
-    let json = Arc::new(AtomicBool::new(reading.wire == Wire::Json));
+    // Kept across the watcher's restarts: JSON asked once the server answered this kind
+    // in JSON, and the last version synced, which a stall's relist resumes from (as
+    // client-go's reflector keeps `lastSyncResourceVersion`), not from the watch cache's
+    // possibly older state.
+    let memory = Arc::new(list_watch::Memory::new(reading.wire));
     loop {
         let config = config.clone().timeout(t.watch.as_secs() as u32);
-        let stream = list_watch::watch(&api, config, json.clone(), reading.streaming)
+        let stream = list_watch::watch(&api, config, memory.clone(), reading.streaming)
             .backoff(Backoff::new(t.backoff_max));
         futures::pin_mut!(stream);
         let started = Instant::now();
@@ -368,6 +400,7 @@ async fn pump<K>(
                                 kind = kind.name,
                                 no_progress_s = since.elapsed().as_secs(),
                                 last_error = last_error.as_deref().unwrap_or("none"),
+                                from_resource_version = memory.last_synced().as_deref().unwrap_or("none"),
                                 "source stalled: no progress from the API; relisting (rules unchanged)"
                             );
                             if !tx.send_async(Event::SourceStalled { source: kind.name.into(), since }).await {

@@ -9,12 +9,15 @@
 //!   response is the watch. Refused (a server without the WatchList feature): list +
 //!   watch for this round.
 //! - Relists from the last synced version (client-go's `relistResourceVersion`), from
-//!   the most recent state once the server called it expired or too large.
+//!   the most recent state once the server called it expired or too large; a new stream
+//!   of the kind (the pump's relist after a stall) too: the version is kept in the
+//!   kind's [`Memory`], which outlives its streams.
 //! - The list: `GET` with `Accept: application/vnd.kubernetes.protobuf, */*` (as
 //!   client-go asks), the selectors and `resourceVersion` semantics of the
-//!   `watcher::Config` the JSON path uses, read as the body arrives through
-//!   [`ListReader`]: each item is handed on as soon as its last byte arrived, never the
-//!   whole list in memory. A `continue` token is followed (one list, no new `Init`).
+//!   `watcher::Config` the JSON path uses, read as the body arrives (`list_body`:
+//!   protobuf through `kube-proto`'s `ListReader`, JSON through `json_list`'s scanner):
+//!   each item is handed on as soon as its last byte arrived, never the whole list in
+//!   memory. A `continue` token is followed (one list, no new `Init`).
 //! - The watch: from the list's (then the last event's or bookmark's) resourceVersion,
 //!   `watch=true&timeoutSeconds=...&allowWatchBookmarks=true`, through [`WatchReader`];
 //!   the stream's end resumes from the last version, no byte for the timeout plus 5 s
@@ -25,14 +28,14 @@
 //! - An object that does not decode is a [`Lenient`] with its error (named from its
 //!   metadata), never a failed list or watch.
 //! - A server that answers `application/json` is read as JSON for that response (the
-//!   list whole, as kube-rs reads it; the watch line by line), and the kind asks for JSON
-//!   from then on.
+//!   list item by item, the watch line by line), and the kind asks for JSON from then
+//!   on.
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,19 +43,22 @@ use futures::Stream;
 use http_body::Body as _;
 use kube::api::{Api, ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
-use kube::core::{ObjectList, Request, Status};
+use kube::core::{Request, Status};
 use kube::runtime::watcher::{self, Event as WEvent, ListSemantic};
 use kube::{Client, Resource};
 use kube_model::lean::Decode;
-use kube_proto::{FromProto, ListItem, ListReader};
+use kube_proto::FromProto;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
 use crate::kube_source::Lenient;
 
 mod frames;
+mod json_list;
+mod list_body;
 mod streamed;
 use frames::{frames_fed, Decoded, Frames};
+use list_body::{ListBody, Listed};
 
 /// Kubernetes' protobuf media type (`clientConnection.contentType`'s default).
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -108,6 +114,11 @@ pub enum ListWatchError {
     Json {
         path: String,
         source: serde_json::Error,
+    },
+    #[error("{path}: {source}")]
+    JsonList {
+        path: String,
+        source: json_list::JsonListError,
     },
     #[error("{path}: a response of content type {content_type:?}, neither protobuf nor JSON")]
     ContentType { path: String, content_type: String },
@@ -292,10 +303,10 @@ enum Phase<K> {
     },
     /// A list (or its next page) to request.
     List { r#continue: Option<String> },
-    /// A list response being read (protobuf).
+    /// A list response being read, item by item.
     Listing {
         body: Body,
-        reader: ListReader<K>,
+        reader: ListBody<K>,
         rv: Option<String>,
         r#continue: Option<String>,
     },
@@ -314,27 +325,70 @@ struct Machine<K> {
     client: Client,
     path: String,
     config: watcher::Config,
-    /// The server answered this kind in JSON: ask for JSON.
-    json: Arc<AtomicBool>,
+    /// Whether to ask for JSON, and the version relists resume from: kept across the
+    /// restarts of this kind's stream.
+    memory: Arc<Memory>,
     /// Streamed lists are tried (client-go's `WatchListClient`, on by default since 1.35).
     streaming: bool,
-    /// The last resourceVersion synced (a list's, an event's, a bookmark's): relists and
-    /// streamed lists resume from it, as client-go's reflector does.
-    last_rv: Option<String>,
-    /// The last resourceVersion is too old or too new for the server (it said Expired,
-    /// Gone or too large): the next list is of the most recent state (`""`).
-    rv_unavailable: bool,
     phase: Phase<K>,
     out: VecDeque<Item<K>>,
 }
 
-/// The list-then-watch stream of one kind. `json` says to ask for JSON, and is set
-/// when the server answers the kind in JSON (remembered across the restarts of this
-/// stream); `streaming`: try a streamed list first (falling back to list + watch).
+/// What one kind's list-then-watch keeps across the restarts of its stream (the pump
+/// starts a new one when the kind stalls), as client-go's reflector keeps its fields
+/// across `ListAndWatch` calls: whether the server answered the kind in JSON (then JSON
+/// is asked), the last resourceVersion synced (relists and streamed lists resume from
+/// it), and whether the server called that version unavailable.
+#[derive(Debug, Default)]
+pub struct Memory {
+    json: AtomicBool,
+    synced: Mutex<Synced>,
+}
+
+/// Where a kind's relist resumes from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Synced {
+    /// The last resourceVersion synced (a list's, an event's, a bookmark's).
+    rv: Option<String>,
+    /// The last resourceVersion is too old or too new for the server (it said Expired,
+    /// Gone or too large): the next list is of the most recent state (`""`).
+    unavailable: bool,
+}
+
+impl Memory {
+    /// Nothing synced yet; JSON asked when `wire` says so.
+    pub fn new(wire: Wire) -> Memory {
+        Memory {
+            json: AtomicBool::new(wire == Wire::Json),
+            synced: Mutex::default(),
+        }
+    }
+
+    /// The last resourceVersion synced, if any.
+    pub fn last_synced(&self) -> Option<String> {
+        self.synced().rv
+    }
+
+    fn synced(&self) -> Synced {
+        self.synced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Synced)) {
+        f(&mut self.synced.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+/// The list-then-watch stream of one kind. `memory` is what the kind's streams share
+/// across restarts: a new stream resumes from the version the last one synced, in the
+/// encoding it settled on; `streaming`: try a streamed list first (falling back to list
+/// + watch).
 pub fn watch<K>(
     api: &Api<Lenient<K>>,
     config: watcher::Config,
-    json: Arc<AtomicBool>,
+    memory: Arc<Memory>,
     streaming: bool,
 ) -> impl Stream<Item = Item<K>> + Send + 'static
 where
@@ -345,10 +399,8 @@ where
         client: api.clone().into_client(),
         path: api.resource_url().to_string(),
         config,
-        json,
+        memory,
         streaming,
-        last_rv: None,
-        rv_unavailable: false,
         phase: Phase::Empty,
         out: VecDeque::new(),
     };
@@ -374,7 +426,7 @@ where
     }
 
     fn accept(&self) -> &'static str {
-        if self.json.load(Ordering::Relaxed) {
+        if self.memory.json.load(Ordering::Relaxed) {
             JSON
         } else {
             ACCEPT_PROTOBUF
@@ -382,7 +434,7 @@ where
     }
 
     fn answered(&self, answer: Answer) {
-        if answer == Answer::Json && !self.json.swap(true, Ordering::Relaxed) {
+        if answer == Answer::Json && !self.memory.json.swap(true, Ordering::Relaxed) {
             info!(path = %self.path, "the API server answers in JSON; reading JSON");
         }
     }
@@ -393,8 +445,9 @@ where
     /// unavailable.
     fn list_params(&self, r#continue: Option<String>) -> ListParams {
         let c = &self.config;
-        let (resource_version, version_match, limit) = match (&self.last_rv, &c.list_semantic) {
-            _ if self.rv_unavailable => (None, None, c.page_size),
+        let synced = self.memory.synced();
+        let (resource_version, version_match, limit) = match (&synced.rv, &c.list_semantic) {
+            _ if synced.unavailable => (None, None, c.page_size),
             (Some(rv), _) => (Some(rv.clone()), Some(VersionMatch::NotOlderThan), None),
             (None, ListSemantic::Any) => (
                 Some("0".to_string()),
@@ -432,7 +485,7 @@ where
     fn list_failed(&mut self, e: kube::Error) -> Phase<K> {
         debug!(path = %self.path, error = %e, "list failed");
         if unavailable_version(&e) {
-            self.rv_unavailable = true;
+            self.unavailable();
         }
         self.push(Err(watcher::Error::InitialListFailed(e)));
         Phase::Empty
@@ -476,20 +529,18 @@ where
                 mut rv,
                 mut r#continue,
             } => match next_data(&mut body).await {
-                Some(Ok(chunk)) => match reader.feed(&chunk) {
+                Some(Ok(chunk)) => match reader.feed(&chunk, &self.path) {
                     Ok(items) => {
                         for item in items {
                             match item {
-                                ListItem::Meta {
+                                Listed::Meta {
                                     resource_version,
                                     r#continue: c,
                                 } => {
                                     rv = resource_version.filter(|s| !s.is_empty());
                                     r#continue = c.filter(|s| !s.is_empty());
                                 }
-                                ListItem::Object(o) => {
-                                    self.push(Ok(WEvent::InitApply(Lenient::from_proto(o))))
-                                }
+                                Listed::Object(o) => self.push(Ok(WEvent::InitApply(o))),
                             }
                         }
                         Phase::Listing {
@@ -499,11 +550,11 @@ where
                             r#continue,
                         }
                     }
-                    Err(e) => self.list_failed(self.proto_error(e)),
+                    Err(e) => self.list_failed(e.into_kube()),
                 },
                 Some(Err(e)) => self.list_failed(e),
-                None => match reader.finish() {
-                    Err(e) => self.list_failed(self.proto_error(e)),
+                None => match reader.finish(&self.path) {
+                    Err(e) => self.list_failed(e.into_kube()),
                     Ok(()) => self.listed(rv, r#continue),
                 },
             },
@@ -527,20 +578,20 @@ where
     }
 
     /// Synced up to `rv` (a list, an event, a bookmark).
-    fn synced(&mut self, rv: &str) {
-        self.last_rv = Some(rv.to_string());
-        self.rv_unavailable = false;
+    fn synced(&self, rv: &str) {
+        self.memory.update(|s| {
+            s.rv = Some(rv.to_string());
+            s.unavailable = false;
+        });
     }
 
-    fn proto_error(&self, source: kube_proto::Error) -> kube::Error {
-        ListWatchError::Protobuf {
-            path: self.path.clone(),
-            source,
-        }
-        .into_kube()
+    /// The server cannot serve from the last synced version: relist the most recent
+    /// state.
+    fn unavailable(&self) {
+        self.memory.update(|s| s.unavailable = true);
     }
 
-    /// A list (page) requested; JSON answers read whole.
+    /// A list (page) requested; its body is read as it arrives.
     async fn list(&mut self, r#continue: Option<String>) -> Phase<K> {
         let req = Request::new(&self.path).list(&self.list_params(r#continue));
         let resp = match send(self.client.clone(), self.accept(), req).await {
@@ -552,37 +603,11 @@ where
             Err(e) => return self.list_failed(e.into_kube()),
         };
         self.answered(answer);
-        let mut body = resp.into_body();
-        if answer == Answer::Protobuf {
-            return Phase::Listing {
-                body,
-                reader: ListReader::new(),
-                rv: None,
-                r#continue: None,
-            };
-        }
-        let bytes = match collect(&mut body, usize::MAX).await {
-            Ok(b) => b.unwrap_or_default(),
-            Err(e) => return self.list_failed(e),
-        };
-        match serde_json::from_slice::<ObjectList<Lenient<K>>>(&bytes) {
-            Err(source) => {
-                let e = ListWatchError::Json {
-                    path: self.path.clone(),
-                    source,
-                };
-                self.list_failed(e.into_kube())
-            }
-            Ok(list) => {
-                for o in list.items {
-                    self.push(Ok(WEvent::InitApply(o)));
-                }
-                let m = list.metadata;
-                self.listed(
-                    m.resource_version.filter(|s| !s.is_empty()),
-                    m.continue_.filter(|s| !s.is_empty()),
-                )
-            }
+        Phase::Listing {
+            body: resp.into_body(),
+            reader: ListBody::of(answer),
+            rv: None,
+            r#continue: None,
         }
     }
 

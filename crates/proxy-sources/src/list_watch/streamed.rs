@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
 use super::{
-    answer_of, send, unavailable_version, Decoded, Frames, ListWatchError, Machine, Phase,
+    answer_of, send, unavailable_version, Decoded, Frames, ListWatchError, Machine, Phase, Synced,
 };
 
 impl<K> Machine<K>
@@ -25,8 +25,11 @@ where
     /// synced version (the most recent state first, or when it is unavailable). A
     /// refusal falls back to list + watch for this round, as client-go does.
     pub(super) async fn start_stream(&mut self) -> Phase<K> {
-        let rv = match (&self.last_rv, self.rv_unavailable) {
-            (Some(rv), false) => rv.clone(),
+        let rv = match self.memory.synced() {
+            Synced {
+                rv: Some(rv),
+                unavailable: false,
+            } => rv,
             _ => String::new(),
         };
         let req = Request::new(&self.path).watch(&self.watch_params(true), &rv);
@@ -34,7 +37,7 @@ where
             Ok(r) => r,
             Err(e) if unavailable_version(&e) && !rv.is_empty() => {
                 debug!(path = %self.path, error = %e, "streamed list from {rv} refused; from the most recent state");
-                self.rv_unavailable = true;
+                self.unavailable();
                 return Phase::Stream;
             }
             Err(e) => {
@@ -94,7 +97,7 @@ where
                 Decoded::Error(status) => {
                     debug!(path = %self.path, code = status.code, reason = %status.reason, "streamed list error event");
                     if status.code == 410 {
-                        self.rv_unavailable = true;
+                        self.unavailable();
                     }
                     self.push(Err(watcher::Error::WatchError(status)));
                     return Phase::Empty;

@@ -354,16 +354,12 @@ async fn a_list_in_pieces_yields_its_objects_then_the_watch_starts_from_its_vers
     }
 }
 
-#[tokio::test]
-async fn items_are_handed_on_before_the_list_ends() {
-    let body = list(
-        "10",
-        vec![service("a", "7"), service("b", "8"), service("c", "9")],
-    );
-    // All but the last item's last bytes, then nothing: a and b are out already.
+/// A list of a@7, b@8 and c@9 answered with `reply`'s bytes of it: all but the last
+/// item's last bytes, then nothing. a and b are out already.
+async fn handed_on_before_the_list_ends(reply: Reply) {
     let (api, _) = server(vec![Reply {
         hang: true,
-        ..proto(vec![body[..body.len() - 3].to_vec()])
+        ..reply
     }]);
     let mut s = stream(&api);
     assert_eq!(
@@ -371,6 +367,15 @@ async fn items_are_handed_on_before_the_list_ends() {
         ["Init", "InitApply a@7", "InitApply b@8"]
     );
     quiet(&mut s).await;
+}
+
+#[tokio::test]
+async fn items_are_handed_on_before_the_list_ends() {
+    let body = list(
+        "10",
+        vec![service("a", "7"), service("b", "8"), service("c", "9")],
+    );
+    handed_on_before_the_list_ends(proto(vec![body[..body.len() - 3].to_vec()])).await;
 }
 
 #[tokio::test]
@@ -563,10 +568,15 @@ async fn a_watch_cut_short_resumes_without_an_error_and_a_broken_one_is_reported
     assert!(seen[3].0.contains("resourceVersion=12"), "{seen:?}");
 }
 
-/// The whole source in protobuf: kube_source's pumps on list_watch, engine events out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_source_turns_protobuf_lists_into_engine_events() {
-    use crate::api_client::{Progress, Timing};
+/// kube_source's whole source (its pumps on list_watch, in protobuf) against node n1,
+/// no ServiceCIDR, no EndpointSlice and `services`' replies, with timing `t`: the
+/// engine events it sends, named, until `enough` holds for them; the requests seen.
+async fn source_events(
+    services: Vec<Reply>,
+    t: crate::api_client::Timing,
+    enough: impl Fn(&[String]) -> bool,
+) -> (Vec<String>, Seen) {
+    use crate::api_client::Progress;
     use crate::kube_source::run;
     use sync_engine::Event;
 
@@ -579,6 +589,7 @@ async fn the_source_turns_protobuf_lists_into_engine_events() {
         ..pb::Node::default()
     }
     .encode_to_vec();
+    let empty = |api_version, kind, rv| vec![proto(vec![list_of(api_version, kind, rv, vec![])])];
     let (client, seen) = routed(vec![
         (
             "/nodes",
@@ -586,48 +597,24 @@ async fn the_source_turns_protobuf_lists_into_engine_events() {
         ),
         (
             "/servicecidrs",
-            vec![proto(vec![list_of(
-                "networking.k8s.io/v1",
-                "ServiceCIDRList",
-                "4",
-                vec![],
-            )])],
+            empty("networking.k8s.io/v1", "ServiceCIDRList", "4"),
         ),
-        (
-            "/services",
-            vec![proto(pieces(
-                &list("10", vec![service("a", "7"), broken_service("bad", "8")]),
-                3,
-            ))],
-        ),
+        ("/services", services),
         (
             "/endpointslices",
-            vec![proto(vec![list_of(
-                "discovery.k8s.io/v1",
-                "EndpointSliceList",
-                "11",
-                vec![],
-            )])],
+            empty("discovery.k8s.io/v1", "EndpointSliceList", "11"),
         ),
     ]);
     let (tx, rx) = sync_engine::channel(64);
     let tx = crate::events::EventSender::new(tx, None);
-    let t = Timing::from_watch(Duration::from_secs(30));
-    let source = tokio::spawn(run(
-        client,
-        Reading {
-            wire: Wire::Protobuf,
-            streaming: false,
-        },
-        "n1".into(),
-        t,
-        Arc::new(Progress::default()),
-        tx,
-    ));
+    let reading = Reading {
+        wire: Wire::Protobuf,
+        streaming: false,
+    };
+    let progress = Arc::new(Progress::default());
+    let source = tokio::spawn(run(client, reading, "n1".into(), t, progress, tx));
     let mut got = Vec::new();
-    while !(got.contains(&"ServicesListed".to_string())
-        && got.contains(&"SlicesListed".to_string()))
-    {
+    while !enough(&got) {
         let ev = rx
             .recv_timeout(Duration::from_secs(5))
             .unwrap_or_else(|e| panic!("{e} after {got:?}"));
@@ -636,10 +623,26 @@ async fn the_source_turns_protobuf_lists_into_engine_events() {
             Event::ServiceApplied(s) => format!("Service {}", s.metadata.name.unwrap_or_default()),
             Event::ServicesListed => "ServicesListed".into(),
             Event::SlicesListed => "SlicesListed".into(),
+            Event::SourceStalled { source, .. } => format!("Stalled {source}"),
             other => format!("{other:?}").chars().take(40).collect(),
         });
     }
     source.abort();
+    (got, seen)
+}
+
+/// The whole source in protobuf: kube_source's pumps on list_watch, engine events out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_source_turns_protobuf_lists_into_engine_events() {
+    let services = vec![proto(pieces(
+        &list("10", vec![service("a", "7"), broken_service("bad", "8")]),
+        3,
+    ))];
+    let t = crate::api_client::Timing::from_watch(Duration::from_secs(30));
+    let (got, seen) = source_events(services, t, |got| {
+        got.iter().any(|e| e == "ServicesListed") && got.iter().any(|e| e == "SlicesListed")
+    })
+    .await;
     assert_eq!(got[0], "Node n1", "{got:?}");
     let services: Vec<&String> = got.iter().filter(|e| e.starts_with("Service ")).collect();
     assert_eq!(services, ["Service a"], "the bad one is skipped: {got:?}");
@@ -663,4 +666,5 @@ fn the_configured_content_type_chooses_the_wire() {
     assert_eq!(Wire::from_content_type("application/yaml"), Wire::Json);
 }
 
+mod json_list;
 mod streamed;

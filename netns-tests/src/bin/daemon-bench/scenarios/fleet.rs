@@ -11,16 +11,18 @@
 //!   each node's kernel holding it (an `Observer` per node): the slowest node per change
 //!   and the distribution over nodes;
 //! - bytes and packets per node from the node veths' counters (`fleet_hosts`); requests
-//!   from the double's request log (which cannot tell the nodes apart); CPU of the
-//!   daemons, of the whole bench process and of the double's live threads.
+//!   per node from the double's request log (each request with its client's address);
+//!   CPU of the daemons, of the whole bench process and of the double's threads
+//!   (`ApiServer::cpu`: every connection thread's, also of those that ended).
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use integration::scale::{scale_node, scale_service, scale_slice};
-use netns_tests::bench::{loadavg, median, stat_cpu, threads_cpu, Daemon};
-use netns_tests::bench_cluster::{api_on, replaced, DOUBLE_THREADS};
+use integration::{ApiServer, ThreadsCpu};
+use netns_tests::bench::{loadavg, median, stat_cpu, Daemon};
+use netns_tests::bench_cluster::{api_on, replaced};
 use serde_json::json;
 
 use super::fleet_hosts::{build, read_counters, Counters, Host, HUB, MAX_NODES};
@@ -46,14 +48,21 @@ fn change_addr(k: u32) -> IpAddr {
     ))
 }
 
-/// CPU of the whole bench process and of the double's live threads, and how many of
-/// those there are.
-fn bench_cpu() -> (Duration, Duration, usize) {
-    let (double, threads) = threads_cpu(DOUBLE_THREADS);
-    (
-        stat_cpu("/proc/self/stat").unwrap_or_default(),
-        double,
-        threads,
+/// CPU of the whole bench process, and of the double's threads (every connection's,
+/// ended or live, and its acceptor's: `ApiServer::cpu`).
+fn bench_cpu(api: &ApiServer) -> (Duration, ThreadsCpu) {
+    (stat_cpu("/proc/self/stat").unwrap_or_default(), api.cpu())
+}
+
+/// "X s (n connection threads, of which m ended)" of the double's threads between two
+/// readings.
+fn double_cpu(from: &ThreadsCpu, to: &ThreadsCpu) -> String {
+    let started = (to.ended + to.live as u64).saturating_sub(from.ended + from.live as u64);
+    format!(
+        "{:.3} s ({started} connection threads started, {} ended; {} live now)",
+        to.used.saturating_sub(from.used).as_secs_f64(),
+        to.ended.saturating_sub(from.ended),
+        to.live
     )
 }
 
@@ -120,11 +129,41 @@ fn spread(v: &[u64]) -> String {
     format!("{min} / {:.0} / {max}", median(&f))
 }
 
+/// How many of `requests` (the double's log: client address, request line) each node
+/// (by its address, in `nodes`' order) sent, and how many came from no node.
+fn per_node(nodes: &[Ipv4Addr], requests: &[(IpAddr, String)]) -> (Vec<u64>, usize) {
+    let mut counts: BTreeMap<IpAddr, u64> = BTreeMap::new();
+    for (ip, _) in requests {
+        *counts.entry(*ip).or_insert(0) += 1;
+    }
+    let per: Vec<u64> = nodes
+        .iter()
+        .map(|ip| counts.get(&IpAddr::V4(*ip)).copied().unwrap_or(0))
+        .collect();
+    let others = requests.len() - per.iter().sum::<u64>() as usize;
+    (per, others)
+}
+
+/// "N requests; per node min / median / max a / b / c" (and from elsewhere, if any).
+fn requests_line(nodes: &[Ipv4Addr], requests: &[(IpAddr, String)]) -> String {
+    let (per, others) = per_node(nodes, requests);
+    format!(
+        "{} requests; per node min / median / max {}{}",
+        requests.len(),
+        spread(&per),
+        if others > 0 {
+            format!("; {others} from no node's address")
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// The double's request lines grouped by what they ask: path without the query, and
 /// whether a watch.
-fn request_kinds(lines: &[String]) -> BTreeMap<String, usize> {
+fn request_kinds(requests: &[(IpAddr, String)]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for l in lines {
+    for (_, l) in requests {
         let target = l.split_whitespace().nth(1).unwrap_or("?");
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let watch = query
@@ -193,7 +232,7 @@ pub fn fleet(o: &Opts) {
 
     // ---- cold start
     let c0 = read_counters(&hosts);
-    let cpu0 = bench_cpu();
+    let cpu0 = bench_cpu(&api);
     let t0 = Instant::now();
     // the probes run on a thread of their own from before the first spawn, so that a
     // node started early is seen when its table appears, not after the last spawn
@@ -235,7 +274,7 @@ pub fn fleet(o: &Opts) {
                 .map_or(f64::NAN, |(_, t, _)| (t - d.started).as_secs_f64())
         })
         .collect();
-    let cpu1 = bench_cpu();
+    let cpu1 = bench_cpu(&api);
     let c1 = read_counters(&hosts);
     let cold_bytes: Vec<Counters> = c1.iter().zip(&c0).map(|(a, b)| *a - *b).collect();
     let from_spawn: Vec<f64> = seen
@@ -265,12 +304,11 @@ pub fn fleet(o: &Opts) {
         dist(own.clone(), "s")
     );
     println!(
-        "   CPU of the cold start: the daemons {:.2} s in all (per daemon min / median / max {}) ms; the bench process {:.2} s (the double, the probes, the log readers), of which the double's live threads {:.2} s ({} threads; its list connections' threads have exited and are not in that figure)",
+        "   CPU of the cold start: the daemons {:.2} s in all (per daemon min / median / max {}) ms; the bench process {:.2} s (the double, the probes, the log readers), of which the double's threads {}",
         daemon_cpu.iter().sum::<f64>(),
         spread(&daemon_cpu.iter().map(|c| (c * 1e3) as u64).collect::<Vec<_>>()),
         cpu1.0.saturating_sub(cpu0.0).as_secs_f64(),
-        cpu1.1.saturating_sub(cpu0.1).as_secs_f64(),
-        cpu1.2
+        double_cpu(&cpu0.1, &cpu1.1)
     );
     println!(
         "   the daemons' RSS after the cold start (VmRSS, MiB): min / median / max {}",
@@ -283,25 +321,27 @@ pub fn fleet(o: &Opts) {
         spread(&cold_bytes.iter().map(|c| c.tx_bytes).collect::<Vec<_>>()),
         spread(&cold_bytes.iter().map(|c| c.tx_packets).collect::<Vec<_>>()),
     );
+    let cold_requests = api.requests_by_peer();
+    let node_ips: Vec<Ipv4Addr> = hosts.iter().map(|h| h.ip).collect();
+    let (cold_per_node, _) = per_node(&node_ips, &cold_requests);
     if n <= 20 {
         for (i, h) in hosts.iter().enumerate() {
             println!(
-                "     {:<9} {:<13} table after {:.3} s (its own synced line {:.3} s), received {} B, sent {} B, RSS {} MiB",
+                "     {:<9} {:<13} table after {:.3} s (its own synced line {:.3} s), received {} B, sent {} B, {} requests, RSS {} MiB",
                 h.name,
                 h.ip.to_string(),
                 from_spawn[i],
                 own[i],
                 cold_bytes[i].rx_bytes,
                 cold_bytes[i].tx_bytes,
+                cold_per_node[i],
                 rss[i]
             );
         }
     }
-    let cold_requests = api.requests();
     println!(
-        "   requests to the double over the cold start: {} ({:.1} per node; the double logs request lines, not peers, so only the mean per node is known):",
-        cold_requests.len(),
-        cold_requests.len() as f64 / n as f64
+        "   requests to the double over the cold start (its log, by client address): {}:",
+        requests_line(&node_ips, &cold_requests)
     );
     for (kind, count) in request_kinds(&cold_requests) {
         println!("     {count:>6}  {kind}");
@@ -324,8 +364,8 @@ pub fn fleet(o: &Opts) {
         spread(&idle.iter().map(|c| c.rx_bytes).collect::<Vec<_>>()),
         spread(&idle.iter().map(|c| c.tx_bytes).collect::<Vec<_>>()),
     );
-    let requests_before = api.requests().len();
-    let cpu_c0 = bench_cpu();
+    let requests_before = api.requests_by_peer().len();
+    let cpu_c0 = bench_cpu(&api);
     let daemon_cpu0: Vec<Duration> = daemons
         .iter()
         .map(|d| d.cpu().unwrap_or_default())
@@ -396,7 +436,7 @@ pub fn fleet(o: &Opts) {
         );
         lat.push(row);
     }
-    let cpu_c1 = bench_cpu();
+    let cpu_c1 = bench_cpu(&api);
     let changes_cpu: f64 = daemons
         .iter()
         .zip(&daemon_cpu0)
@@ -407,7 +447,7 @@ pub fn fleet(o: &Opts) {
                 .as_secs_f64()
         })
         .sum();
-    let change_requests = api.requests().split_off(requests_before);
+    let change_requests = api.requests_by_peer().split_off(requests_before);
     summary(&hosts, &lat, &acks);
     let per_s = |c: u64| c as f64 / (i1.1 - i0.1).as_secs_f64();
     let idle_rx = median(&idle.iter().map(|c| per_s(c.rx_bytes)).collect::<Vec<_>>());
@@ -421,12 +461,11 @@ pub fn fleet(o: &Opts) {
         spread(&bytes.iter().map(|c| c.tx_packets).collect::<Vec<_>>()),
     );
     println!(
-        "   requests to the double during the changes: {}; CPU over the changes: the daemons {changes_cpu:.3} s in all ({:.2} ms per node per change, idle included), the bench process {:.3} s, of which the double's live threads {:.3} s ({} threads)",
-        change_requests.len(),
+        "   requests to the double during the changes: {}; CPU over the changes: the daemons {changes_cpu:.3} s in all ({:.2} ms per node per change, idle included), the bench process {:.3} s, of which the double's threads {}",
+        requests_line(&node_ips, &change_requests),
         changes_cpu * 1e3 / (n as f64 * lat.len().max(1) as f64),
         cpu_c1.0.saturating_sub(cpu_c0.0).as_secs_f64(),
-        cpu_c1.1.saturating_sub(cpu_c0.1).as_secs_f64(),
-        cpu_c1.2
+        double_cpu(&cpu_c0.1, &cpu_c1.1)
     );
     for (kind, count) in request_kinds(&change_requests) {
         println!("     {count:>6}  {kind}");
@@ -509,4 +548,30 @@ fn summary(hosts: &[Host], lat: &[Vec<f64>], acks: &[f64]) {
         "   upstream's network programming latency SLI (p99 of every programmer's samples pooled) against perf-tests' 30 s threshold (the SLO says <= X): p99 {p99:.3} ms, max {max:.3} ms: {}",
         verdict(p99 <= SLO_MS && lost == 0)
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_per_node_address() {
+        let nodes = [
+            Ipv4Addr::new(198, 19, 160, 2),
+            Ipv4Addr::new(198, 19, 160, 3),
+        ];
+        let log: Vec<(IpAddr, String)> = [
+            (nodes[1], "GET /api/v1/services?watch=true"),
+            (nodes[1], "GET /api/v1/nodes"),
+            (Ipv4Addr::new(198, 19, 160, 9), "GET /api/v1/nodes"),
+        ]
+        .into_iter()
+        .map(|(ip, l)| (IpAddr::V4(ip), l.to_string()))
+        .collect();
+        assert_eq!(per_node(&nodes, &log), (vec![0, 2], 1));
+        assert_eq!(
+            requests_line(&nodes, &log),
+            "3 requests; per node min / median / max 0 / 1 / 2; 1 from no node's address"
+        );
+    }
 }

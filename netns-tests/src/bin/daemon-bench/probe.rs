@@ -18,8 +18,10 @@ pub type Shot = (Instant, Option<String>);
 
 /// Pause between attempts: the prober shares the 2 cores with the daemon.
 const PAUSE: Duration = Duration::from_micros(250);
-/// At most this many attempts per run (a bound on the loop).
-const MAX_SHOTS: usize = 200_000;
+/// At most this many attempts per run (a bound on the loop; `churn-prod`'s probe
+/// service prober runs for the whole window and the wait after it, up to 2 minutes at
+/// an attempt every ~0.3 ms).
+const MAX_SHOTS: usize = 600_000;
 
 /// A prober running until stopped (or `limit` passed).
 pub struct Probe {
@@ -123,12 +125,28 @@ pub fn first_after_last(
     gone: Option<&str>,
     settle: Duration,
 ) -> Option<Instant> {
-    let hit = |w: &Option<String>| match gone {
-        Some(g) => w.as_deref() == Some(g),
-        None => w.is_some(),
-    };
+    first_after_none(
+        shots,
+        from,
+        |w| match gone {
+            Some(g) => w == Some(g),
+            None => w.is_some(),
+        },
+        settle,
+    )
+}
+
+/// As [`first_after_last`] for any set of answers: the start of the first attempt at or
+/// after `from` after which no attempt is answered as `hit` says, attempts going on for
+/// at least `settle` after it.
+pub fn first_after_none(
+    shots: &[Shot],
+    from: Instant,
+    hit: impl Fn(Option<&str>) -> bool,
+    settle: Duration,
+) -> Option<Instant> {
     let after: Vec<&Shot> = shots.iter().filter(|(t, _)| *t >= from).collect();
-    let last = after.iter().rposition(|(_, w)| hit(w));
+    let last = after.iter().rposition(|(_, w)| hit(w.as_deref()));
     let first_clean = match last {
         Some(k) => after.get(k + 1)?.0,
         None => after.first()?.0,

@@ -7,8 +7,10 @@
 //! attributed to the kernel transaction that carries its address (the bench's own
 //! nftables monitor: the first transaction after the watch event was written whose
 //! set elements add, or delete, that address); the flows' first packet after a
-//! removal; the daemon's CPU and RSS over the window; the daemon's own `synced` lines
-//! (compile, commit, conntrack) printed beside, never judged.
+//! removal; event->first packet per change kind from the TCP probes (`churn_probes`:
+//! a TCP probe service changed in place of the trace's change, probe services created
+//! and deleted); the daemon's CPU and RSS over the window; the daemon's own `synced`
+//! lines (compile, commit, conntrack) printed beside, never judged.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -18,10 +20,11 @@ use ct_netlink::testing::SyntheticFlow;
 use ct_netlink::{Config, Conntrack, IPPROTO_UDP};
 use integration::ApiServer;
 use netns_tests::bench::{field, loadavg};
-use netns_tests::bench_cluster::api_with;
+use netns_tests::bench_cluster::{api_with, identity_server};
 use netns_tests::{addr, veth, Netns};
 use serde_json::json;
 
+use super::churn_probes::{self, Probes};
 use super::churn_trace::{Change, Kind, Op, Trace, WEIGHTS};
 use super::prod::probe_service;
 use super::running_daemon;
@@ -48,7 +51,8 @@ struct Hosts {
 }
 
 /// client (198.18.250.2) -- node (the daemon, the double) -- endpoints (198.18.251.2 -
-/// .201, each answering UDP 8053 with its address).
+/// .201, each answering UDP 8053 with its address; .202 - .254, the TCP probes'
+/// endpoints; all answering TCP 8080 with the address reached).
 fn hosts() -> Hosts {
     let client = Netns::new("bcc");
     let node = Netns::new("bcn");
@@ -58,8 +62,11 @@ fn hosts() -> Hosts {
     addr(&client, "eth0", "198.18.250.2/24");
     addr(&node, "c0", "198.18.250.1/24");
     addr(&node, "s0", "198.18.251.1/24");
-    for k in 0..UDP_EPS {
-        addr(&eps, "eth0", &format!("{}/24", ep_addr(k)));
+    for a in (0..UDP_EPS)
+        .map(ep_addr)
+        .chain(churn_probes::endpoint_addrs())
+    {
+        addr(&eps, "eth0", &format!("{a}/24"));
     }
     client.ip(&["route", "add", "default", "via", "198.18.250.1"]);
     eps.ip(&["route", "add", "default", "via", "198.18.251.1"]);
@@ -79,6 +86,7 @@ fn hosts() -> Hosts {
             }
         });
     }
+    identity_server(&eps);
     Hosts {
         client,
         node,
@@ -184,10 +192,12 @@ fn fill(ns: &Netns, n: u64) {
     }
 }
 
-/// One change as applied: its kind, the timed object's resourceVersion, what shows it.
+/// One change as applied: its kind, the timed object's resourceVersion, what shows it;
+/// whether it is a probe change (`churn_probes`, reported apart).
 struct Rec {
     c: Change,
     rv: u64,
+    probe: bool,
 }
 
 fn apply(api: &ApiServer, c: Change) -> Rec {
@@ -201,7 +211,11 @@ fn apply(api: &ApiServer, c: Change) -> Rec {
             rv = r;
         }
     }
-    Rec { c, rv }
+    Rec {
+        c,
+        rv,
+        probe: false,
+    }
 }
 
 /// Per (add, IPv4 address as 4 bytes at a register boundary): when an element carrying
@@ -256,8 +270,51 @@ fn ambiguous(sents: &[Instant], sent: Instant, seen: Instant) -> bool {
 /// the rate limit: the last transaction before it committed less than minSyncPeriod
 /// before it, or another transaction (a sync under way when it came) closed first.
 fn held(commits: &[Instant], sent: Instant, tx: usize) -> bool {
+    recent(commits, sent) || tx > commits.partition_point(|t| *t < sent)
+}
+
+/// Whether the last transaction before `sent` committed less than minSyncPeriod before
+/// it (how a change not attributed to a transaction is classed).
+pub fn recent(commits: &[Instant], sent: Instant) -> bool {
     let k = commits.partition_point(|t| *t < sent);
-    (k > 0 && sent - commits[k - 1] < MIN_SYNC) || tx > k
+    k > 0 && sent - commits[k - 1] < MIN_SYNC
+}
+
+/// What the kernel showed of one change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Attr {
+    /// Held this long (ms) after its event; whether it may have waited for the rate
+    /// limit.
+    Seen { kernel: f64, held: bool },
+    /// Not seen within 10 s (coalesced, later, or lost).
+    Unseen,
+    /// Nothing to see (no address), or no event time.
+    Blind,
+    /// Another change of its address came between it and the transaction.
+    Ambiguous,
+}
+
+/// Attribute change `c` sent at `sent` (`by_addr`: when each witness address was sent).
+fn judge(
+    idx: &Index,
+    commits: &[Instant],
+    by_addr: &HashMap<Ipv4Addr, Vec<Instant>>,
+    c: &Change,
+    sent: Option<Instant>,
+) -> Attr {
+    let (Some(w), Some(sent)) = (c.witness, sent) else {
+        return Attr::Blind;
+    };
+    match attribute(idx, w.add, w.addr, sent).map(|tx| (tx, commits[tx])) {
+        Some((_, t)) if by_addr.get(&w.addr).is_some_and(|v| ambiguous(v, sent, t)) => {
+            Attr::Ambiguous
+        }
+        Some((tx, t)) if t - sent < Duration::from_secs(10) => Attr::Seen {
+            kernel: ms(t - sent),
+            held: held(commits, sent, tx),
+        },
+        _ => Attr::Unseen,
+    }
 }
 
 /// Per kind: latencies after minSyncPeriod, held ones; not seen, nothing to see, not
@@ -332,10 +389,15 @@ fn run(o: &Opts, n: u32, rate: u32) {
     let first: Vec<Ipv4Addr> = (0..100).map(ep_addr).collect();
     let slice = udp_slice(&first);
     trace.with_udp(&slice, (0..UDP_EPS).map(ep_addr).collect());
+    let mut probes = Probes::new(Instant::now() + Duration::from_secs(o.seconds + 120));
+    let tcp_objects = probes.objects();
     let api = api_with(&h.node, move |api: &ApiServer| {
         shape::load(api, c);
         api.apply(probe_service("probe-udp", UDP_VIP, "UDP", 53));
         api.apply(slice);
+        for v in tcp_objects {
+            api.apply(v);
+        }
     });
     let Some((d, first_sync)) = running_daemon(o, &h.node, &api) else {
         println!("   FAILED to start");
@@ -358,6 +420,14 @@ fn run(o: &Opts, n: u32, rate: u32) {
         "   live UDP flows to {UDP_VIP}:53 pinned to {:?}",
         flows.iter().map(|p| p.first.clone()).collect::<Vec<_>>()
     );
+    // a probe change about every 1.25 s: the TCP probe service's every 2.5 s, a probe
+    // service created or deleted every 2.5 s
+    let every_probe = (u64::from(rate) * 5 / 4).max(2);
+    println!(
+        "   TCP probes: new connections to {}:80 (a prober in the client namespace, one after the other, 250 us apart), answered {}; a probe change in place of every {every_probe}th change of the trace",
+        churn_probes::TCP_VIP,
+        if probes.start(&h.client) { "yes" } else { "NOT (its changes are still made)" }
+    );
     d.wait_quiet(Duration::from_millis(1500));
     let from = d.count();
     let cpu0 = d.cpu().unwrap_or_default();
@@ -375,7 +445,16 @@ fn run(o: &Opts, n: u32, rate: u32) {
             rss.push(mib(d.status_kib("VmRSS").unwrap_or(0)));
             next_rss += Duration::from_secs(1);
         }
-        recs.push(apply(&api, trace.next_change()));
+        if k % every_probe == every_probe / 2 {
+            let c = probes.next(&h.client, recs.len());
+            recs.push(Rec {
+                probe: true,
+                ..apply(&api, c)
+            });
+        } else {
+            recs.push(apply(&api, trace.next_change()));
+        }
+        probes.tick();
     }
     let window = t0.elapsed();
     let cpu1 = d.cpu().unwrap_or_default();
@@ -391,6 +470,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
     rss.push(mib(d.status_kib("VmRSS").unwrap_or(0)));
     let hwm = mib(d.status_kib("VmHWM").unwrap_or(0));
     let shots: Vec<Vec<Shot>> = flows.into_iter().map(Probe::finish).collect();
+    probes.finish();
     let notes = obs.take();
     let lines = d.tail(d.count().saturating_sub(from));
     println!(
@@ -428,23 +508,25 @@ fn run(o: &Opts, n: u32, rate: u32) {
     for v in by_addr.values_mut() {
         v.sort();
     }
-    for (r, sent) in recs.iter().zip(&sent_of) {
+    let attrs: Vec<Attr> = recs
+        .iter()
+        .zip(&sent_of)
+        .map(|(r, s)| judge(&idx, &commits, &by_addr, &r.c, *s))
+        .collect();
+    // the trace's changes (the probes' are reported apart, below)
+    for (r, a) in recs.iter().zip(&attrs).filter(|(r, _)| !r.probe) {
         let e = by.entry(r.c.kind).or_default();
-        let (Some(w), Some(sent)) = (r.c.witness, *sent) else {
-            e.3 += 1;
-            continue;
-        };
-        match attribute(&idx, w.add, w.addr, sent).map(|tx| (tx, commits[tx])) {
-            Some((_, t)) if by_addr.get(&w.addr).is_some_and(|v| ambiguous(v, sent, t)) => e.4 += 1,
-            Some((tx, t)) if t - sent < Duration::from_secs(10) => {
-                let l = ms(t - sent);
-                if held(&commits, sent, tx) {
-                    e.1.push(l);
+        match *a {
+            Attr::Blind => e.3 += 1,
+            Attr::Ambiguous => e.4 += 1,
+            Attr::Seen { kernel, held } => {
+                if held {
+                    e.1.push(kernel);
                 } else {
-                    e.0.push(l);
+                    e.0.push(kernel);
                 }
             }
-            _ => e.2 += 1,
+            Attr::Unseen => e.2 += 1,
         }
     }
     println!("   event->kernel per kind, ms p50 / p99 / max (nearest rank); targets (issue 24): a change arriving >= minSyncPeriod after the last transaction: p99 <= 5 ms; the others (held by minSyncPeriod): <= 1020 ms");
@@ -496,6 +578,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
         fps.len(),
         if fps.is_empty() { "-" } else { verdict(pmax <= 500.0) }
     );
+    probes.report(&sent_of, &attrs, &commits);
     // the daemon's word
     let mut ct = Vec::new();
     let (mut comp, mut commit, mut ack) = (Vec::new(), Vec::new(), Vec::new());

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kube_model::{Cluster, EndpointSlice, IpFamily, Node, ServiceKey};
-use nft_model::{Family, Op, Set, Table, Value};
+use nft_model::{Element, Family, Op, Set, Table, Value};
 
 use crate::compile::fragment::{fragment, ClaimKey, Fragment};
 use crate::compile::mirror::{Conflict, Mirror};
@@ -241,23 +241,29 @@ impl Compiler {
             return out;
         };
         let frags = || st.fragments.values().flatten();
+        let mut of_element = |set: &str, e: &Element| match st.mirror.owner_of_element(&e.key) {
+            Some(p) => {
+                out.insert(p);
+            }
+            None => out.extend(
+                frags()
+                    .filter(|f| {
+                        f.shared
+                            .iter()
+                            .any(|(s, x)| &**s == set && x.element().key == e.key)
+                    })
+                    .map(|f| f.id.clone()),
+            ),
+        };
         match op {
             Op::AddElements { set, elements, .. } | Op::DeleteElements { set, elements, .. } => {
                 for e in elements {
-                    match st.mirror.owner_of_element(&e.key) {
-                        Some(p) => {
-                            out.insert(p);
-                        }
-                        None => out.extend(
-                            frags()
-                                .filter(|f| {
-                                    f.shared.iter().any(|(s, x)| {
-                                        &**s == set.as_str() && x.element().key == e.key
-                                    })
-                                })
-                                .map(|f| f.id.clone()),
-                        ),
-                    }
+                    of_element(set, e);
+                }
+            }
+            Op::AddPackedElements { set, elements, .. } => {
+                for e in elements {
+                    of_element(set, &e.element());
                 }
             }
             Op::AddChain { name: chain, .. }

@@ -42,3 +42,12 @@ fn a_refused_element_is_named_among_thousands() {
         Some(2345)
     );
 }
+
+#[test]
+fn a_refused_packed_element_is_named_among_thousands() {
+    require_root!();
+    assert_eq!(
+        transport::a_refused_packed_element_is_named_among_thousands(),
+        Some(2345)
+    );
+}

@@ -380,17 +380,31 @@ impl Mirror {
 
     /// The whole table.
     pub fn table(&self) -> Table {
+        self.packed_table().unpack()
+    }
+
+    /// The whole table, the elements of the skeleton's sets packed (shared with the
+    /// mirror, not copied).
+    pub fn packed_table(&self) -> PackedTable {
         let mut t = Table::new(self.family, TABLE);
+        let mut packed = BTreeMap::new();
         t.counters = self.skeleton.counters.clone();
         for s in &self.skeleton.sets {
-            t.sets
-                .push(self.set_now(&s.name).unwrap_or_else(|| s.clone()));
+            if let Some((per_port, _)) = self.sets.get(&s.name) {
+                t.sets.push(per_port.clone());
+                continue;
+            }
+            t.sets.push(s.clone());
+            if let Some(m) = self.elements.get(&*s.name) {
+                // in order already: packed identities order as (key, key end) do
+                packed.insert(s.name.clone(), m.keys().map(|e| e.0.clone()).collect());
+            }
         }
         t.sets.extend(self.sets.values().map(|(s, _)| s.clone()));
         t.chains.extend(self.skeleton.chains.iter().cloned());
         t.chains
             .extend(self.chains.values().map(|(c, _)| c.clone()));
-        t
+        PackedTable { table: t, packed }
     }
 
     /// Conflicts on these destinations (all of them with `None`, in work proportional to

@@ -216,9 +216,9 @@ pub fn resolve_endpoints(
                     ready: ep.ready,
                     serving: ep.serving,
                     terminating: ep.terminating,
-                    node_name: ep.node_name.clone(),
-                    zone_hints: ep.zone_hints.clone(),
-                    node_hints: ep.node_hints.clone(),
+                    node_name: ep.node_name.as_deref().map(str::to_string),
+                    zone_hints: ep.zone_hints().clone(),
+                    node_hints: ep.node_hints().clone(),
                 });
         }
     }

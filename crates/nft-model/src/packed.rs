@@ -10,7 +10,9 @@
 //! elements unpacked (docs/decisions/0012-packed-elements-in-batches.md).
 //!
 //! Layout: the key's values, the key end's values, the data (values, or a verdict), the
-//! timeout (8 bytes), the comment, then a 7-byte trailer (section lengths and flags).
+//! timeout (8 bytes), the comment, then a trailer: the lengths of the key, key end and
+//! data sections, one byte each, and the flags byte, last (4 bytes); when a section is
+//! longer than 255 bytes, two bytes each (7 bytes, flag `WIDE`).
 //! Each value is a tag byte and its bytes in network order (an interface name ends with
 //! a NUL: names never hold one), so comparing two keys' bytes orders them exactly as
 //! comparing their `Vec<Value>`s does: [`PackedElement::identity`] orders elements by
@@ -34,12 +36,15 @@ impl std::fmt::Debug for PackedElement {
     }
 }
 
-const TRAILER: usize = 7;
+const TRAILER: usize = 4;
+const WIDE_TRAILER: usize = 7;
 const HAS_END: u8 = 1;
 const DATA_VALUES: u8 = 2;
 const DATA_VERDICT: u8 = 4;
 const HAS_TIMEOUT: u8 = 8;
 const HAS_COMMENT: u8 = 16;
+/// The section lengths take two bytes each.
+const WIDE: u8 = 32;
 
 // Value tags, in the order of `Value`'s variants (so that bytes order like values).
 const T_IPV4: u8 = 0;
@@ -312,18 +317,32 @@ impl PackedElement {
     }
 
     fn finish(mut out: Vec<u8>, klen: usize, elen: usize, dlen: usize, flags: u8) -> PackedElement {
-        out.extend_from_slice(&len16(klen));
-        out.extend_from_slice(&len16(elen));
-        out.extend_from_slice(&len16(dlen));
-        out.push(flags);
+        match (u8::try_from(klen), u8::try_from(elen), u8::try_from(dlen)) {
+            (Ok(k), Ok(e), Ok(d)) => out.extend_from_slice(&[k, e, d, flags]),
+            _ => {
+                out.extend_from_slice(&len16(klen));
+                out.extend_from_slice(&len16(elen));
+                out.extend_from_slice(&len16(dlen));
+                out.push(flags | WIDE);
+            }
+        }
         PackedElement(Arc::from(out))
+    }
+
+    /// The trailer's length.
+    fn trailer_len(&self) -> usize {
+        match self.0.last() {
+            Some(flags) if flags & WIDE != 0 => WIDE_TRAILER,
+            _ => TRAILER,
+        }
     }
 
     fn trailer(&self) -> (usize, usize, usize, u8) {
         let b = &self.0;
         // read at once (identities are read on every comparison); a packer-written
         // element always has its trailer
-        match b.get(b.len().saturating_sub(TRAILER)..) {
+        match b.get(b.len().saturating_sub(self.trailer_len())..) {
+            Some(&[k, e, d, flags]) => (usize::from(k), usize::from(e), usize::from(d), flags),
             Some(&[k0, k1, e0, e1, d0, d1, flags]) => (
                 usize::from(u16::from_ne_bytes([k0, k1])),
                 usize::from(u16::from_ne_bytes([e0, e1])),
@@ -334,9 +353,13 @@ impl PackedElement {
         }
     }
 
+    /// The bytes before the trailer.
+    fn body(&self) -> &[u8] {
+        &self.0[..self.0.len().saturating_sub(self.trailer_len())]
+    }
+
     fn section(&self, from: usize, len: usize) -> &[u8] {
-        let body = &self.0[..self.0.len().saturating_sub(TRAILER)];
-        body.get(from..from + len).unwrap_or_default()
+        self.body().get(from..from + len).unwrap_or_default()
     }
 
     /// What identifies the element in its set: the key and the key end (interval sets).
@@ -379,8 +402,7 @@ impl PackedElement {
     /// The timeout and the comment's bytes.
     fn rest(&self) -> (Option<u64>, Option<&[u8]>) {
         let (k, e, d, flags) = self.trailer();
-        let body_len = self.0.len().saturating_sub(TRAILER);
-        let rest = self.section(k + e + d, body_len.saturating_sub(k + e + d));
+        let rest = self.body().get(k + e + d..).unwrap_or_default();
         let (timeout, comment) = if flags & HAS_TIMEOUT != 0 {
             let t = rest
                 .get(..8)

@@ -175,20 +175,21 @@ fn put_kernel(tag: u8, x: &[u8], out: &mut Vec<u8>) {
 
 /// Append a section's values as the kernel lays out their concatenation: what
 /// [`crate::concat_into`] appends for the values it holds (one value unpadded,
-/// several each padded to 4 bytes).
+/// several each padded to 4 bytes). One pass: a value is padded once another follows.
 fn put_concat(section: &[u8], out: &mut Vec<u8>) {
-    let mut it = walk(section);
-    let (Some((tag, x)), second) = (it.next(), it.next()) else {
-        return;
-    };
-    if second.is_none() {
-        put_kernel(tag, x, out);
-        return;
-    }
+    let pad =
+        |out: &mut Vec<u8>, from: usize| out.resize(from + (out.len() - from).div_ceil(4) * 4, 0);
+    let (mut n, mut last) = (0usize, out.len());
     for (tag, x) in walk(section) {
-        let start = out.len();
+        if n > 0 {
+            pad(out, last);
+        }
+        last = out.len();
         put_kernel(tag, x, out);
-        out.resize(start + (out.len() - start).div_ceil(4) * 4, 0);
+        n += 1;
+    }
+    if n > 1 {
+        pad(out, last);
     }
 }
 
@@ -248,15 +249,28 @@ impl PackedValues<'_> {
             T_PORT => 2,
             _ => 4,
         };
-        let mut it = walk(self.0);
-        match (it.next(), it.next()) {
-            (None, _) => 0,
-            (Some((tag, _)), None) => width(tag),
-            _ => walk(self.0)
-                .map(|(tag, _)| width(tag).div_ceil(4) * 4)
-                .sum(),
+        let (mut n, mut last, mut sum) = (0usize, 0usize, 0usize);
+        for (tag, _) in walk(self.0) {
+            last = width(tag);
+            sum += last.div_ceil(4) * 4;
+            n += 1;
+        }
+        if n == 1 {
+            last
+        } else {
+            sum
         }
     }
+}
+
+/// Every part of a packed element as the wire layer encodes it, read at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackedParts<'a> {
+    pub key: PackedValues<'a>,
+    pub key_end: Option<PackedValues<'a>>,
+    pub data: Option<PackedData<'a>>,
+    pub timeout_ms: Option<u64>,
+    pub comment: Option<std::borrow::Cow<'a, str>>,
 }
 
 impl PackedElement {
@@ -376,6 +390,37 @@ impl PackedElement {
         self.0.len()
     }
 
+    /// Every part, the trailer read once (what the wire layer encodes).
+    pub fn parts(&self) -> PackedParts<'_> {
+        let (k, e, d, flags) = self.trailer();
+        let body = self.body();
+        let at = |from: usize, len: usize| body.get(from..from + len).unwrap_or_default();
+        let data = at(k + e, d);
+        let rest = body.get(k + e + d..).unwrap_or_default();
+        let (timeout_ms, comment) = if flags & HAS_TIMEOUT != 0 {
+            let t = rest
+                .get(..8)
+                .and_then(|x| <[u8; 8]>::try_from(x).ok())
+                .map(u64::from_be_bytes);
+            (t, rest.get(8..).unwrap_or_default())
+        } else {
+            (None, rest)
+        };
+        PackedParts {
+            key: PackedValues(at(0, k)),
+            key_end: (flags & HAS_END != 0).then(|| PackedValues(at(k, e))),
+            data: if flags & DATA_VALUES != 0 {
+                Some(PackedData::Values(PackedValues(data)))
+            } else if flags & DATA_VERDICT != 0 {
+                Some(PackedData::Verdict(verdict(data)))
+            } else {
+                None
+            },
+            timeout_ms,
+            comment: (flags & HAS_COMMENT != 0).then(|| String::from_utf8_lossy(comment)),
+        }
+    }
+
     /// The key.
     pub fn key(&self) -> PackedValues<'_> {
         PackedValues(self.identity().0)
@@ -388,58 +433,32 @@ impl PackedElement {
 
     /// The data of a map element.
     pub fn data(&self) -> Option<PackedData<'_>> {
-        let (k, e, d, flags) = self.trailer();
-        let data = self.section(k + e, d);
-        if flags & DATA_VALUES != 0 {
-            Some(PackedData::Values(PackedValues(data)))
-        } else if flags & DATA_VERDICT != 0 {
-            Some(PackedData::Verdict(verdict(data)))
-        } else {
-            None
-        }
-    }
-
-    /// The timeout and the comment's bytes.
-    fn rest(&self) -> (Option<u64>, Option<&[u8]>) {
-        let (k, e, d, flags) = self.trailer();
-        let rest = self.body().get(k + e + d..).unwrap_or_default();
-        let (timeout, comment) = if flags & HAS_TIMEOUT != 0 {
-            let t = rest
-                .get(..8)
-                .and_then(|x| <[u8; 8]>::try_from(x).ok())
-                .map(u64::from_be_bytes);
-            (t, rest.get(8..).unwrap_or_default())
-        } else {
-            (None, rest)
-        };
-        (timeout, (flags & HAS_COMMENT != 0).then_some(comment))
+        self.parts().data
     }
 
     /// The element's timeout.
     pub fn timeout_ms(&self) -> Option<u64> {
-        self.rest().0
+        self.parts().timeout_ms
     }
 
     /// The element's comment.
     pub fn comment(&self) -> Option<String> {
-        self.rest()
-            .1
-            .map(|c| String::from_utf8_lossy(c).into_owned())
+        self.parts().comment.map(std::borrow::Cow::into_owned)
     }
 
     /// The element.
     pub fn element(&self) -> Element {
-        let (k, e, _, flags) = self.trailer();
-        let key = values(self.section(0, k));
-        let mut el = match self.data() {
+        let p = self.parts();
+        let key = values(p.key.0);
+        let mut el = match p.data {
             Some(PackedData::Values(v)) => Element::map(key, ElemData::Values(values(v.0))),
             Some(PackedData::Verdict(v)) => Element::map(key, ElemData::Verdict(v)),
             None => Element::key(key),
         };
-        if flags & (HAS_END | HAS_TIMEOUT | HAS_COMMENT) != 0 {
-            el.set_key_end((flags & HAS_END != 0).then(|| values(self.section(k, e))));
-            el.set_timeout_ms(self.timeout_ms());
-            el.set_comment(self.comment());
+        if p.key_end.is_some() || p.timeout_ms.is_some() || p.comment.is_some() {
+            el.set_key_end(p.key_end.map(|e| values(e.0)));
+            el.set_timeout_ms(p.timeout_ms);
+            el.set_comment(p.comment.map(std::borrow::Cow::into_owned));
         }
         el
     }

@@ -157,17 +157,17 @@ impl<'a> ElementOp<'a> {
                 n
             }
             List::Packed(es) => {
-                let e = &es[i];
-                let mut n = value_len(e.key().concat_len());
-                n += e.key_end().map_or(0, |end| value_len(end.concat_len()));
+                let e = es[i].parts();
+                let mut n = value_len(e.key.concat_len());
+                n += e.key_end.map_or(0, |end| value_len(end.concat_len()));
                 if self.with_data {
-                    n += match e.data() {
-                        Some(PackedData::Verdict(v)) => verdict_len(&v),
+                    n += match &e.data {
+                        Some(PackedData::Verdict(v)) => verdict_len(v),
                         Some(PackedData::Values(v)) => value_len(v.concat_len()),
                         None => 0,
                     };
-                    n += e.timeout_ms().map_or(0, |_| NLA + 8);
-                    n += e.comment().map_or(0, |c| comment_len(&c));
+                    n += e.timeout_ms.map_or(0, |_| NLA + 8);
+                    n += e.comment.as_deref().map_or(0, comment_len);
                 }
                 n
             }
@@ -205,27 +205,27 @@ impl<'a> ElementOp<'a> {
                 }
             }
             List::Packed(es) => {
-                let e = &es[i];
+                let e = es[i].parts();
                 let mut value = |w: &mut NlaWriter, kind: u16, values: PackedValues<'_>| {
                     scratch.clear();
                     values.put_concat(scratch);
                     put_value(w, kind, scratch);
                 };
-                value(w, NFTA_SET_ELEM_KEY, e.key());
-                if let Some(end) = e.key_end() {
+                value(w, NFTA_SET_ELEM_KEY, e.key);
+                if let Some(end) = e.key_end {
                     value(w, NFTA_SET_ELEM_KEY_END, end);
                 }
                 if self.with_data {
-                    match e.data() {
-                        Some(PackedData::Verdict(v)) => put_verdict(w, NFTA_SET_ELEM_DATA, &v),
-                        Some(PackedData::Values(v)) => value(w, NFTA_SET_ELEM_DATA, v),
+                    match &e.data {
+                        Some(PackedData::Verdict(v)) => put_verdict(w, NFTA_SET_ELEM_DATA, v),
+                        Some(PackedData::Values(v)) => value(w, NFTA_SET_ELEM_DATA, *v),
                         None => {}
                     }
-                    if let Some(t) = e.timeout_ms() {
+                    if let Some(t) = e.timeout_ms {
                         w.be64(NFTA_SET_ELEM_TIMEOUT, t);
                     }
-                    if let Some(c) = e.comment() {
-                        w.bytes(NFTA_SET_ELEM_USERDATA, &comment_udata(&c));
+                    if let Some(c) = &e.comment {
+                        w.bytes(NFTA_SET_ELEM_USERDATA, &comment_udata(c));
                     }
                 }
             }
@@ -263,22 +263,23 @@ impl<'a> ElementOp<'a> {
         Ok(out)
     }
 
-    /// The messages' total length and number.
-    pub(crate) fn size(&self) -> Result<(usize, usize), WireError> {
+    /// The messages' lengths (their elements' part, in order: see [`ElementOp::write`])
+    /// and their total length.
+    pub(crate) fn size(&self) -> Result<(Vec<usize>, usize), WireError> {
         let chunks = self.split()?;
         let head = self.head_len();
-        Ok((chunks.iter().map(|c| head + c).sum(), chunks.len()))
+        let total = chunks.iter().map(|c| head + c).sum();
+        Ok((chunks, total))
     }
 
-    /// Write the messages into `w` (the batch), numbered from `seq`; returns how many,
-    /// and where the last one starts.
-    pub(crate) fn write(&self, w: &mut NlaWriter, seq: u32) -> Result<(u32, usize), WireError> {
-        let chunks = self.split()?;
+    /// Write the messages into `w` (the batch), numbered from `seq`, split as
+    /// [`ElementOp::size`] told; returns how many, and where the last one starts.
+    pub(crate) fn write(&self, w: &mut NlaWriter, seq: u32, chunks: &[usize]) -> (u32, usize) {
         let mut scratch = Vec::new();
         let mut i = 0;
         let mut seq = seq;
         let mut last = w.len();
-        for chunk in &chunks {
+        for chunk in chunks {
             last = w.len();
             let m = w.begin_nfnl(
                 nft_type(self.kind),
@@ -298,7 +299,7 @@ impl<'a> ElementOp<'a> {
             w.end_msg(m);
             seq = seq.wrapping_add(1);
         }
-        Ok((chunks.len() as u32, last))
+        (chunks.len() as u32, last)
     }
 }
 

@@ -93,16 +93,16 @@ fn encode(
     // batch below). One buffer of exactly the batch's size: a batch of millions of
     // elements is never grown and copied, nor held twice.
     let mut set_id = 1u32;
-    let mut small: Vec<Vec<Msg>> = Vec::with_capacity(ops.len());
+    let mut planned: Vec<Planned> = Vec::with_capacity(ops.len());
     let mut size = 0;
     let mut messages = 0;
     for op in ops {
         match ElementOp::of(op) {
             Some(list) => {
-                let (len, n) = list.size()?;
+                let (chunks, len) = list.size()?;
                 size += len;
-                messages += n;
-                small.push(Vec::new());
+                messages += chunks.len();
+                planned.push(Planned::Elements(chunks));
             }
             None => {
                 let m = op_messages(op, &mut set_id)?;
@@ -111,7 +111,7 @@ fn encode(
                     .map(|(_, _, _, a)| message_len(a.len()))
                     .sum::<usize>();
                 messages += m.len();
-                small.push(m);
+                planned.push(Planned::Messages(m));
             }
         }
     }
@@ -134,16 +134,20 @@ fn encode(
     seq = seq.wrapping_add(1);
     let mut seqs = Vec::with_capacity(messages);
     let mut last_msg_at = None;
-    for (i, (op, msgs)) in ops.iter().zip(small).enumerate() {
-        if let Some(list) = ElementOp::of(op) {
-            let (n, last) = list.write(&mut w, seq)?;
-            last_msg_at = Some(last);
-            for _ in 0..n {
-                seqs.push((seq, i));
-                seq = seq.wrapping_add(1);
+    for (i, (op, planned)) in ops.iter().zip(planned).enumerate() {
+        let msgs = match (planned, ElementOp::of(op)) {
+            (Planned::Elements(chunks), Some(list)) => {
+                let (n, last) = list.write(&mut w, seq, &chunks);
+                last_msg_at = Some(last);
+                for _ in 0..n {
+                    seqs.push((seq, i));
+                    seq = seq.wrapping_add(1);
+                }
+                continue;
             }
-            continue;
-        }
+            (Planned::Messages(msgs), _) => msgs,
+            (Planned::Elements(_), None) => Vec::new(),
+        };
         for (kind, flags, family, attrs) in msgs {
             last_msg_at = Some(w.len());
             push_message(
@@ -186,6 +190,13 @@ fn encode(
         seqs,
         ack_seq,
     })
+}
+
+/// An op's messages as the first pass left them: built (small), or an element list's
+/// split (written straight into the batch).
+enum Planned {
+    Messages(Vec<Msg>),
+    Elements(Vec<usize>),
 }
 
 /// The length of a netfilter message with `attrs` bytes of attributes.

@@ -109,7 +109,10 @@ mod tests {
     #[test]
     fn set_names_are_interned_and_thin() {
         assert_eq!(std::mem::size_of::<SetName>(), 8);
-        let (a, b) = (SetName::from("hairpin"), SetName::from("hairpin".to_string()));
+        let (a, b) = (
+            SetName::from("hairpin"),
+            SetName::from("hairpin".to_string()),
+        );
         assert!(Arc::ptr_eq(&a.0, &b.0), "one allocation per name");
         assert_eq!(&*a, "hairpin");
         let mut m = BTreeMap::new();

@@ -31,16 +31,10 @@ pub fn big_cluster(services: u32, endpoints: u32) -> Cluster {
         let eps = (0..endpoints)
             .map(|j| {
                 let k = 0x4000 + i * endpoints + j;
-                Endpoint {
-                    addr: IpAddr::from([198, 18 + (k >> 16) as u8, (k >> 8) as u8, k as u8]),
-                    ready: true,
-                    serving: true,
-                    terminating: false,
-                    node_name: Some("node-b".into()),
-                    zone: None,
-                    zone_hints: Default::default(),
-                    node_hints: Default::default(),
-                }
+                Endpoint::ready_on(
+                    IpAddr::from([198, 18 + (k >> 16) as u8, (k >> 8) as u8, k as u8]),
+                    Some("node-b"),
+                )
             })
             .collect();
         let sk = ServiceKey::new("ns", format!("svc-{i}-1"));

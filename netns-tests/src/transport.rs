@@ -123,6 +123,17 @@ pub fn rejected_batch_changes_nothing_and_names_the_object() {
 /// attribute (an interval set refuses an element overlapping another one, EEXIST).
 /// Returns the element index the error named (None when the kernel names none).
 pub fn a_refused_element_is_named_among_thousands() -> Option<usize> {
+    refused_element_among_thousands(false)
+}
+
+/// [`a_refused_element_is_named_among_thousands`] with the elements sent packed
+/// (`Op::AddPackedElements`, as a cold start sends the compiler's): the same element
+/// is named.
+pub fn a_refused_packed_element_is_named_among_thousands() -> Option<usize> {
+    refused_element_among_thousands(true)
+}
+
+fn refused_element_among_thousands(packed: bool) -> Option<usize> {
     let ns = Netns::new("refelem");
     let tr = TableRef::new(Family::Ip, "kube-nlproxy");
     // `firewall-allow`'s kind of set: a concatenation with a range in the last field
@@ -150,10 +161,18 @@ pub fn a_refused_element_is_named_among_thousands() -> Option<usize> {
             table: tr.clone(),
             set,
         },
-        Op::AddElements {
-            table: tr.clone(),
-            set: "allow".into(),
-            elements,
+        if packed {
+            Op::AddPackedElements {
+                table: tr.clone(),
+                set: "allow".into(),
+                elements: elements.iter().map(PackedElement::new).collect(),
+            }
+        } else {
+            Op::AddElements {
+                table: tr.clone(),
+                set: "allow".into(),
+                elements,
+            }
         },
     ];
     let err = ns

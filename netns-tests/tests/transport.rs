@@ -48,3 +48,12 @@ fn a_dropped_watcher_subscription_hears_nothing_until_taken_again() {
     require_root!();
     transport::a_dropped_watcher_subscription_hears_nothing_until_taken_again();
 }
+
+#[test]
+fn a_refused_packed_element_is_named_among_thousands() {
+    require_root!();
+    assert_eq!(
+        transport::a_refused_packed_element_is_named_among_thousands(),
+        Some(2345)
+    );
+}

@@ -439,22 +439,20 @@ pub fn slice_from_k8s(
         let serving = c.and_then(|c| c.serving).unwrap_or(true);
         let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
         let hints = ep.hints.as_ref();
-        endpoints.push(Endpoint {
-            addr,
-            ready,
-            serving,
-            terminating,
-            node_name: ep.node_name.clone().filter(|n| !n.is_empty()),
-            zone: ep.zone.clone(),
-            zone_hints: hints
+        let mut e = Endpoint::ready_on(addr, ep.node_name.as_deref().filter(|n| !n.is_empty()));
+        (e.ready, e.serving, e.terminating) = (ready, serving, terminating);
+        e.zone = ep.zone.as_deref().map(Into::into);
+        e.set_hints(
+            hints
                 .and_then(|h| h.for_zones.as_ref())
                 .map(|z| z.iter().map(|z| z.name.clone()).collect())
                 .unwrap_or_default(),
-            node_hints: hints
+            hints
                 .and_then(|h| h.for_nodes.as_ref())
                 .map(|n| n.iter().map(|n| n.name.clone()).collect())
                 .unwrap_or_default(),
-        });
+        );
+        endpoints.push(e);
     }
     endpoints.shrink_to_fit();
     Ok(Some(EndpointSlice {

@@ -163,18 +163,67 @@ pub struct SlicePort {
 }
 
 /// One endpoint of an EndpointSlice.
+///
+/// The model holds one per endpoint of the cluster (millions at 100,000 services), so
+/// it is kept small (64 bytes): names as boxed strings, the rare topology hints boxed
+/// (`None` when the slice carries none: see [`Endpoint::set_hints`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
     pub addr: IpAddr,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
-    pub node_name: Option<String>,
-    pub zone: Option<String>,
-    /// `hints.forZones`, when the slice carries zone hints for this endpoint.
-    pub zone_hints: BTreeSet<String>,
+    pub node_name: Option<Box<str>>,
+    pub zone: Option<Box<str>>,
+    /// Topology hints; `None` whenever both are empty (one representation).
+    hints: Option<Box<Hints>>,
+}
+
+/// An endpoint's topology hints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct Hints {
+    /// `hints.forZones`.
+    zones: BTreeSet<String>,
     /// `hints.forNodes`.
-    pub node_hints: BTreeSet<String>,
+    nodes: BTreeSet<String>,
+}
+
+static NO_HINTS: BTreeSet<String> = BTreeSet::new();
+
+impl Endpoint {
+    /// A ready, serving endpoint at `addr` on `node`, without zone or hints.
+    pub fn ready_on(addr: IpAddr, node: Option<&str>) -> Endpoint {
+        Endpoint {
+            addr,
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: node.map(Into::into),
+            zone: None,
+            hints: None,
+        }
+    }
+
+    /// `hints.forZones`, when the slice carries zone hints for this endpoint.
+    pub fn zone_hints(&self) -> &BTreeSet<String> {
+        self.hints.as_ref().map_or(&NO_HINTS, |h| &h.zones)
+    }
+
+    /// `hints.forNodes`.
+    pub fn node_hints(&self) -> &BTreeSet<String> {
+        self.hints.as_ref().map_or(&NO_HINTS, |h| &h.nodes)
+    }
+
+    /// Set the topology hints (zones, nodes).
+    pub fn set_hints(&mut self, zones: BTreeSet<String>, nodes: BTreeSet<String>) {
+        self.hints =
+            (!zones.is_empty() || !nodes.is_empty()).then(|| Box::new(Hints { zones, nodes }));
+    }
+
+    pub fn with_hints(mut self, zones: BTreeSet<String>, nodes: BTreeSet<String>) -> Endpoint {
+        self.set_hints(zones, nodes);
+        self
+    }
 }
 
 /// An EndpointSlice of one family.
@@ -227,4 +276,29 @@ pub struct ResolvedEndpoint {
     pub node_name: Option<String>,
     pub zone_hints: BTreeSet<String>,
     pub node_hints: BTreeSet<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model holds one per endpoint of the cluster: keep it small.
+    #[test]
+    fn an_endpoint_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<Endpoint>(), 64);
+    }
+
+    /// Empty hints are no hints (one representation: equal endpoints compare equal).
+    #[test]
+    fn empty_hints_are_none() {
+        let a = Endpoint::ready_on("198.18.0.1".parse().unwrap(), Some("node-a"));
+        let b = a.clone().with_hints(BTreeSet::new(), BTreeSet::new());
+        assert_eq!(a, b);
+        let zoned = a
+            .clone()
+            .with_hints(BTreeSet::from(["z".to_string()]), BTreeSet::new());
+        assert_ne!(a, zoned);
+        assert!(zoned.zone_hints().contains("z") && zoned.node_hints().is_empty());
+        assert!(a.zone_hints().is_empty());
+    }
 }

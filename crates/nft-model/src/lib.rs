@@ -9,12 +9,14 @@ pub mod build;
 pub mod expr;
 pub mod object;
 pub mod ops;
+pub mod packed;
 pub mod render;
 pub mod value;
 
 pub use expr::*;
 pub use object::*;
 pub use ops::*;
+pub use packed::*;
 pub use value::*;
 
 /// Errors of the model crate (validation of objects before they are used).

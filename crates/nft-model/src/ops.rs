@@ -2,6 +2,7 @@
 
 use crate::expr::Family;
 use crate::object::{BaseHook, Chain, Element, Rule, Set, Table};
+use crate::packed::{PackedElement, PackedTable};
 
 /// Names a table.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -101,6 +102,14 @@ pub enum Op {
         set: String,
         elements: Vec<Element>,
     },
+    /// [`Op::AddElements`] with the elements packed (shared with whoever built them,
+    /// e.g. the compiler): the same operation, the same bytes on the wire, without
+    /// unpacking a large set's elements to send them (docs/decisions/0012).
+    AddPackedElements {
+        table: TableRef,
+        set: String,
+        elements: Vec<PackedElement>,
+    },
 }
 
 impl Op {
@@ -120,7 +129,73 @@ impl Op {
             | Op::AddElements { table, .. }
             | Op::AddCounter { table, .. }
             | Op::DeleteCounter { table, .. }
-            | Op::DeleteElements { table, .. } => table,
+            | Op::DeleteElements { table, .. }
+            | Op::AddPackedElements { table, .. } => table,
+        }
+    }
+
+    /// The op with its packed elements unpacked ([`Op::AddPackedElements`] as the
+    /// [`Op::AddElements`] it stands for); any other op as it is.
+    pub fn unpacked(&self) -> std::borrow::Cow<'_, Op> {
+        match self {
+            Op::AddPackedElements {
+                table,
+                set,
+                elements,
+            } => std::borrow::Cow::Owned(Op::AddElements {
+                table: table.clone(),
+                set: set.clone(),
+                elements: elements.iter().map(PackedElement::element).collect(),
+            }),
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
+    /// For an element op, the op with only its `k`-th element (unpacked), e.g. the one
+    /// the kernel refused; None for other ops or past the last element.
+    pub fn one_element(&self, k: usize) -> Option<Op> {
+        let (table, set, kind, e) = match self {
+            Op::AddElements {
+                table,
+                set,
+                elements,
+            } => (table, set, true, elements.get(k)?.clone()),
+            Op::AddPackedElements {
+                table,
+                set,
+                elements,
+            } => (table, set, true, elements.get(k)?.element()),
+            Op::DeleteElements {
+                table,
+                set,
+                elements,
+            } => (table, set, false, elements.get(k)?.clone()),
+            _ => return None,
+        };
+        let (table, set, elements) = (table.clone(), set.clone(), vec![e]);
+        Some(if kind {
+            Op::AddElements {
+                table,
+                set,
+                elements,
+            }
+        } else {
+            Op::DeleteElements {
+                table,
+                set,
+                elements,
+            }
+        })
+    }
+
+    /// The number of elements of an element op (0 for other ops).
+    pub fn element_count(&self) -> usize {
+        match self {
+            Op::AddElements { elements, .. } | Op::DeleteElements { elements, .. } => {
+                elements.len()
+            }
+            Op::AddPackedElements { elements, .. } => elements.len(),
+            _ => 0,
         }
     }
 }
@@ -138,7 +213,18 @@ pub fn create_table_ops(table: &Table) -> Vec<Op> {
 
 /// [`create_table_ops`] taking the table: its elements move into the operations (no
 /// copy of a large table's elements).
-pub fn into_create_table_ops(mut table: Table) -> Vec<Op> {
+pub fn into_create_table_ops(table: Table) -> Vec<Op> {
+    into_create_table_ops_packed(PackedTable::from(table))
+}
+
+/// [`into_create_table_ops`] of a table some of whose sets hold packed elements: those
+/// are added by [`Op::AddPackedElements`] where [`Op::AddElements`] would add them
+/// unpacked (the same batch on the wire; nothing is unpacked).
+pub fn into_create_table_ops_packed(table: PackedTable) -> Vec<Op> {
+    let PackedTable {
+        mut table,
+        mut packed,
+    } = table;
     let t = TableRef::new(table.family, table.name.clone());
     let mut ops = vec![Op::AddTable {
         table: t.clone(),
@@ -167,16 +253,36 @@ pub fn into_create_table_ops(mut table: Table) -> Vec<Op> {
     for c in &table.chains {
         ops.push(add_chain_op(&t, c));
     }
-    let elements = |constant: bool, sets: &mut Vec<Set>| -> Vec<Op> {
-        sets.iter_mut()
-            .filter(|s| s.flags.constant == constant)
-            .filter(|s| !s.elements.is_empty() && !s.flags.dynamic)
-            .map(|s| Op::AddElements {
-                table: t.clone(),
-                set: s.name.clone(),
-                elements: std::mem::take(&mut s.elements),
-            })
-            .collect()
+    let mut elements = |constant: bool, sets: &mut Vec<Set>| -> Vec<Op> {
+        let mut ops = Vec::new();
+        for s in sets
+            .iter_mut()
+            .filter(|s| s.flags.constant == constant && !s.flags.dynamic)
+        {
+            match packed.remove(&s.name) {
+                Some(p) if !p.is_empty() => {
+                    // (elements of both kinds: one op, the unpacked ones first)
+                    let mut elements: Vec<PackedElement> = s
+                        .elements
+                        .drain(..)
+                        .map(|e| PackedElement::new(&e))
+                        .collect();
+                    elements.extend(p);
+                    ops.push(Op::AddPackedElements {
+                        table: t.clone(),
+                        set: s.name.clone(),
+                        elements,
+                    })
+                }
+                _ if !s.elements.is_empty() => ops.push(Op::AddElements {
+                    table: t.clone(),
+                    set: s.name.clone(),
+                    elements: std::mem::take(&mut s.elements),
+                }),
+                _ => {}
+            }
+        }
+        ops
     };
     // a constant set takes no element once a rule uses it
     let constant = elements(true, &mut table.sets);

@@ -91,33 +91,7 @@ pub enum NftError {
 /// Op `i` as an nft command; for a set element op whose refused element is known,
 /// with that element only (an op may hold a hundred thousand).
 fn op_text(ops: &[Op], i: usize, element: Option<usize>) -> String {
-    let one = match (&ops[i], element) {
-        (
-            Op::AddElements {
-                table,
-                set,
-                elements,
-            },
-            Some(k),
-        ) => elements.get(k).map(|e| Op::AddElements {
-            table: table.clone(),
-            set: set.clone(),
-            elements: vec![e.clone()],
-        }),
-        (
-            Op::DeleteElements {
-                table,
-                set,
-                elements,
-            },
-            Some(k),
-        ) => elements.get(k).map(|e| Op::DeleteElements {
-            table: table.clone(),
-            set: set.clone(),
-            elements: vec![e.clone()],
-        }),
-        _ => None,
-    };
+    let one = element.and_then(|k| ops[i].one_element(k));
     nft_model::render::op_with(one.as_ref().unwrap_or(&ops[i]), |name| is_map(ops, name))
 }
 

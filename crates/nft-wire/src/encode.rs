@@ -1,7 +1,8 @@
 //! Encoding of batch operations into one nftables transaction.
 
 use crate::consts::*;
-use crate::expr::{encode_expr, put_value, put_verdict};
+use crate::elements::{element_list, ElementOp};
+use crate::expr::encode_expr;
 use crate::msg::{nft_type, push_message};
 use crate::nla::{udata, NlaWriter, NLA_MAX_PAYLOAD};
 use crate::WireError;
@@ -60,17 +61,6 @@ impl EncodedBatch {
     }
 }
 
-/// The element list attribute of a set element message.
-fn element_list<'a>(m: &nl_core::NlMsg<'a>) -> Option<&'a [u8]> {
-    let (_, _, attrs) = m.nfgen()?;
-    nl_core::NlaIter::new(attrs)
-        .find(|a| a.kind == NFTA_SET_ELEM_LIST_ELEMENTS)
-        .map(|a| a.data)
-}
-
-/// Keep element lists comfortably below the 64 KiB attribute limit.
-const ELEMENTS_BUDGET: usize = NLA_MAX_PAYLOAD - 4096;
-
 /// Encode `ops` as BATCH_BEGIN, one or more messages per op, BATCH_END. With `genid`,
 /// the kernel refuses the batch (ERESTART) if the ruleset generation moved.
 pub fn encode_batch(
@@ -98,14 +88,42 @@ fn encode(
     genid: Option<u32>,
     end: bool,
 ) -> Result<EncodedBatch, WireError> {
-    let mut bytes = Vec::with_capacity(ops.len() * 128 + 64);
-    let mut seq = first_seq;
+    // First the size: every op's messages but element lists' (small: kept to be
+    // copied), and the exact length of the element lists' (written straight into the
+    // batch below). One buffer of exactly the batch's size: a batch of millions of
+    // elements is never grown and copied, nor held twice.
+    let mut set_id = 1u32;
+    let mut planned: Vec<Planned> = Vec::with_capacity(ops.len());
+    let mut size = 0;
+    let mut messages = 0;
+    for op in ops {
+        match ElementOp::of(op) {
+            Some(list) => {
+                let (chunks, len) = list.size()?;
+                size += len;
+                messages += chunks.len();
+                planned.push(Planned::Elements(chunks));
+            }
+            None => {
+                let m = op_messages(op, &mut set_id)?;
+                size += m
+                    .iter()
+                    .map(|(_, _, _, a)| message_len(a.len()))
+                    .sum::<usize>();
+                messages += m.len();
+                planned.push(Planned::Messages(m));
+            }
+        }
+    }
     let mut begin = NlaWriter::new();
     if let Some(g) = genid {
         begin.be32(NFNL_BATCH_GENID, g);
     }
+    size += message_len(begin.len()) + if end { message_len(0) } else { 0 };
+    let mut w = NlaWriter::with_capacity(size);
+    let mut seq = first_seq;
     push_message(
-        &mut bytes,
+        &mut w.buf,
         NFNL_MSG_BATCH_BEGIN,
         NLM_F_REQUEST,
         seq,
@@ -114,14 +132,26 @@ fn encode(
         &begin.buf,
     );
     seq = seq.wrapping_add(1);
-    let mut seqs = Vec::with_capacity(ops.len());
-    let mut set_id = 1u32;
+    let mut seqs = Vec::with_capacity(messages);
     let mut last_msg_at = None;
-    for (i, op) in ops.iter().enumerate() {
-        for (kind, flags, family, attrs) in op_messages(op, &mut set_id)? {
-            last_msg_at = Some(bytes.len());
+    for (i, (op, planned)) in ops.iter().zip(planned).enumerate() {
+        let msgs = match (planned, ElementOp::of(op)) {
+            (Planned::Elements(chunks), Some(list)) => {
+                let (n, last) = list.write(&mut w, seq, &chunks);
+                last_msg_at = Some(last);
+                for _ in 0..n {
+                    seqs.push((seq, i));
+                    seq = seq.wrapping_add(1);
+                }
+                continue;
+            }
+            (Planned::Messages(msgs), _) => msgs,
+            (Planned::Elements(_), None) => Vec::new(),
+        };
+        for (kind, flags, family, attrs) in msgs {
+            last_msg_at = Some(w.len());
             push_message(
-                &mut bytes,
+                &mut w.buf,
                 nft_type(kind),
                 NLM_F_REQUEST | flags,
                 seq,
@@ -133,6 +163,7 @@ fn encode(
             seq = seq.wrapping_add(1);
         }
     }
+    let mut bytes = w.buf;
     let mut ack_seq = None;
     if let Some(at) = last_msg_at {
         // Ask for one acknowledgement, on the last object message; errors of any
@@ -153,11 +184,24 @@ fn encode(
             &[],
         );
     }
+    debug_assert_eq!(bytes.len(), size, "the batch's size was told exactly");
     Ok(EncodedBatch {
         bytes,
         seqs,
         ack_seq,
     })
+}
+
+/// An op's messages as the first pass left them: built (small), or an element list's
+/// split (written straight into the batch).
+enum Planned {
+    Messages(Vec<Msg>),
+    Elements(Vec<usize>),
+}
+
+/// The length of a netfilter message with `attrs` bytes of attributes.
+fn message_len(attrs: usize) -> usize {
+    (16 + 4 + attrs).div_ceil(4) * 4
 }
 
 type Msg = (u16, u16, u8, Vec<u8>);
@@ -273,24 +317,13 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             w.str(NFTA_SET_ELEM_LIST_SET, set);
             one(NFT_MSG_DELSETELEM, 0, w)
         }
-        Op::AddElements {
-            table,
-            set,
-            elements,
-        } => element_messages(
-            fam,
-            NFT_MSG_NEWSETELEM,
-            NLM_F_CREATE,
-            table,
-            set,
-            elements,
-            true,
-        ),
-        Op::DeleteElements {
-            table,
-            set,
-            elements,
-        } => element_messages(fam, NFT_MSG_DELSETELEM, 0, table, set, elements, false),
+        // written straight into the batch (`elements`)
+        Op::AddElements { set, .. }
+        | Op::DeleteElements { set, .. }
+        | Op::AddPackedElements { set, .. } => Err(WireError::Invalid {
+            what: "element list",
+            detail: format!("set {set}: not encoded as a message of its own"),
+        }),
         // as nft sends them: a new counter with zero values (kept by the kernel when
         // the counter exists), a delete with an empty data nest
         Op::AddCounter { table, name } => {
@@ -502,78 +535,6 @@ fn set_udata(s: &Set) -> Vec<u8> {
         udata::put_str(&mut u, UDATA_SET_COMMENT, c);
     }
     u
-}
-
-/// One element (`scratch`: reused for the values' bytes, no allocation per element).
-fn encode_element(w: &mut NlaWriter, e: &Element, with_data: bool, scratch: &mut Vec<u8>) {
-    let mut value = |w: &mut NlaWriter, kind: u16, values: &[Value]| {
-        scratch.clear();
-        concat_into(values, scratch);
-        put_value(w, kind, scratch);
-    };
-    let n = w.begin(NFTA_LIST_ELEM);
-    value(w, NFTA_SET_ELEM_KEY, &e.key);
-    if let Some(end) = e.key_end() {
-        value(w, NFTA_SET_ELEM_KEY_END, end);
-    }
-    if with_data {
-        match &e.data {
-            Some(ElemData::Verdict(v)) => put_verdict(w, NFTA_SET_ELEM_DATA, v),
-            Some(ElemData::Values(v)) => value(w, NFTA_SET_ELEM_DATA, v),
-            None => {}
-        }
-        if let Some(t) = e.timeout_ms() {
-            w.be64(NFTA_SET_ELEM_TIMEOUT, t);
-        }
-        if let Some(u) = comment_udata(UDATA_SET_ELEM_COMMENT, e.comment()) {
-            w.bytes(NFTA_SET_ELEM_USERDATA, &u);
-        }
-    }
-    w.end(n);
-}
-
-/// Element lists split into messages whose element attribute stays below 64 KiB.
-fn element_messages(
-    fam: u8,
-    kind: u16,
-    flags: u16,
-    table: &TableRef,
-    set: &str,
-    elements: &[Element],
-    with_data: bool,
-) -> Result<Vec<Msg>, WireError> {
-    let mut out = Vec::new();
-    let mut chunk = NlaWriter::new();
-    let flush = |chunk: &mut NlaWriter, out: &mut Vec<Msg>| {
-        let mut w = NlaWriter::new();
-        w.str(NFTA_SET_ELEM_LIST_TABLE, &table.name);
-        w.str(NFTA_SET_ELEM_LIST_SET, set);
-        let l = w.begin(NFTA_SET_ELEM_LIST_ELEMENTS);
-        w.buf.extend_from_slice(&chunk.buf);
-        w.end(l);
-        out.push((kind, flags, fam, w.buf));
-        chunk.buf.clear();
-    };
-    let mut one = NlaWriter::new();
-    let mut scratch = Vec::new();
-    for e in elements {
-        one.clear();
-        encode_element(&mut one, e, with_data, &mut scratch);
-        if one.len() > ELEMENTS_BUDGET {
-            return Err(WireError::TooLarge {
-                what: format!("element of set {set}"),
-                len: one.len(),
-            });
-        }
-        if chunk.len() + one.len() > ELEMENTS_BUDGET {
-            flush(&mut chunk, &mut out);
-        }
-        chunk.buf.extend_from_slice(&one.buf);
-    }
-    if !chunk.is_empty() || out.is_empty() {
-        flush(&mut chunk, &mut out);
-    }
-    Ok(out)
 }
 
 /// A request for the current ruleset generation (`NFT_MSG_GETGEN`).

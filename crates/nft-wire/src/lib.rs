@@ -6,6 +6,7 @@
 
 pub mod consts;
 pub mod decode;
+mod elements;
 pub mod encode;
 pub mod events;
 pub mod expr;

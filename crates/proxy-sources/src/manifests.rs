@@ -93,7 +93,8 @@ struct FileState {
     /// The version whose objects are in use.
     used: Option<Stamp>,
     /// Its objects (only the kinds the proxy reads), by key: the hash of their text.
-    objects: HashMap<Key, u64>,
+    /// (Keys are shared with `Reader::sent` and a read's entries: one allocation each.)
+    objects: HashMap<Arc<Key>, u64>,
     /// A version that could not be read or parsed: not read again until it changes.
     failed: Option<Stamp>,
     /// A new version, and when it was first seen: read once it stays the same.
@@ -112,7 +113,7 @@ struct Parsed {
 /// An entry of a file read this round: its key, the hash and place of its text, and
 /// what names it.
 struct Spanned {
-    key: Key,
+    key: Arc<Key>,
     hash: u64,
     place: Place,
     kind: String,
@@ -123,7 +124,7 @@ struct Spanned {
 }
 
 impl Spanned {
-    fn of(key: Key, hash: u64, e: Entry<'_>, text: &str) -> Option<Spanned> {
+    fn of(key: Arc<Key>, hash: u64, e: Entry<'_>, text: &str) -> Option<Spanned> {
         // Where `e.raw` lies in `text` (None when it is not a slice of it).
         let start = (e.raw.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
         let span = start..start.checked_add(e.raw.len())?;
@@ -145,7 +146,7 @@ impl Spanned {
         })
     }
 
-    fn into_entry(self, text: &str) -> Option<(Key, Entry<'_>)> {
+    fn into_entry(self, text: &str) -> Option<(Arc<Key>, Entry<'_>)> {
         let raw = text.get(self.span)?;
         Some((
             self.key,
@@ -169,7 +170,7 @@ pub struct Reader {
     timing: Timing,
     files: BTreeMap<PathBuf, FileState>,
     /// What the engine has been told: per key, the file it came from and its hash.
-    sent: HashMap<Key, (Arc<Path>, u64)>,
+    sent: HashMap<Arc<Key>, (Arc<Path>, u64)>,
     /// This node's Node object as last sent (for its deletion event).
     node: Option<core::Node>,
     /// The ServiceCIDR objects (parsed; a malformed one refused and its last good value
@@ -381,7 +382,7 @@ impl Reader {
                     "invalid manifest object skipped",
                 ),
                 Ok(e) => {
-                    if let Some(k) = Key::of(&e, &self.node_name) {
+                    if let Some(k) = Key::of(&e, &self.node_name).map(Arc::new) {
                         let h = hash(e.raw);
                         if objects.insert(k.clone(), h).is_some() {
                             let msg = format!("{name}: {k:?} defined twice; the last one wins");
@@ -428,7 +429,7 @@ impl Reader {
         // (Hash maps: at 100,000 objects, ordered maps spent more time comparing keys
         // than decoding; the order of events comes from the files.)
         let total = self.files.values().map(|st| st.objects.len()).sum();
-        let mut want: HashMap<Key, (Arc<Path>, u64)> = HashMap::with_capacity(total);
+        let mut want: HashMap<Arc<Key>, (Arc<Path>, u64)> = HashMap::with_capacity(total);
         let mut dups = Vec::new();
         for (p, st) in &self.files {
             let p: Arc<Path> = Arc::from(p.as_path());
@@ -481,7 +482,7 @@ impl Reader {
                     .is_some_and(|v| Arc::ptr_eq(&v.0, &p) && v.1 == h && sent.get(k) != Some(v))
             };
             let docs;
-            let todo: Vec<(Key, Entry<'_>)> = match entries {
+            let todo: Vec<(Arc<Key>, Entry<'_>)> = match entries {
                 Some(entries) => entries
                     .into_iter()
                     .filter(|s| wanted(&s.key, s.hash))
@@ -496,7 +497,7 @@ impl Reader {
                     docs.entries()
                         .into_iter()
                         .flatten()
-                        .filter_map(|e| Some((Key::of(&e, &self.node_name)?, e)))
+                        .filter_map(|e| Some((Arc::new(Key::of(&e, &self.node_name)?), e)))
                         .filter(|(k, e)| wanted(k, hash(e.raw)))
                         .collect()
                 }
@@ -522,7 +523,7 @@ impl Reader {
                 }
             }
         }
-        let mut gone: Vec<Key> = self
+        let mut gone: Vec<Arc<Key>> = self
             .sent
             .keys()
             .filter(|k| !want.contains_key(*k))

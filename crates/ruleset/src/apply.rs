@@ -54,6 +54,8 @@ pub fn apply(tables: &mut Vec<Table>, ops: &[Op]) -> Result<(), ApplyError> {
 }
 
 fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), ApplyError> {
+    // packed elements are the same op as unpacked ones
+    let op = &*op.unpacked();
     let tr = op.table();
     let pos = tables
         .iter()
@@ -77,7 +79,9 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
     }
     let t = &mut tables[p];
     match op {
-        Op::AddTable { .. } | Op::DeleteTable { .. } => unreachable!(),
+        Op::AddTable { .. } | Op::DeleteTable { .. } | Op::AddPackedElements { .. } => {
+            unreachable!()
+        }
         Op::AddChain {
             name,
             base,

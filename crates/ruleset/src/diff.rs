@@ -117,6 +117,16 @@ pub fn diff_tables_into(old: Option<&Table>, new: Table) -> Vec<Op> {
     }
 }
 
+/// [`diff_tables_into`] of a table whose large sets hold packed elements: a table
+/// created from scratch is created from them as they are (no element unpacked); a diff
+/// from an existing table unpacks them.
+pub fn diff_packed_into(old: Option<&Table>, new: PackedTable) -> Vec<Op> {
+    match old {
+        None => nft_model::into_create_table_ops_packed(new),
+        Some(old) => diff_tables(Some(old), &new.unpack()),
+    }
+}
+
 /// Diff one table. `old == None`: the table does not exist yet.
 pub fn diff_tables(old: Option<&Table>, new: &Table) -> Vec<Op> {
     let Some(old) = old else {

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kube_model::{Cluster, EndpointSlice, IpFamily, Node, ServiceKey};
-use nft_model::{Family, Op, Set, Table, Value};
+use nft_model::{Element, Family, Op, PackedTable, Set, Table, TableElements, Value};
 
 use crate::compile::fragment::{fragment, ClaimKey, Fragment};
 use crate::compile::mirror::{Conflict, Mirror};
@@ -241,23 +241,29 @@ impl Compiler {
             return out;
         };
         let frags = || st.fragments.values().flatten();
+        let mut of_element = |set: &str, e: &Element| match st.mirror.owner_of_element(&e.key) {
+            Some(p) => {
+                out.insert(p);
+            }
+            None => out.extend(
+                frags()
+                    .filter(|f| {
+                        f.shared
+                            .iter()
+                            .any(|(s, x)| &**s == set && x.element().key == e.key)
+                    })
+                    .map(|f| f.id.clone()),
+            ),
+        };
         match op {
             Op::AddElements { set, elements, .. } | Op::DeleteElements { set, elements, .. } => {
                 for e in elements {
-                    match st.mirror.owner_of_element(&e.key) {
-                        Some(p) => {
-                            out.insert(p);
-                        }
-                        None => out.extend(
-                            frags()
-                                .filter(|f| {
-                                    f.shared.iter().any(|(s, x)| {
-                                        &**s == set.as_str() && x.element().key == e.key
-                                    })
-                                })
-                                .map(|f| f.id.clone()),
-                        ),
-                    }
+                    of_element(set, e);
+                }
+            }
+            Op::AddPackedElements { set, elements, .. } => {
+                for e in elements {
+                    of_element(set, &e.element());
                 }
             }
             Op::AddChain { name: chain, .. }
@@ -342,6 +348,17 @@ impl Compiler {
     /// The full desired tables (one per family, `ip` first), without recompiling.
     pub fn tables(&self) -> Vec<Table> {
         self.families.iter().map(|f| f.mirror.table()).collect()
+    }
+
+    /// [`Compiler::tables`] with the elements of the skeleton's sets (every endpoint,
+    /// dispatch and hairpin element) packed, shared with the compiler: what a batch
+    /// creating the tables is made of without unpacking them
+    /// ([`nft_model::into_create_table_ops_packed`]).
+    pub fn packed_tables(&self) -> Vec<PackedTable> {
+        self.families
+            .iter()
+            .map(|f| f.mirror.packed_table())
+            .collect()
     }
 
     /// Every problem of the current state: the compiled ports' and every conflict (in
@@ -603,19 +620,19 @@ impl FamilyState {
 /// The UDP destinations `tables` send to endpoints: the keys of the dispatch sets and of
 /// the affinity verdict maps (`names::SERVED_SETS`). Used against tables dumped from the
 /// kernel (after a restart), where no compiler state exists.
-pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<Served> {
+pub fn served_destinations<'a, T: TableElements + 'a>(
+    tables: impl IntoIterator<Item = &'a T>,
+) -> BTreeSet<Served> {
     let mut out = BTreeSet::new();
     for t in tables {
+        let family = t.table().family;
         for s in t
+            .table()
             .sets
             .iter()
             .filter(|s| crate::names::SERVED_SETS.contains(&s.name.as_str()))
         {
-            out.extend(
-                s.elements
-                    .iter()
-                    .filter_map(|e| Served::of_key(&e.key, t.family)),
-            );
+            t.each_element(&s.name, |e| out.extend(Served::of_key(&e.key, family)));
         }
     }
     out
@@ -627,23 +644,34 @@ pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> B
 /// matches UDP. Read from tables dumped from the kernel (after a restart, when no
 /// compiler state exists), so that the conntrack cleanup targets of endpoints that
 /// vanished meanwhile are UDP endpoints only (TCP and SCTP flows need none).
-pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
+pub fn table_endpoints<'a, T: TableElements + 'a>(
+    tables: impl IntoIterator<Item = &'a T>,
+) -> BTreeSet<(IpAddr, u16)> {
     let mut out = BTreeSet::new();
     for t in tables {
-        for s in t.sets.iter().filter(|s| s.name.starts_with("endpoints-")) {
-            for e in s
-                .elements
-                .iter()
-                .filter(|e| e.key.contains(&Value::Proto(17)))
-            {
+        for s in t
+            .table()
+            .sets
+            .iter()
+            .filter(|s| s.name.starts_with("endpoints-"))
+        {
+            t.each_element(&s.name, |e| {
+                if !e.key.contains(&Value::Proto(17)) {
+                    return;
+                }
                 if let Some(nft_model::ElemData::Values(v)) = &e.data {
                     if let [a, Value::Port(port)] = v.as_slice() {
                         out.extend(a.ip().map(|addr| (addr, *port)));
                     }
                 }
-            }
+            });
         }
-        for c in t.chains.iter().filter(|c| c.name.starts_with("ep-")) {
+        for c in t
+            .table()
+            .chains
+            .iter()
+            .filter(|c| c.name.starts_with("ep-"))
+        {
             out.extend(c.rules.iter().filter_map(|r| udp_dnat(&r.exprs)));
         }
     }

@@ -74,30 +74,10 @@ fn recorded_destination(op: &Op) -> Option<(nft_model::Family, Vec<nft_model::Va
     Some((table.family, key))
 }
 
-/// The element op `op` with only its `k`-th element (the one the kernel refused).
+/// The element op `op` with only its `k`-th element (the one the kernel refused),
+/// unpacked.
 fn one_element(op: &Op, k: Option<usize>) -> Option<Op> {
-    let k = k?;
-    Some(match op {
-        Op::AddElements {
-            table,
-            set,
-            elements,
-        } => Op::AddElements {
-            table: table.clone(),
-            set: set.clone(),
-            elements: vec![elements.get(k)?.clone()],
-        },
-        Op::DeleteElements {
-            table,
-            set,
-            elements,
-        } => Op::DeleteElements {
-            table: table.clone(),
-            set: set.clone(),
-            elements: vec![elements.get(k)?.clone()],
-        },
-        _ => return None,
-    })
+    op.one_element(k?)
 }
 
 /// A service port left out because the kernel refused a batch with its rules.

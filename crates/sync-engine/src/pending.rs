@@ -200,13 +200,16 @@ fn is_ours(name: &str) -> bool {
 /// Make the pending sets of `tables` hold exactly `targets` (a set exists only while it
 /// has elements, so that a table without pending work lists as compiled). Targets of a
 /// family without a table stay in memory only.
-pub fn record_in_tables<'a>(tables: &mut [Table], targets: impl Iterator<Item = &'a Target>) {
+pub fn record_in_tables<'a, 'b>(
+    tables: impl IntoIterator<Item = &'b mut Table>,
+    targets: impl Iterator<Item = &'a Target>,
+) {
     let mut by: BTreeMap<(Family, &str), BTreeSet<Vec<Value>>> = BTreeMap::new();
     for t in targets {
         let (f, set, key) = element_of(t);
         by.entry((f, set)).or_default().insert(key);
     }
-    for table in tables.iter_mut() {
+    for table in tables {
         table.sets.retain(|s| !is_ours(&s.name));
         for name in [SET_DST, SET_NODEPORT, SET_ENDPOINT] {
             if let Some(keys) = by.get(&(table.family, name)) {

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use nft_model::{Family, Op, Table, TableRef};
+use nft_model::{Family, Op, PackedTable, Table, TableRef};
 use ruleset::Compiler;
 
 use crate::compile::families;
@@ -129,7 +129,9 @@ pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
         } => (genid, Some(tables), was_trusted),
     };
     let incremental = !want.replace && want.ops.is_some() && read.is_none();
-    let desired = (!incremental).then(|| want.compiler.tables());
+    // the desired tables, their large sets' elements packed (shared with the
+    // compiler): a table created from scratch is created from them as they are
+    let desired = (!incremental).then(|| want.compiler.packed_tables());
     let (clears, resumed, dropped) =
         cleanup_targets(read.as_ref(), desired.as_deref(), want, cleanup);
     let records: BTreeSet<Target> = cleanup
@@ -162,7 +164,7 @@ pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
                 }
                 _ => false,
             };
-            pending::record_in_tables(&mut d, records.iter());
+            pending::record_in_tables(d.iter_mut().map(|t| &mut t.table), records.iter());
             if want.replace {
                 (replace(&base, d), Why::Replacement)
             } else {
@@ -190,7 +192,7 @@ pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
 /// Returns (targets to clear, how many were resumed, how many were dropped).
 fn cleanup_targets(
     read: Option<&Bases>,
-    desired: Option<&[Table]>,
+    desired: Option<&[PackedTable]>,
     want: &Desired,
     cleanup: &Cleanup,
 ) -> (BTreeSet<Target>, usize, usize) {
@@ -249,7 +251,7 @@ pub fn known_tables(base: &Bases) -> impl Iterator<Item = &Table> {
 /// Whether what the kernel holds (`read`) differs from what we committed last, given
 /// that `ops` turn what we committed into `desired`: the dump played forward by the
 /// same batch must reach the same tables.
-pub fn drifted(read: &Bases, ops: &[Op], desired: &[Table]) -> bool {
+pub fn drifted(read: &Bases, ops: &[Op], desired: &[PackedTable]) -> bool {
     if read.iter().any(|(_, b)| matches!(b, Base::Unreadable)) {
         return true;
     }
@@ -262,21 +264,23 @@ pub fn drifted(read: &Bases, ops: &[Op], desired: &[Table]) -> bool {
         v.sort_by(|a, b| (a.family as u8, &a.name).cmp(&(b.family as u8, &b.name)));
         v
     };
-    canon(&played) != canon(desired)
+    let desired: Vec<Table> = desired.iter().map(|t| t.clone().unpack()).collect();
+    canon(&played) != canon(&desired)
 }
 
 /// The one batch turning `base` into `desired`, table by table. (A table we trust but
 /// did not read is replaced; callers use the compiler's batch for those.) The desired
-/// tables are taken: a table created from scratch moves its elements into the batch.
-pub fn batch(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
+/// tables are taken: a table created from scratch is created from their packed
+/// elements as they are (`Op::AddPackedElements`: nothing unpacked, nothing copied).
+pub fn batch(base: &Bases, desired: Vec<PackedTable>) -> Vec<Op> {
     let mut ops = Vec::new();
-    let mut desired: Vec<Option<Table>> = desired.into_iter().map(Some).collect();
+    let mut desired: Vec<Option<PackedTable>> = desired.into_iter().map(Some).collect();
     let mut take = |family, name: &str| {
         desired
             .iter_mut()
             .find(|x| {
                 x.as_ref()
-                    .is_some_and(|x| x.family == family && x.name == name)
+                    .is_some_and(|x| x.table.family == family && x.table.name == name)
             })
             .and_then(Option::take)
     };
@@ -284,7 +288,7 @@ pub fn batch(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
         let want = take(t.family, &t.name);
         match (b, want) {
             (Base::Known(old), Some(new)) => {
-                ops.extend(ruleset::diff_tables_into(old.as_ref(), new))
+                ops.extend(ruleset::diff_packed_into(old.as_ref(), new))
             }
             (Base::Known(Some(_)) | Base::Ours, None) => {
                 ops.push(Op::DeleteTable { table: t.clone() })
@@ -293,14 +297,14 @@ pub fn batch(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
             (Base::Unreadable | Base::Ours, want) => {
                 ops.push(Op::DeleteTable { table: t.clone() });
                 if let Some(new) = want {
-                    ops.extend(ruleset::diff_tables_into(None, new));
+                    ops.extend(ruleset::diff_packed_into(None, new));
                 }
             }
         }
     }
     // Tables we do not track by name (none today) are created as they are.
     for d in desired.into_iter().flatten() {
-        ops.extend(ruleset::diff_tables_into(None, d));
+        ops.extend(ruleset::diff_packed_into(None, d));
     }
     ops
 }
@@ -308,21 +312,21 @@ pub fn batch(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
 /// The one batch replacing our tables by `desired`: delete each of our tables the
 /// kernel holds, then create the desired ones (one transaction: no moment without
 /// rules).
-pub fn replace(base: &Bases, desired: Vec<Table>) -> Vec<Op> {
+pub fn replace(base: &Bases, desired: Vec<PackedTable>) -> Vec<Op> {
     let mut ops: Vec<Op> = base
         .iter()
         .filter(|(_, b)| !matches!(b, Base::Known(None)))
         .map(|(t, _)| Op::DeleteTable { table: t.clone() })
         .collect();
     for d in desired {
-        ops.extend(ruleset::diff_tables_into(None, d));
+        ops.extend(ruleset::diff_packed_into(None, d));
     }
     ops
 }
 
 /// The destination targets of going from the kernel's tables (`base`, as dumped) to
 /// `desired`: UDP destinations served now and not before.
-pub fn became_served(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
+pub fn became_served(base: &Bases, desired: &[PackedTable]) -> BTreeSet<Target> {
     let old = targets::served_destinations(known_tables(base));
     targets::served_destinations(desired)
         .difference(&old)
@@ -333,7 +337,7 @@ pub fn became_served(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
 /// Endpoint targets on this process's first commit: every UDP endpoint of the dumped
 /// tables that is in none of the desired ones (the UDP endpoints that disappeared while
 /// no engine ran).
-pub fn gone_from_tables(base: &Bases, desired: &[Table]) -> BTreeSet<Target> {
+pub fn gone_from_tables(base: &Bases, desired: &[PackedTable]) -> BTreeSet<Target> {
     let before = targets::table_endpoints(known_tables(base));
     if before.is_empty() {
         // a start into empty tables: no need to list the desired endpoints

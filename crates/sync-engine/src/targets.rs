@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use ct_netlink::Filter;
-use nft_model::Table;
+use nft_model::TableElements;
 use ruleset::Served;
 
 /// One conntrack cleanup target (UDP only).
@@ -56,7 +56,9 @@ impl Target {
 
 /// The UDP destinations the tables send to endpoints (the ruleset knows which sets
 /// hold them: `ruleset::incremental::served_destinations`).
-pub fn served_destinations<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<Target> {
+pub fn served_destinations<'a, T: TableElements + 'a>(
+    tables: impl IntoIterator<Item = &'a T>,
+) -> BTreeSet<Target> {
     ruleset::incremental::served_destinations(tables)
         .into_iter()
         .map(of_served)
@@ -82,6 +84,8 @@ pub fn of_served(s: Served) -> Target {
 
 /// Every UDP `address . port` DNAT target of the tables (the protocol is the destination's,
 /// in the endpoint maps' keys; used only on the first sync after a restart).
-pub fn table_endpoints<'a>(tables: impl IntoIterator<Item = &'a Table>) -> BTreeSet<(IpAddr, u16)> {
+pub fn table_endpoints<'a, T: TableElements + 'a>(
+    tables: impl IntoIterator<Item = &'a T>,
+) -> BTreeSet<(IpAddr, u16)> {
     ruleset::incremental::table_endpoints(tables)
 }

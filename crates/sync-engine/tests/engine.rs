@@ -73,6 +73,39 @@ fn delete_nodeport_stale_udp() {
 /// A failed commit deletes nothing, and nothing is deleted before a later commit puts
 /// the rules in (the loop keeps running meanwhile); that commit's cleanup deletes the
 /// targets, which are computed again from what the kernel holds.
+/// A cold start creates our table from the compiler's elements as it keeps them,
+/// packed (nothing unpacked to send them), and the kernel ends with the desired tables.
+#[test]
+fn a_cold_start_sends_the_compilers_elements_packed() {
+    use nft_model::Op;
+    let w = World::new();
+    let mut e = w.engine(true);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    listed(&mut e);
+    e.sync().unwrap();
+    let batches = w.take_batches();
+    let packed =
+        |op: &Op| matches!(op, Op::AddPackedElements { set, .. } if set.starts_with("endpoints-"));
+    assert!(batches[0].iter().any(packed), "{:?}", batches[0]);
+    // only our record of the cleanup targets (not the compiler's) is unpacked
+    assert!(!batches[0]
+        .iter()
+        .any(|op| matches!(op, Op::AddElements { set, .. } if !set.starts_with("cleanup-"))));
+    let canon = |t: &[nft_model::Table]| {
+        t.iter()
+            .map(nft_model::Table::canonical)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        canon(&w.tables.lock().unwrap()),
+        canon(&e.committed().unwrap())
+    );
+}
+
 #[test]
 fn failed_commit_keeps_targets_for_the_next_commit() {
     let w = World::new();

@@ -106,6 +106,7 @@ pub fn op_with(op: &Op, is_map: impl Fn(&str) -> bool) -> String {
             let e: Vec<String> = elements.iter().map(|e| element(&decl, e, false)).collect();
             format!("add element {} {set} {{ {} }}", tref(table), e.join(", "))
         }
+        Op::AddPackedElements { .. } => op_with(&op.unpacked(), is_map),
         Op::DeleteElements {
             table,
             set,
@@ -139,10 +140,13 @@ pub fn script_with(ops: &[Op], is_map: impl Fn(&str) -> bool) -> String {
         .collect();
     let mut out = String::new();
     for o in ops {
-        if let Op::AddElements { elements, .. } | Op::DeleteElements { elements, .. } = o {
-            if elements.is_empty() {
-                continue;
-            }
+        if o.element_count() == 0
+            && matches!(
+                o,
+                Op::AddElements { .. } | Op::DeleteElements { .. } | Op::AddPackedElements { .. }
+            )
+        {
+            continue;
         }
         let t = o.table();
         out.push_str(&op_with(o, |s| maps.contains(&(t, s)) || is_map(s)));
@@ -155,6 +159,7 @@ pub fn script_with(ops: &[Op], is_map: impl Fn(&str) -> bool) -> String {
 mod tests {
     use super::*;
     use crate::expr::*;
+    use crate::packed::PackedElement;
     use crate::render::test_util::*;
 
     #[test]
@@ -218,6 +223,19 @@ mod tests {
             }),
             "add element ip t service-ips { 198.18.0.1 . tcp . 80 comment \"web\" : goto svc, \
              198.18.0.2 . sctp . 9 : accept }"
+        );
+        // packed, the same command
+        assert_eq!(
+            op(&Op::AddPackedElements {
+                table: t.clone(),
+                set: "service-ips".into(),
+                elements: set.elements.iter().map(PackedElement::new).collect()
+            }),
+            op(&Op::AddElements {
+                table: t.clone(),
+                set: "service-ips".into(),
+                elements: set.elements.clone()
+            })
         );
         assert_eq!(
             op(&Op::DeleteElements {

@@ -380,17 +380,31 @@ impl Mirror {
 
     /// The whole table.
     pub fn table(&self) -> Table {
+        self.packed_table().unpack()
+    }
+
+    /// The whole table, the elements of the skeleton's sets packed (shared with the
+    /// mirror, not copied).
+    pub fn packed_table(&self) -> PackedTable {
         let mut t = Table::new(self.family, TABLE);
+        let mut packed = BTreeMap::new();
         t.counters = self.skeleton.counters.clone();
         for s in &self.skeleton.sets {
-            t.sets
-                .push(self.set_now(&s.name).unwrap_or_else(|| s.clone()));
+            if let Some((per_port, _)) = self.sets.get(&s.name) {
+                t.sets.push(per_port.clone());
+                continue;
+            }
+            t.sets.push(s.clone());
+            if let Some(m) = self.elements.get(&*s.name) {
+                // in order already: packed identities order as (key, key end) do
+                packed.insert(s.name.clone(), m.keys().map(|e| e.0.clone()).collect());
+            }
         }
         t.sets.extend(self.sets.values().map(|(s, _)| s.clone()));
         t.chains.extend(self.skeleton.chains.iter().cloned());
         t.chains
             .extend(self.chains.values().map(|(c, _)| c.clone()));
-        t
+        PackedTable { table: t, packed }
     }
 
     /// Conflicts on these destinations (all of them with `None`, in work proportional to
@@ -556,29 +570,29 @@ fn stage(
     per.push((e.clone(), add));
 }
 
-/// An element's identity in its set (key, key end), as packed bytes.
-type Identity<'a> = (&'a [u8], Option<&'a [u8]>);
-
 /// One set's staged additions and removals as the counted elements that adding and
 /// removing them one by one, in this order, would leave (a removal of an absent element
 /// does nothing; an element keeps the version first added).
 fn merge_staged(ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
     // Sorted by identity, the operations on one element in their order (the index
-    // breaks ties). Each identity is read once, with its first bytes as a number that
-    // settles most comparisons: ordering by it first keeps the identities' order.
-    let mut order: Vec<(u64, Identity, usize)> = ops
+    // breaks ties). Each entry is an index and the identity's first bytes as a number,
+    // which settles most comparisons (ordering by it first keeps the identities'
+    // order): 16 bytes, not the identity itself (a set holds up to millions).
+    let mut order: Vec<(u64, u32)> = ops
         .iter()
         .enumerate()
-        .map(|(i, (p, _))| {
-            let id = p.identity();
-            (prefix(id.0), id, i)
-        })
+        .map(|(i, (p, _))| (prefix(p.identity().0), i as u32))
         .collect();
-    order.sort_unstable();
+    let id = |i: u32| ops[i as usize].0.identity();
+    order.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| id(a.1).cmp(&id(b.1)))
+            .then(a.1.cmp(&b.1))
+    });
     let mut out: Vec<(ByKey, u32)> = Vec::with_capacity(ops.len());
     let mut cur: Option<(&Packed, u32)> = None;
-    for (at, (_, id, i)) in order.iter().enumerate() {
-        let (e, add) = &ops[*i];
+    for (at, &(_, i)) in order.iter().enumerate() {
+        let (e, add) = &ops[i as usize];
         cur = match (cur, add) {
             (None, true) => Some((e, 1)),
             (None, false) => None,
@@ -586,11 +600,16 @@ fn merge_staged(ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
             (Some((_, 1)), false) => None,
             (Some((p, n)), false) => Some((p, n - 1)),
         };
-        let same_next = order.get(at + 1).is_some_and(|(_, next, _)| next == id);
+        let same_next = order
+            .get(at + 1)
+            .is_some_and(|&(pre, next)| pre == order[at].0 && id(next) == id(i));
         if !same_next {
             out.extend(cur.take().map(|(p, n)| (ByKey(p.clone()), n)));
         }
     }
+    // the operations go before the map is built
+    drop(order);
+    drop(ops);
     // sorted and unique: built in one pass
     out.into_iter().collect()
 }

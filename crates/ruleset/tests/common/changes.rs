@@ -156,7 +156,7 @@ pub fn play(c: &mut Cluster, ch: &Change) {
                     );
                     if *zoned {
                         let z = if a % 2 == 0 { "zone-a" } else { "zone-b" };
-                        e.zone_hints = BTreeSet::from([z.to_string()]);
+                        e.set_hints(BTreeSet::from([z.to_string()]), BTreeSet::new());
                     }
                     (*a, e)
                 })

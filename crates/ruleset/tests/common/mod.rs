@@ -79,7 +79,6 @@ pub fn render(case: &Case) -> String {
 
 /// Build model objects directly (no k8s types), for diff and property tests.
 pub mod model {
-    use std::collections::BTreeSet;
     use std::net::IpAddr;
 
     use kube_model::*;
@@ -98,16 +97,9 @@ pub mod model {
     }
 
     pub fn endpoint(addr: IpAddr, node: &str, ready: bool, terminating: bool) -> Endpoint {
-        Endpoint {
-            addr,
-            ready,
-            serving: ready || terminating,
-            terminating,
-            node_name: Some(node.into()),
-            zone: None,
-            zone_hints: BTreeSet::new(),
-            node_hints: BTreeSet::new(),
-        }
+        let mut e = Endpoint::ready_on(addr, Some(node));
+        (e.ready, e.serving, e.terminating) = (ready, ready || terminating, terminating);
+        e
     }
 
     pub fn slice(i: u32, eps: Vec<Endpoint>) -> EndpointSlice {

@@ -69,8 +69,11 @@ impl FakeNft {
             }
         }
         if let Some(bad) = self.refuse_rules_in.lock().unwrap().as_deref() {
-            let refused: Vec<nft_netlink::OpError> = ops
+            // packed elements are refused as the same elements unpacked
+            let unpacked: Vec<std::borrow::Cow<'_, Op>> = ops.iter().map(Op::unpacked).collect();
+            let refused: Vec<nft_netlink::OpError> = unpacked
                 .iter()
+                .map(|op| &**op)
                 .enumerate()
                 .filter(|(_, op)| match op {
                     Op::AddRule { chain, .. } => chain.contains(bad),
@@ -88,7 +91,7 @@ impl FakeNft {
                             .position(|e| key_starts_with_addr(&e.key, bad)),
                         _ => None,
                     },
-                    op_text: nft_model::render::op_with(op, |_| false),
+                    op_text: nft_model::render::op_with(&ops[i], |_| false),
                 })
                 .collect();
             if !refused.is_empty() {

@@ -55,23 +55,14 @@ fn config() -> Config {
 }
 
 fn endpoint(k: u32) -> Endpoint {
-    Endpoint {
-        addr: IpAddr::V4(Ipv4Addr::from(EP_BASE + 1 + k % 65_534)),
-        ready: true,
-        serving: true,
-        terminating: false,
-        node_name: Some(
-            if k.is_multiple_of(7) {
-                "node-a"
-            } else {
-                "node-b"
-            }
-            .into(),
-        ),
-        zone: None,
-        zone_hints: Default::default(),
-        node_hints: Default::default(),
-    }
+    Endpoint::ready_on(
+        IpAddr::V4(Ipv4Addr::from(EP_BASE + 1 + k % 65_534)),
+        Some(if k.is_multiple_of(7) {
+            "node-a"
+        } else {
+            "node-b"
+        }),
+    )
 }
 
 fn service_key(i: u32) -> ServiceKey {

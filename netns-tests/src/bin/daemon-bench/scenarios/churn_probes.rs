@@ -143,7 +143,7 @@ fn texts(a: &[Ipv4Addr]) -> Vec<String> {
 }
 
 impl Probes {
-    /// The probes' state; their probers run at most until `end`.
+    /// The probes' state; their probers run at most until `end` (set again by `start`).
     pub fn new(end: Instant) -> Probes {
         let mut free: VecDeque<Ipv4Addr> = (0..POOL).map(pool_addr).collect();
         let eps = free.drain(..START).map(|a| (a, false)).collect();
@@ -172,8 +172,10 @@ impl Probes {
     }
 
     /// Wait (up to 30 s) for the TCP probe service to answer, then start its prober;
-    /// whether it answered.
-    pub fn start(&mut self, client: &Netns) -> bool {
+    /// whether it answered. The probers run at most until `end`: set here, after the
+    /// cold start, which takes minutes on the production shape at 50k.
+    pub fn start(&mut self, client: &Netns, end: Instant) -> bool {
+        self.end = end;
         let dst = SocketAddr::new(TCP_VIP.into(), 80);
         let eps = texts(&self.eps.iter().map(|e| e.0).collect::<Vec<_>>());
         let ok = client.run(|| {

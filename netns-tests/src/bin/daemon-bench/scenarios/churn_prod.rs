@@ -389,7 +389,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
     let first: Vec<Ipv4Addr> = (0..100).map(ep_addr).collect();
     let slice = udp_slice(&first);
     trace.with_udp(&slice, (0..UDP_EPS).map(ep_addr).collect());
-    let mut probes = Probes::new(Instant::now() + Duration::from_secs(o.seconds + 120));
+    let mut probes = Probes::new(Instant::now());
     let tcp_objects = probes.objects();
     let api = api_with(&h.node, move |api: &ApiServer| {
         shape::load(api, c);
@@ -426,7 +426,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
     println!(
         "   TCP probes: new connections to {}:80 (a prober in the client namespace, one after the other, 250 us apart), answered {}; a probe change in place of every {every_probe}th change of the trace",
         churn_probes::TCP_VIP,
-        if probes.start(&h.client) { "yes" } else { "NOT (its changes are still made)" }
+        if probes.start(&h.client, Instant::now() + Duration::from_secs(o.seconds + 120)) { "yes" } else { "NOT (its changes are still made)" }
     );
     d.wait_quiet(Duration::from_millis(1500));
     let from = d.count();

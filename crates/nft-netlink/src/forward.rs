@@ -241,9 +241,10 @@ impl Nft {
             return Ok(scan);
         }
         scan.table_exists = true;
-        let chains: Vec<String> = self.table_chains(&t)?.into_iter().map(|(c, _)| c).collect();
-        scan.forward_exists = chains.iter().any(|c| c == FORWARD_CHAIN);
-        if chains.iter().any(|c| c == KUBE_FORWARD_CHAIN) {
+        // each chain by name: a chain dump would walk and send every chain of the
+        // family, ours included (tens of thousands), after every sync
+        scan.forward_exists = self.chain_exists(&t, FORWARD_CHAIN)?;
+        if self.chain_exists(&t, KUBE_FORWARD_CHAIN)? {
             scan.kube_forward = Some(Vec::new());
         }
         let (rules, _) = self

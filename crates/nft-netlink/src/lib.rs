@@ -16,7 +16,8 @@ use std::time::Duration;
 use nft_model::{Op, Set, Table, TableRef};
 use nft_wire::consts::*;
 use nft_wire::encode::{
-    counter_dump_request, dump_elements_request, dump_request, get_table_request, getgen_request,
+    counter_dump_request, dump_elements_request, dump_request, get_chain_request,
+    get_table_request, getgen_request,
 };
 use nft_wire::{
     decode_elements, decode_genid, decode_object, encode_batch, encode_check_batch, Object,
@@ -596,6 +597,25 @@ impl Nft {
             )
             .map_err(|e| e.into_nft(&t.name))?;
         Ok(chains.into_iter().flatten().collect())
+    }
+
+    /// Whether a chain exists, asked by name (a GET, not a dump: a chain dump sends
+    /// every chain of the family, tens of thousands when our table is large).
+    pub(crate) fn chain_exists(&mut self, t: &TableRef, chain: &str) -> Result<bool, NftError> {
+        let found = self.dump_with(
+            "chain",
+            |seq| get_chain_request(t, chain, seq),
+            |kind, fam, attrs| -> Result<bool, WireError> {
+                Ok(kind == NFT_MSG_NEWCHAIN
+                    && matches!(decode_object(kind, fam, attrs)?,
+                        Object::Chain { table, chain: c } if table == *t && c.name == chain))
+            },
+        );
+        match found {
+            Ok((answers, _)) => Ok(answers.into_iter().any(|a| a)),
+            Err(ReadError::Errno(libc::ENOENT)) => Ok(false),
+            Err(e) => Err(e.into_nft(&format!("chain {} {} {chain}", t.family.nft_name(), t.name))),
+        }
     }
 
     /// Whether a table exists.

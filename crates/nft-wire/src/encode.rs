@@ -587,6 +587,28 @@ pub fn counter_dump_request(t: &TableRef, seq: u32) -> Vec<u8> {
     b
 }
 
+/// `NFT_MSG_GETCHAIN` of one chain by name, not a dump, with `NLM_F_ACK`: answered by
+/// the chain and an ACK, or by an error (`ENOENT`: no such table or chain). A chain
+/// dump cannot be restricted to a table: the kernel walks and sends every chain of
+/// the family (ours included, tens of thousands), so asking whether a chain exists
+/// goes by name.
+pub fn get_chain_request(t: &TableRef, chain: &str, seq: u32) -> Vec<u8> {
+    let mut w = NlaWriter::new();
+    table_attrs(&mut w, NFTA_CHAIN_TABLE, t);
+    w.str(NFTA_CHAIN_NAME, chain);
+    let mut b = Vec::new();
+    push_message(
+        &mut b,
+        nft_type(NFT_MSG_GETCHAIN),
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        t.family as u8,
+        0,
+        &w.buf,
+    );
+    b
+}
+
 /// `NFT_MSG_GETCHAIN`, `GETSET` or `GETRULE` dump restricted to one table.
 pub fn dump_request(kind: u16, t: &TableRef, seq: u32) -> Vec<u8> {
     let mut w = NlaWriter::new();
@@ -631,6 +653,32 @@ mod tests {
         (0..s.len() / 2)
             .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
             .collect()
+    }
+
+    /// A GET of one chain: nlmsghdr (len 44, NFT_MSG_GETCHAIN of subsystem 10,
+    /// REQUEST|ACK, seq 7), nfgenmsg (family ip, version 0, res_id 0), then the table
+    /// name (attribute 1, "filter\0" padded to 8) and the chain name (attribute 3,
+    /// "FORWARD\0"): the kernel's `nf_tables_getchain` looks a chain up by these two.
+    #[test]
+    fn get_chain_is_a_non_dump_get_by_table_and_name() {
+        let b = get_chain_request(&TableRef::new(Family::Ip, "filter"), "FORWARD", 7);
+        let want = hex(concat!(
+            "2c000000",
+            "040a",
+            "0500",
+            "07000000",
+            "00000000",
+            "02",
+            "00",
+            "0000",
+            "0b00",
+            "0100",
+            "66696c7465720000",
+            "0c00",
+            "0300",
+            "464f525741524400",
+        ));
+        assert_eq!(b, want);
     }
 
     /// The extended-ack offset of an element (where the kernel points when it refuses

@@ -48,16 +48,12 @@ const CYCLE: [Kind; 5] = [
     Kind::ScaleDown,
     Kind::Drain,
 ];
-/// The kinds measured, in the report's order.
-const KINDS: [Kind; 7] = [
-    Kind::RolloutSurge,
-    Kind::RolloutRemove,
-    Kind::ScaleUp,
-    Kind::ScaleDown,
-    Kind::Drain,
-    Kind::ServiceCreated,
-    Kind::ServiceDeleted,
-];
+/// The kinds measured, in the report's order: the trace's, without the UDP wave's.
+fn kinds() -> impl Iterator<Item = Kind> {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| !matches!(k, Kind::UdpSurge | Kind::UdpRemove))
+}
 /// A deleted probe service's prober stops this long after the deletion was applied.
 const LINGER: Duration = Duration::from_secs(10);
 /// An attempt to a service not created yet (or deleted) waits for its timeout: the
@@ -393,7 +389,7 @@ impl Probes {
     pub fn report(&self, sent: &[Option<Instant>], attr: &[Attr], commits: &[Instant]) {
         let fps = first_packets(&self.measures, &self.targets, sent);
         println!("   event->first packet per kind (the TCP probes: the probe service {TCP_VIP}:80 changed in place of the trace's change, through rolling surge, terminating removed, scale up, scale down, one endpoint removed (drain), and probe services created and deleted, in turn), ms p50 / p99 / max (nearest rank), beside event->kernel of the same changes; targets as event->kernel: a change arriving >= minSyncPeriod after the last transaction: p99 <= 5 ms; the others (held by minSyncPeriod): <= 1020 ms");
-        for kind in KINDS {
+        for kind in kinds() {
             // per class (after minSyncPeriod, held): kernel, first packet, without one
             let mut c: [(Vec<f64>, Vec<f64>, usize); 2] = Default::default();
             let (mut unseen, mut no_event) = (0, 0);

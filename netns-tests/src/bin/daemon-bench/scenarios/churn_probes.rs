@@ -139,8 +139,8 @@ fn texts(a: &[Ipv4Addr]) -> Vec<String> {
 }
 
 impl Probes {
-    /// The probes' state; their probers run at most until `end` (set again by `start`).
-    pub fn new(end: Instant) -> Probes {
+    /// The probes' state, before `start` (which sets how long the probers run).
+    pub fn new() -> Probes {
         let mut free: VecDeque<Ipv4Addr> = (0..POOL).map(pool_addr).collect();
         let eps = free.drain(..START).map(|a| (a, false)).collect();
         Probes {
@@ -151,7 +151,7 @@ impl Probes {
             measures: Vec::new(),
             alive: VecDeque::new(),
             made: 0,
-            end,
+            end: Instant::now(),
         }
     }
 
@@ -536,7 +536,7 @@ mod tests {
 
     #[test]
     fn the_probe_service_cycles_through_the_kinds_and_stays_small() {
-        let mut p = Probes::new(Instant::now());
+        let mut p = Probes::new();
         let mut sizes = Vec::new();
         for k in 0..20 {
             let c = p.tcp_change(CYCLE[k % 5], k);

@@ -389,7 +389,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
     let first: Vec<Ipv4Addr> = (0..100).map(ep_addr).collect();
     let slice = udp_slice(&first);
     trace.with_udp(&slice, (0..UDP_EPS).map(ep_addr).collect());
-    let mut probes = Probes::new(Instant::now());
+    let mut probes = Probes::new();
     let tcp_objects = probes.objects();
     let api = api_with(&h.node, move |api: &ApiServer| {
         shape::load(api, c);

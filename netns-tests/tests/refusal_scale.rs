@@ -135,16 +135,25 @@ fn measure(n: u32, with_refusal: bool) -> f64 {
 
 struct NoConntrack;
 impl sync_engine::ConntrackKernel for NoConntrack {
+    fn list_udp(
+        &mut self,
+        _: kube_model::IpFamily,
+        _: &mut Vec<ct_netlink::Flow>,
+    ) -> Result<bool, EngineError> {
+        Ok(true)
+    }
+    fn list(
+        &mut self,
+        s: &[sync_engine::cleanup::Scope],
+        _: &mut Vec<ct_netlink::Flow>,
+    ) -> Result<Vec<bool>, EngineError> {
+        Ok(vec![true; s.len()])
+    }
     fn delete(
         &mut self,
-        f: &[ct_netlink::Filter],
-    ) -> Result<Vec<sync_engine::CleanupOutcome>, EngineError> {
-        Ok(vec![
-            sync_engine::CleanupOutcome::Deleted {
-                entries: Some(0)
-            };
-            f.len()
-        ])
+        f: &[ct_netlink::Flow],
+    ) -> Result<Vec<sync_engine::cleanup::Removal>, EngineError> {
+        Ok(vec![sync_engine::cleanup::Removal::AlreadyGone; f.len()])
     }
 }
 

@@ -40,9 +40,12 @@
 mod delete;
 mod exec;
 mod filter;
+mod flow;
+mod index;
 pub mod plan;
 mod probe;
 mod report;
+mod stub_api;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod wire;
@@ -51,9 +54,12 @@ mod wire;
 mod tests;
 
 pub use filter::{Family, Filter};
+pub use flow::{Flow, FlowEvent};
+pub use index::FlowIndex;
 pub use plan::{CostModel, TableSize};
 pub use probe::PROBE_FILTER;
 pub use report::{DeleteReport, FamilyPlan, FilterReport, Outcome};
+pub use stub_api::{EventConfig, EventSocket, FlowOutcome, ListOutcome, ListReport, Received};
 pub use wire::SyntheticFlow;
 
 use nl_core::{NlSocket, ReadError, SockConfig, NETLINK_NETFILTER};

@@ -8,7 +8,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use nft_model::{Op, Table, TableRef};
-use sync_engine::{CleanupOutcome, CommitStats, ConntrackKernel, EngineError, NftKernel};
+use sync_engine::cleanup::{Removal, Scope};
+use sync_engine::{CommitStats, ConntrackKernel, EngineError, NftKernel};
 
 pub struct FileSink {
     path: PathBuf,
@@ -77,17 +78,27 @@ impl NftKernel for FileSink {
     }
 }
 
-/// No conntrack in test mode: nothing to delete.
+/// No conntrack in test mode: no flow to list or delete.
 pub struct NoConntrack;
 
 impl ConntrackKernel for NoConntrack {
-    fn delete(
+    fn list_udp(
         &mut self,
-        filters: &[ct_netlink::Filter],
-    ) -> Result<Vec<CleanupOutcome>, EngineError> {
-        Ok(vec![
-            CleanupOutcome::Deleted { entries: Some(0) };
-            filters.len()
-        ])
+        _family: kube_model::IpFamily,
+        _out: &mut Vec<ct_netlink::Flow>,
+    ) -> Result<bool, EngineError> {
+        Ok(true)
+    }
+
+    fn list(
+        &mut self,
+        scopes: &[Scope],
+        _out: &mut Vec<ct_netlink::Flow>,
+    ) -> Result<Vec<bool>, EngineError> {
+        Ok(vec![true; scopes.len()])
+    }
+
+    fn delete(&mut self, flows: &[ct_netlink::Flow]) -> Result<Vec<Removal>, EngineError> {
+        Ok(vec![Removal::AlreadyGone; flows.len()])
     }
 }

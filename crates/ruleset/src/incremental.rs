@@ -25,6 +25,9 @@ use crate::config::{Config, ParsedConfig};
 use crate::names::PortId;
 use crate::RulesetError;
 
+mod udp;
+pub use udp::UdpDest;
+
 /// What changed since the last compilation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -96,6 +99,10 @@ pub struct Update {
     pub recompiled: usize,
     /// Everything was recompiled (configuration change).
     pub full: bool,
+    /// The UDP destinations whose owner or owner's serving endpoints may have changed
+    /// (every UDP destination of a recompiled port, before and after): the conntrack
+    /// cleanup judges the flows sent to them again. (A full update names none: all.)
+    pub udp_touched: BTreeSet<UdpDest>,
 }
 
 impl Update {
@@ -600,6 +607,8 @@ impl FamilyState {
             self.mirror
                 .set_skeleton(skeleton(ctx, &self.mirror.classes()));
         }
+        out.udp_touched
+            .extend(keys.iter().filter_map(|k| UdpDest::of_key(k, self.fam)));
         let (ops, touched) = self.mirror.ops();
         out.ops.extend(ops);
         out.conflicts.extend(self.mirror.conflicts(Some(&touched)));

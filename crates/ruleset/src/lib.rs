@@ -25,11 +25,11 @@ pub mod trace;
 pub use apply::{apply, ApplyError};
 pub use compile::mirror::Conflict;
 pub use compile::nft_family;
-pub use config::{Config, DetectLocalMode, ParsedConfig, Proxier};
+pub use config::{Config, DetectLocalMode, NodePortAddrs, ParsedConfig, Proxier};
 pub use diff::{diff, diff_packed_into, diff_tables, diff_tables_into};
 pub use explain::{explain, Explanation};
 pub use incremental::{
-    compile, compile_parsed, Changes, Compiled, Compiler, PortTargets, Served, Update,
+    compile, compile_parsed, Changes, Compiled, Compiler, PortTargets, Served, UdpDest, Update,
 };
 pub use trace::{trace, Packet, Trace};
 

@@ -1,331 +1,649 @@
-//! The conntrack cleanup after committed batches (the engine's side; the pending
-//! targets and their record in our tables are [`crate::pending`]'s).
+//! The conntrack cleanup's state, one type with named transitions (pure; driven by
+//! [`crate::cleaner`]). See docs/sync.md and docs/decisions/0014.
 //!
-//! Every target stays pending until the kernel proves it finished (deleted, or already
-//! gone); capped, incomplete and failed targets are retried, failed and incomplete ones
-//! with an exponential backoff. Work is done in bounded slices (at most
-//! `cleanup_slice_targets` targets per kernel call). A slice runs on the engine's thread
-//! right after the commit (`Engine::sync` called directly: tests, `--once`), or, under
-//! [`crate::run`], on a worker thread of its own while the engine goes on syncing
-//! ([`crate::slice`]): a kernel walk of a large conntrack table then never delays the
-//! next sync, and a slice is still only ever taken after the commit that made its
-//! targets. Finished targets leave our tables in an element-only batch. Without
-//! ctnetlink the targets wait and the socket is opened again periodically.
+//! What it holds: the committed state flows are judged against ([`Judge`]), whether a
+//! commit is under way, the index of the node's UDP flows (fed by conntrack events,
+//! seeded by one dump) or, without events, the destinations still to list from the
+//! kernel, and the flows judged stale that are still to be deleted.
+//!
+//! Its rule: **a flow is judged when it is acted on.** Nothing is queued as "delete
+//! what matches X" to be replayed later: a destination queued for listing is listed and
+//! each entry judged against the state committed *then*; a flow queued for deletion is
+//! judged again right before it is sent, and dropped when it is no longer stale (its
+//! endpoint serves again, its service is back). While a commit is under way (between
+//! [`Cleanup::begin`] and its outcome) nothing is judged: flows learned meanwhile are
+//! held and judged once the outcome is known (a flow made by the new rules must not be
+//! judged by the old ones). An unknown outcome keeps holding until the next commit,
+//! which the engine then sends as a full replacement.
+//!
+//! Transitions (each a method): `begin`, `committed`, `aborted` (the engine's commits);
+//! `events_on`, `events_off`, `event`, `lost` (the conntrack event stream);
+//! `next_job` and `seeded`, `listed`, `deleted` (the kernel work and its results).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::compile::families;
-use crate::engine::Engine;
-use crate::kernel::{CleanupOutcome, Clock, ConntrackKernel, FilterDetail, NftKernel};
-use crate::pending::{family_of, recorded_ops};
-use crate::slice::{Slice, SliceDone};
-use crate::targets::Target;
-use crate::{next_generation, CleanupReport};
+use ct_netlink::{Flow, FlowEvent, FlowIndex};
 use kube_model::IpFamily;
-use proxy_status::FilterWork;
+use ruleset::UdpDest;
 
-/// What one cleanup slice did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cleaned {
-    /// Targets worked on.
-    pub targets: usize,
-    /// Targets finished.
-    pub done: usize,
-    /// Conntrack entries deleted (as far as the kernel says).
-    pub deleted: u64,
-    pub took: Duration,
-    /// Each target worked on, and how (for the metrics).
-    pub filters: Vec<FilterWork>,
+use crate::backoff;
+use crate::stale::{Delta, Judge, Rejudge, Stale};
+
+/// What the cleanup lists from the kernel when it has no index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// The flows sent to one destination (a NodePort: to that port, any address; the
+    /// judgement keeps to this node's addresses).
+    Dest(UdpDest),
+    /// Every UDP flow of a family.
+    All(IpFamily),
 }
 
-/// A target's outcome and strategy for the metrics.
-fn filter_work(t: &Target, d: FilterDetail) -> FilterWork {
-    let v6 = match *t {
-        Target::Dst { addr, .. } | Target::Endpoint { addr, .. } => addr.is_ipv6(),
-        Target::NodePort { v6, .. } => v6,
-    };
-    FilterWork {
-        family: if v6 { IpFamily::V6 } else { IpFamily::V4 },
-        strategy: d.strategy.map(|s| match s {
-            ct_netlink::Strategy::FilteredFlush => "filtered-flush",
-            ct_netlink::Strategy::FilteredDump => "filtered-dump",
-            ct_netlink::Strategy::FullDump => "full-dump",
-            ct_netlink::Strategy::PortDump => "port-dump",
-        }),
-        outcome: match d.outcome {
-            CleanupOutcome::Deleted { .. } => "deleted",
-            CleanupOutcome::AlreadyGone => "already-gone",
-            CleanupOutcome::Capped => "capped",
-            CleanupOutcome::Incomplete => "incomplete",
-            CleanupOutcome::Failed => "failed",
-        },
-        deleted: d.deleted,
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Dest(d) => d.fmt(f),
+            Scope::All(fam) => write!(f, "every udp flow of {}", fam.k8s_name()),
+        }
     }
 }
 
-impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
-    /// Open the conntrack socket when it is unavailable and the re-probe is due.
-    pub(crate) fn reprobe_conntrack(&mut self) {
-        let now = self.clock.now();
-        if self.ct.kernel.is_some()
-            || self.ct.lent
-            || self.ct.unavailable.as_ref().is_some_and(|u| u.1 > now)
+/// Work for the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Job {
+    /// Every UDP flow of these families: the index's seed (the event subscription is
+    /// already open, so nothing made meanwhile is missed).
+    Seed(Vec<IpFamily>),
+    /// The flows sent to these scopes (no index).
+    List(Vec<Scope>),
+    /// Delete these flows, each judged stale just now.
+    Delete(Vec<Flow>),
+}
+
+/// The outcome of deleting one flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Deleted,
+    /// It was gone already (or its id no longer matched: another flow now).
+    AlreadyGone,
+    /// Refused or unanswered: tried again with a backoff.
+    Failed,
+}
+
+/// Settings.
+#[derive(Debug, Clone)]
+pub struct CleanupConfig {
+    /// First retry delay of a failed delete or an incomplete listing; doubled per
+    /// attempt, at most `retry_max`.
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// At most this many flows per delete job and scopes per list job.
+    pub deletes_per_job: usize,
+    pub scopes_per_job: usize,
+    /// At most this many flows held while a commit is under way; past it, everything
+    /// is judged once the outcome is known.
+    pub max_held: usize,
+    /// Every flow judged again this often (the index seeded again: entries whose
+    /// DESTROY event never came leave it; without an index, one listing of every UDP
+    /// flow). None: never.
+    pub audit: Option<Duration>,
+}
+
+impl Default for CleanupConfig {
+    fn default() -> Self {
+        CleanupConfig {
+            retry_initial: Duration::from_millis(500),
+            retry_max: Duration::from_secs(30),
+            deletes_per_job: 4096,
+            scopes_per_job: 256,
+            max_held: 100_000,
+            audit: Some(Duration::from_secs(15 * 60)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pace {
+    since: Instant,
+    attempts: u32,
+    next: Instant,
+}
+
+impl Pace {
+    fn now(now: Instant) -> Pace {
+        Pace {
+            since: now,
+            attempts: 0,
+            next: now,
+        }
+    }
+}
+
+/// The flows the cleanup knows of.
+#[derive(Debug)]
+enum Index {
+    /// No event stream: destinations are listed from the kernel.
+    Off,
+    /// Events are on; the index is to be seeded (not before `at`).
+    Want {
+        at: Instant,
+    },
+    /// The seed is being listed; events that arrive meanwhile wait for it.
+    Seeding {
+        buffered: Vec<FlowEvent>,
+    },
+    Live(FlowIndex),
+}
+
+/// A flow's identity for the pending deletes (tuple and zone).
+type Key = (IpAddr, IpAddr, u16, u16, u16);
+
+fn key(f: &Flow) -> Key {
+    (f.src, f.dst, f.sport, f.dport, f.zone)
+}
+
+/// What a transition did, for the reports: flows judged stale, and dropped because they
+/// were no longer stale when their turn came.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Judged {
+    pub looked_at: usize,
+    pub stale: usize,
+    pub dropped: usize,
+}
+
+/// The conntrack cleanup's state. See the module documentation.
+#[derive(Debug)]
+pub struct Cleanup {
+    cfg: CleanupConfig,
+    judge: Judge,
+    families: Vec<IpFamily>,
+    /// A commit is under way (or its outcome is unknown).
+    committing: bool,
+    index: Index,
+    /// Flows learned while a commit was under way, judged at its outcome; `held_all`:
+    /// too many, judge everything then.
+    held: Vec<Flow>,
+    held_all: bool,
+    /// Scopes to list (no index), and those out in a job now.
+    todo: BTreeMap<Scope, Pace>,
+    out: BTreeSet<Scope>,
+    /// Flows judged stale, to delete (with the frontend that judged them).
+    doomed: HashMap<Key, (Flow, Pace, UdpDest)>,
+    next_audit: Option<Instant>,
+}
+
+impl Cleanup {
+    pub fn new(cfg: CleanupConfig, families: Vec<IpFamily>, now: Instant) -> Cleanup {
+        let next_audit = cfg.audit.map(|a| now + a);
+        Cleanup {
+            cfg,
+            judge: Judge::default(),
+            families,
+            committing: false,
+            index: Index::Off,
+            held: Vec::new(),
+            held_all: false,
+            todo: BTreeMap::new(),
+            out: BTreeSet::new(),
+            doomed: HashMap::new(),
+            next_audit,
+        }
+    }
+
+    // -- what it holds -------------------------------------------------------------
+
+    pub fn judge(&self) -> &Judge {
+        &self.judge
+    }
+
+    /// Whether a commit is under way (or its outcome unknown): nothing is judged.
+    pub fn committing(&self) -> bool {
+        self.committing
+    }
+
+    /// Whether flows are known from an index fed by events.
+    pub fn indexed(&self) -> bool {
+        matches!(self.index, Index::Live(_))
+    }
+
+    /// Flows in the index (0 without one).
+    pub fn indexed_flows(&self) -> usize {
+        match &self.index {
+            Index::Live(i) => i.len(),
+            _ => 0,
+        }
+    }
+
+    /// Work not finished: scopes to list and flows to delete.
+    pub fn pending(&self) -> usize {
+        self.todo.len() + self.out.len() + self.doomed.len()
+    }
+
+    /// When the oldest unfinished work was queued.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.todo
+            .values()
+            .map(|p| p.since)
+            .chain(self.doomed.values().map(|(_, p, _)| p.since))
+            .min()
+    }
+
+    /// The flows waiting to be deleted.
+    pub fn doomed(&self) -> impl Iterator<Item = &Flow> {
+        self.doomed.values().map(|(f, _, _)| f)
+    }
+
+    /// When the next job is due (None: nothing to do until something happens).
+    pub fn next_due(&self) -> Option<Instant> {
+        if self.committing {
+            return None;
+        }
+        let seed = match self.index {
+            Index::Want { at } => Some(at),
+            _ => None,
+        };
+        [
+            self.doomed.values().map(|(_, p, _)| p.next).min(),
+            seed,
+            self.todo.values().map(|p| p.next).min(),
+            self.next_audit,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    // -- the engine's commits ------------------------------------------------------
+
+    /// A commit is about to be sent: judge nothing until its outcome is known.
+    pub fn begin(&mut self) {
+        self.committing = true;
+    }
+
+    /// The commit succeeded: `delta` is what it changed. The flows it may have made
+    /// stale are judged now (from the index) or queued for listing (without one), and
+    /// so are those held meanwhile.
+    pub fn committed(&mut self, delta: Delta, now: Instant) -> Judged {
+        self.committing = false;
+        let again = self.judge.apply(delta);
+        let mut j = self.rejudge(again, now);
+        let h = self.judge_held(now);
+        j.looked_at += h.looked_at;
+        j.stale += h.stale;
+        self.prune_gone();
+        j
+    }
+
+    /// Stop judging the frontends of deleted service ports once no work about them is
+    /// left (their flows judged and deleted): from then on, flows to those addresses are
+    /// not the proxy's business.
+    fn prune_gone(&mut self) {
+        if self.judge.gone().is_empty()
+            || self
+                .todo
+                .keys()
+                .chain(self.out.iter())
+                .any(|s| matches!(s, Scope::All(_)))
+            || matches!(self.index, Index::Want { .. } | Index::Seeding { .. })
         {
             return;
         }
-        let Some(open) = self.ct.opener.as_mut() else {
-            return;
+        let keep: BTreeSet<UdpDest> = self
+            .doomed
+            .values()
+            .map(|(_, _, d)| *d)
+            .chain(
+                self.todo
+                    .keys()
+                    .chain(self.out.iter())
+                    .filter_map(|s| match s {
+                        Scope::Dest(d) => Some(*d),
+                        Scope::All(_) => None,
+                    }),
+            )
+            .collect();
+        self.judge.forget_gone(&keep);
+    }
+
+    /// The commit was refused (nothing changed): judge what was held.
+    pub fn aborted(&mut self, now: Instant) -> Judged {
+        self.committing = false;
+        self.judge_held(now)
+    }
+
+    fn judge_held(&mut self, now: Instant) -> Judged {
+        let held = std::mem::take(&mut self.held);
+        if std::mem::take(&mut self.held_all) {
+            return self.rejudge(Rejudge::All, now);
+        }
+        let mut j = Judged::default();
+        for f in held {
+            j.looked_at += 1;
+            j.stale += usize::from(self.doom(f, now));
+        }
+        j
+    }
+
+    /// Judge again what `again` names: from the index when there is one; otherwise
+    /// queued for listing (a seed to come judges everything anyway).
+    fn rejudge(&mut self, again: Rejudge, now: Instant) -> Judged {
+        let mut j = Judged::default();
+        match &self.index {
+            Index::Live(idx) => {
+                let flows: Vec<Flow> = match &again {
+                    Rejudge::All => idx.iter().collect(),
+                    Rejudge::Dests(ds) => ds
+                        .iter()
+                        .flat_map(|d| -> Box<dyn Iterator<Item = Flow> + '_> {
+                            match *d {
+                                UdpDest::Addr { addr, port } => Box::new(idx.to_dst(addr, port)),
+                                UdpDest::NodePort { v6, port } => Box::new(
+                                    idx.to_port(ct_family(v6), port)
+                                        .filter(|f| self.judge.on_node(&f.dst)),
+                                ),
+                            }
+                        })
+                        .collect(),
+                };
+                for f in flows {
+                    j.looked_at += 1;
+                    j.stale += usize::from(self.doom(f, now));
+                }
+            }
+            Index::Want { .. } | Index::Seeding { .. } => {}
+            Index::Off => {
+                let scopes: Vec<Scope> = match again {
+                    Rejudge::All => self.families.iter().map(|f| Scope::All(*f)).collect(),
+                    Rejudge::Dests(ds) => ds.into_iter().map(Scope::Dest).collect(),
+                };
+                for s in scopes {
+                    self.todo.entry(s).or_insert_with(|| Pace::now(now)).next = now;
+                }
+            }
+        }
+        j
+    }
+
+    /// Judge `f` now; stale, it is queued for deletion. Returns whether it was.
+    fn doom(&mut self, f: Flow, now: Instant) -> bool {
+        let Some(why) = self.judge.judge(&f) else {
+            return false;
         };
-        match open() {
-            Ok(c) => {
-                if self.ct.unavailable.is_some() {
-                    tracing::info!(
-                        pending = self.pending.len(),
-                        "conntrack cleanup available again"
-                    );
-                }
-                self.ct.kernel = Some(c);
-                self.ct.unavailable = None;
-                self.status.update(|s| s.cleanup_unavailable = None);
-            }
-            Err(e) => {
-                let reason = e.to_string();
-                let again = now + self.cfg.conntrack_reprobe;
-                if self.ct.unavailable.as_ref().map(|u| &u.0) != Some(&reason) {
-                    tracing::error!(error = %reason, retry_s = self.cfg.conntrack_reprobe.as_secs(),
-                        "conntrack cleanup unavailable (no ctnetlink); rules are still programmed, cleanup targets wait");
-                }
-                self.status
-                    .update(|s| s.cleanup_unavailable = Some(reason.clone()));
-                self.ct.unavailable = Some((reason, again));
-            }
-        }
-    }
-
-    /// When the conntrack socket is to be opened again (None: it is open, or cannot be).
-    pub(crate) fn reprobe_due(&self) -> Option<Instant> {
-        if self.ct.lent {
-            return None;
-        }
-        match (&self.ct.kernel, &self.ct.opener, &self.ct.unavailable) {
-            (None, Some(_), Some((_, at))) => Some(*at),
-            (None, Some(_), None) => Some(self.clock.now()),
-            _ => None,
-        }
-    }
-
-    /// When the next cleanup slice is due (None: nothing pending, or no conntrack).
-    pub(crate) fn cleanup_due(&self) -> Option<Instant> {
-        self.ct.kernel.as_ref()?;
-        self.pending.next_due()
-    }
-
-    /// One bounded slice on this thread: delete the entries of the targets due now (at
-    /// most `cleanup_slice_targets`, those of `first` before the others), record each
-    /// outcome, then remove the finished targets from our tables. Only after a
-    /// successful commit.
-    pub(crate) fn cleanup_slice(&mut self, first: &BTreeSet<Target>) -> Cleaned {
-        match self.take_slice(first) {
-            Some(slice) => self.finish_slice(slice.run()),
-            None => Cleaned::default(),
-        }
-    }
-
-    /// Take the targets due now (at most `cleanup_slice_targets`, those of `first`
-    /// before the others) and lend them the conntrack kernel. None: nothing due, or no
-    /// kernel (unavailable, or lent to a slice still running).
-    pub(crate) fn take_slice(&mut self, first: &BTreeSet<Target>) -> Option<Slice<C>> {
-        self.ct.kernel.as_ref()?;
-        let due = self.pending.due(
-            self.clock.now(),
-            self.cfg.cleanup_slice_targets.max(1),
-            first,
-        );
-        if due.is_empty() {
-            return None;
-        }
-        let kernel = self.ct.kernel.take()?;
-        self.ct.lent = true;
-        let targets = due
-            .into_iter()
-            .map(|t| {
-                let renewed = self.pending.renewed(&t);
-                (t, renewed)
+        let dest = why.dest();
+        self.doomed
+            .entry(key(&f))
+            .and_modify(|(old, p, d)| {
+                *old = f;
+                *d = dest;
+                p.next = p.next.min(now);
             })
+            .or_insert((f, Pace::now(now), dest));
+        true
+    }
+
+    // -- the conntrack event stream ------------------------------------------------
+
+    /// Events are on (the subscription is open): seed the index (judging everything).
+    pub fn events_on(&mut self, now: Instant) {
+        self.index = Index::Want { at: now };
+        self.todo.retain(|_, _| false);
+    }
+
+    /// No events (none on this host, or the stream ended): list from the kernel; what
+    /// the index would have judged is judged by listing every flow once.
+    pub fn events_off(&mut self, now: Instant) {
+        let had = !matches!(self.index, Index::Off);
+        self.index = Index::Off;
+        if had {
+            self.rejudge(Rejudge::All, now);
+        }
+    }
+
+    /// Everything the kernel knows may differ from what was judged (ctnetlink opened
+    /// again after being unavailable): judge everything once.
+    pub fn reset(&mut self, now: Instant) {
+        match self.index {
+            Index::Off => {
+                self.rejudge(Rejudge::All, now);
+            }
+            _ => self.index = Index::Want { at: now },
+        }
+    }
+
+    /// One event. A new flow is judged at once (held while a commit is under way); a
+    /// destroyed one leaves the index and the deletes.
+    pub fn event(&mut self, e: FlowEvent, now: Instant) -> Judged {
+        let mut j = Judged::default();
+        match &mut self.index {
+            Index::Live(idx) => match e {
+                FlowEvent::New(f) => {
+                    if !idx.insert(f) {
+                        return j;
+                    }
+                    if self.committing {
+                        if self.held.len() < self.cfg.max_held {
+                            self.held.push(f);
+                        } else {
+                            self.held_all = true;
+                        }
+                    } else {
+                        j.looked_at = 1;
+                        j.stale = usize::from(self.doom(f, now));
+                    }
+                }
+                FlowEvent::Destroy(f) => {
+                    if idx.remove(&f).is_some() {
+                        self.doomed.remove(&key(&f));
+                    }
+                }
+            },
+            Index::Seeding { buffered } => buffered.push(e),
+            Index::Off | Index::Want { .. } => {}
+        }
+        j
+    }
+
+    /// Events were lost: the index is seeded again (and everything judged).
+    pub fn lost(&mut self, now: Instant) {
+        if !matches!(self.index, Index::Off) {
+            self.index = Index::Want { at: now };
+        }
+    }
+
+    // -- kernel work ---------------------------------------------------------------
+
+    /// The job due now, if any (none while a commit is under way). Deletes first (their
+    /// flows judged again now: those no longer stale are dropped), then the seed, then
+    /// listings, then the audit.
+    pub fn next_job(&mut self, now: Instant) -> (Option<Job>, Judged) {
+        let mut j = Judged::default();
+        if self.committing {
+            return (None, j);
+        }
+        let due: Vec<Key> = self
+            .doomed
+            .iter()
+            .filter(|(_, (_, p, _))| p.next <= now)
+            .map(|(k, _)| *k)
+            .take(self.cfg.deletes_per_job.max(1))
             .collect();
-        Some(Slice { kernel, targets })
-    }
-
-    /// A slice that ran: the kernel back, each outcome recorded (a target renewed by a
-    /// commit while the slice ran stays pending), the finished targets removed from our
-    /// tables.
-    pub(crate) fn finish_slice(&mut self, done: SliceDone<C>) -> Cleaned {
-        self.ct.kernel = Some(done.kernel);
-        self.ct.lent = false;
-        let mut out = Cleaned {
-            targets: done.targets.len(),
-            took: done.took,
-            ..Cleaned::default()
-        };
-        let outcomes = done.result.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, targets = done.targets.len(), "conntrack cleanup failed; retrying with a backoff");
-            Vec::new()
-        });
-        let now = self.clock.now();
-        let mut failed = 0usize;
-        for (i, (t, renewed)) in done.targets.iter().enumerate() {
-            let d = outcomes.get(i).copied().unwrap_or(FilterDetail {
-                outcome: CleanupOutcome::Failed,
-                strategy: None,
-                deleted: Some(0),
-            });
-            out.filters.push(filter_work(t, d));
-            let o = d.outcome;
-            if let CleanupOutcome::Deleted { entries: Some(n) } = o {
-                out.deleted += n;
+        if !due.is_empty() {
+            let mut flows = Vec::with_capacity(due.len());
+            for k in due {
+                let Some((f, _, _)) = self.doomed.get(&k) else {
+                    continue;
+                };
+                if self.judge.judge(f).is_some() {
+                    flows.push(*f);
+                } else {
+                    self.doomed.remove(&k);
+                    j.dropped += 1;
+                }
             }
-            if o == CleanupOutcome::Failed {
-                failed += 1;
+            if j.dropped > 0 {
+                self.prune_gone();
             }
-            if self.pending.record(
-                t,
-                *renewed,
-                o,
-                now,
-                self.cfg.retry_initial,
-                self.cfg.retry_max,
-            ) {
-                out.done += 1;
-            } else {
-                tracing::trace!(target_filter = %t.filter(), outcome = %o, "conntrack cleanup target not finished; pending");
+            if !flows.is_empty() {
+                return (Some(Job::Delete(flows)), j);
             }
         }
-        if failed > 0 {
-            self.status.update(|s| s.conntrack_failures += 1);
+        if let Index::Want { at } = self.index {
+            if at <= now {
+                self.index = Index::Seeding {
+                    buffered: Vec::new(),
+                };
+                return (Some(Job::Seed(self.families.clone())), j);
+            }
         }
-        if out.done > 0 {
-            self.forget_finished();
-        }
-        self.publish_pending();
-        tracing::trace!(
-            targets = out.targets,
-            done = out.done,
-            failed,
-            deleted = out.deleted,
-            pending = self.pending.len(),
-            "conntrack cleanup slice"
-        );
-        out
-    }
-
-    /// Remove finished targets from our tables (one element-only batch, guarded by our
-    /// last generation). On failure they stay recorded: the next sync's batch removes
-    /// them, or a restart cleans them once more (harmless).
-    fn forget_finished(&mut self) {
-        let (Some(gen), Some(c)) = (self.trust, self.compiler.as_ref()) else {
-            return;
-        };
-        let families = families(c);
-        let want: BTreeSet<Target> = self
-            .pending
-            .targets()
-            .filter(|t| families.contains(&family_of(t)))
-            .copied()
+        let due: Vec<Scope> = self
+            .todo
+            .iter()
+            .filter(|(_, p)| p.next <= now)
+            .map(|(s, _)| *s)
+            .take(self.cfg.scopes_per_job.max(1))
             .collect();
-        let ops = recorded_ops(&families, &self.recorded, &want);
-        if ops.is_empty() {
-            return;
-        }
-        match self.nft.commit(&ops, Some(gen)) {
-            Ok(_) => {
-                let g = next_generation(gen);
-                self.our_generation(g);
-                self.trust = Some(g);
-                self.recorded = want;
+        if !due.is_empty() {
+            for s in &due {
+                self.todo.remove(s);
+                self.out.insert(*s);
             }
-            Err(e) => {
-                tracing::debug!(error = %e, "removing finished cleanup targets from our tables; left for the next sync");
+            return (Some(Job::List(due)), j);
+        }
+        if self.next_audit.is_some_and(|t| t <= now) {
+            self.next_audit = self.cfg.audit.map(|a| now + a);
+            self.reset(now);
+            return self.next_job(now);
+        }
+        (None, j)
+    }
+
+    /// The seed came back: the index is these flows (and the events buffered meanwhile),
+    /// and every flow is judged. An incomplete seed is taken as it is and tried again
+    /// after the retry delay.
+    pub fn seeded(&mut self, flows: Vec<Flow>, complete: bool, now: Instant) -> Judged {
+        let buffered = match std::mem::replace(&mut self.index, Index::Off) {
+            Index::Seeding { buffered } => buffered,
+            other => {
+                // events were switched off or lost meanwhile: keep that state
+                self.index = other;
+                return Judged::default();
+            }
+        };
+        let mut idx = FlowIndex::new();
+        for f in flows {
+            idx.insert(f);
+        }
+        for e in buffered {
+            match e {
+                FlowEvent::New(f) => {
+                    idx.insert(f);
+                }
+                FlowEvent::Destroy(f) => {
+                    idx.remove(&f);
+                }
             }
         }
-    }
-
-    /// Pending count and age into the status.
-    pub(crate) fn publish_pending(&self) {
-        let (n, oldest) = (self.pending.len(), self.pending.oldest());
-        self.status.update(|s| {
-            s.cleanup_pending = n;
-            s.cleanup_oldest_pending = oldest;
-        });
-    }
-
-    /// A cleanup slice between syncs (when due): on the worker when there is one (the
-    /// targets of the latest commits first; reported when it comes back,
-    /// [`Engine::slice_done`]), otherwise here, reported to the observer.
-    pub(crate) fn cleanup_turn(&mut self) {
-        let Some(worker) = self.cleaner.clone() else {
-            let c = self.cleanup_slice(&BTreeSet::new());
-            self.report_slice(c);
-            return;
+        self.doomed.retain(|_, (f, _, _)| idx.contains(f));
+        self.index = Index::Live(idx);
+        let j = if self.committing {
+            self.held_all = true;
+            Judged::default()
+        } else {
+            self.rejudge(Rejudge::All, now)
         };
-        let fresh = std::mem::take(&mut self.fresh);
-        let Some(slice) = self.take_slice(&fresh) else {
-            return;
-        };
-        if let Err(flume::SendError(slice)) = worker.send(slice) {
-            tracing::warn!("the conntrack cleanup worker is gone; cleaning on the engine's thread");
-            self.cleaner = None;
-            let c = self.finish_slice(slice.run());
-            self.report_slice(c);
+        if !complete {
+            // judged what it has; seeded again later (a new index replaces this one)
+            self.index_retry(now);
         }
+        self.prune_gone();
+        j
     }
 
-    /// A slice the worker ran: its outcomes recorded, reported to the observer.
-    pub fn slice_done(&mut self, done: SliceDone<C>) {
-        let c = self.finish_slice(done);
-        self.report_slice(c);
+    /// Seed the index again after the retry delay (keeping the one it has meanwhile).
+    fn index_retry(&mut self, now: Instant) {
+        let at = now + self.cfg.retry_initial;
+        self.next_audit = Some(self.next_audit.map_or(at, |t| t.min(at)));
     }
 
-    /// Slices run beside the engine from now on: sent to `worker`, which runs each
-    /// ([`Slice::run`]) and hands it back to [`Engine::slice_done`]. Syncs no longer
-    /// clean inline; their targets go to the next slice first.
-    pub fn clean_beside(&mut self, worker: flume::Sender<Slice<C>>) {
-        self.cleaner = Some(worker);
-    }
-
-    /// The cleanup thread ended (it panicked): slices run on this thread from now on; a
-    /// kernel it held is lost, so the socket is opened again when the engine has an
-    /// opener. The pending targets stay (recorded in our tables).
-    pub fn cleaner_gone(&mut self) {
-        self.cleaner = None;
-        if self.ct.lent {
-            self.ct.lent = false;
-            tracing::error!(
-                pending = self.pending.len(),
-                "the conntrack cleanup thread ended; its socket is lost, opening a new one"
-            );
+    /// A listing came back: each flow judged now (held while a commit is under way);
+    /// an incomplete scope is listed again with a backoff.
+    pub fn listed(&mut self, scopes: &[(Scope, bool)], flows: Vec<Flow>, now: Instant) -> Judged {
+        for (s, complete) in scopes {
+            self.out.remove(s);
+            if !complete {
+                let (initial, max) = (self.cfg.retry_initial, self.cfg.retry_max);
+                let p = self.todo.entry(*s).or_insert_with(|| Pace::now(now));
+                p.attempts = p.attempts.saturating_add(1);
+                p.next = p
+                    .next
+                    .max(now + backoff::doubling(initial, p.attempts - 1, max));
+            }
         }
+        let mut j = Judged::default();
+        for f in flows {
+            if self.committing {
+                if self.held.len() < self.cfg.max_held {
+                    self.held.push(f);
+                } else {
+                    self.held_all = true;
+                }
+                continue;
+            }
+            j.looked_at += 1;
+            j.stale += usize::from(self.doom(f, now));
+        }
+        self.prune_gone();
+        j
     }
 
-    fn report_slice(&mut self, c: Cleaned) {
-        let r = CleanupReport {
-            targets: c.targets,
-            done: c.done,
-            deleted: c.deleted,
-            took: c.took,
-            pending: self.pending.len(),
-            filters: c.filters,
-        };
-        if c.targets > 0 {
-            tracing::debug!(
-                targets = r.targets,
-                done = r.done,
-                deleted = r.deleted,
-                pending = r.pending,
-                took_ms = r.took.as_secs_f64() * 1e3,
-                "conntrack cleanup between syncs"
-            );
-            self.observer.cleaned(&r);
+    /// Deletes came back: done ones leave the index; failed ones are tried again with a
+    /// backoff (and judged again then).
+    pub fn deleted(&mut self, flows: &[Flow], outcomes: &[Removal], now: Instant) {
+        for (i, f) in flows.iter().enumerate() {
+            let o = outcomes.get(i).copied().unwrap_or(Removal::Failed);
+            match o {
+                Removal::Deleted | Removal::AlreadyGone => {
+                    if let Some((d, _, _)) = self.doomed.get(&key(f)) {
+                        if d.id == f.id {
+                            self.doomed.remove(&key(f));
+                        }
+                    }
+                    if let Index::Live(idx) = &mut self.index {
+                        idx.remove(f);
+                    }
+                }
+                Removal::Failed => {
+                    if let Some((_, p, _)) = self.doomed.get_mut(&key(f)) {
+                        p.attempts = p.attempts.saturating_add(1);
+                        p.next = now
+                            + backoff::doubling(
+                                self.cfg.retry_initial,
+                                p.attempts - 1,
+                                self.cfg.retry_max,
+                            );
+                    }
+                }
+            }
         }
+        self.prune_gone();
+    }
+
+    /// Why `f` would be deleted now (None: it would not).
+    pub fn verdict(&self, f: &Flow) -> Option<Stale> {
+        self.judge.judge(f)
     }
 }
+
+fn ct_family(v6: bool) -> ct_netlink::Family {
+    if v6 {
+        ct_netlink::Family::V6
+    } else {
+        ct_netlink::Family::V4
+    }
+}
+
+#[cfg(test)]
+#[path = "cleanup_tests.rs"]
+mod tests;

@@ -1,64 +1,14 @@
 //! Bringing the incremental compiler up to date with what changed (pure): the batch from
-//! what the kernel holds (our last committed tables) to the desired state, and the
-//! conntrack cleanup inputs of the change.
+//! what the kernel holds (our last committed tables) to the desired state, and the UDP
+//! destinations the conntrack cleanup is to judge again.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeSet;
 
-use kube_model::{Cluster, IpFamily};
 use nft_model::{Family, Op};
 use ruleset::names::PortId;
-use ruleset::{Changes, Compiler, ParsedConfig};
+use ruleset::{Changes, Compiler, ParsedConfig, UdpDest};
 
-use crate::targets::{self, Target};
-
-/// Per UDP service port and family: some of its endpoints.
-pub type Stopped = BTreeMap<(PortId, IpFamily), BTreeSet<(IpAddr, u16)>>;
-
-/// Endpoints that stopped or started serving UDP ports since the last commit: the net
-/// change over the compiler updates whose batches are not committed yet (a failed
-/// commit keeps them; an endpoint that stops and serves again in between is no target).
-#[derive(Debug, Default)]
-pub struct Serving {
-    pub stopped: Stopped,
-    pub started: Stopped,
-}
-
-impl Serving {
-    /// Add one update's changes.
-    pub fn add(&mut self, stopped: Stopped, started: Stopped) {
-        for (k, eps) in started {
-            for e in eps {
-                let back = self.stopped.get_mut(&k).is_some_and(|s| s.remove(&e));
-                if !back {
-                    self.started.entry(k.clone()).or_default().insert(e);
-                }
-            }
-        }
-        for (k, eps) in stopped {
-            for e in eps {
-                let new = self.started.get_mut(&k).is_some_and(|s| s.remove(&e));
-                if !new {
-                    self.stopped.entry(k.clone()).or_default().insert(e);
-                }
-            }
-        }
-    }
-
-    /// The endpoint targets: every endpoint that stopped serving since the last commit.
-    pub fn targets(&self) -> BTreeSet<Target> {
-        self.stopped
-            .values()
-            .flatten()
-            .map(|&(addr, port)| Target::Endpoint { addr, port })
-            .collect()
-    }
-
-    pub fn clear(&mut self) {
-        self.stopped.clear();
-        self.started.clear();
-    }
-}
+use kube_model::Cluster;
 
 /// What bringing the compiler up to date did.
 #[derive(Debug, Default)]
@@ -67,12 +17,10 @@ pub struct Step {
     /// holds those when it holds our last commit); None when only a diff from what the
     /// kernel holds can tell (the compiler was built from scratch, or rebuilt).
     pub ops: Option<Vec<Op>>,
-    /// UDP destinations the change made served.
-    pub became_served: BTreeSet<Target>,
-    /// UDP endpoints the change made stop serving, per port.
-    pub stopped: Stopped,
-    /// UDP endpoints the change made start serving, per port.
-    pub started: Stopped,
+    /// UDP destinations whose owner or serving endpoints may have changed.
+    pub udp_touched: BTreeSet<UdpDest>,
+    /// The compiler was built or rebuilt: every UDP flow is to be judged again.
+    pub full: bool,
 }
 
 /// Bring `compiler` (built here when there is none) up to date with `changes` to
@@ -90,7 +38,10 @@ pub fn advance(
             cluster,
             exclude.clone(),
         ));
-        return Step::default();
+        return Step {
+            full: true,
+            ..Step::default()
+        };
     };
     changes.services.extend(c.set_excluded(exclude.clone()));
     let mut updates = vec![c.update(cluster, &changes)];
@@ -99,22 +50,8 @@ pub fn advance(
     }
     let mut step = Step::default();
     for u in &mut updates {
-        for (key, t) in std::mem::take(&mut u.targets) {
-            step.became_served
-                .extend(t.became_served.into_iter().map(targets::of_served));
-            if !t.stopped_serving.is_empty() {
-                step.stopped
-                    .entry(key.clone())
-                    .or_default()
-                    .extend(t.stopped_serving);
-            }
-            if !t.started_serving.is_empty() {
-                step.started
-                    .entry(key)
-                    .or_default()
-                    .extend(t.started_serving);
-            }
-        }
+        step.udp_touched.append(&mut u.udp_touched);
+        step.full |= u.full;
     }
     // An update's batch covers everything since the last commit, so the last one is the
     // batch; a rebuild (a configuration change beyond addresses) is a diff from the

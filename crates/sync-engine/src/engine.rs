@@ -10,13 +10,11 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_model::{ns_key, Cluster, ServiceKey};
 use nft_model::{Op, Table};
 
-use crate::compile::Serving;
+use crate::cleaner::{Cleaner, ToCleaner};
+use crate::cleanup::{Cleanup, CleanupConfig};
 use crate::isolate::Skips;
-use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, CtSlot, Listening, NftKernel};
-use crate::pending::{self, Pending};
+use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, Listening, NftKernel};
 use crate::schedule::{Periods, Schedule};
-use crate::slice::Slice;
-use crate::targets::Target;
 use crate::{status, EngineConfig, Event, ForeignWriter, NodeHealth, Observer, StatusHandle};
 
 struct NoObserver;
@@ -28,12 +26,35 @@ impl Observer for NoObserver {}
 pub enum Work {
     /// A rule sync.
     Sync,
-    /// A conntrack cleanup slice between syncs.
+    /// Conntrack cleanup work between syncs (a retry, a listing, opening ctnetlink
+    /// again), when the cleanup runs on the engine's thread.
     Cleanup,
     /// Checking a service port skipped because the kernel refused its rules.
     Check,
-    /// Opening ctnetlink again (it was unavailable).
-    Reprobe,
+}
+
+/// Where the conntrack cleanup runs.
+pub(crate) enum CtLink<C> {
+    /// On the engine's thread, right after each commit.
+    Here(Box<Cleaner<C>>),
+    /// On a thread of its own (`run`), told of each commit by message.
+    Beside(BesideTx),
+}
+
+/// The channel to a cleaner beside the engine; dropped, it tells the cleaner to end (the
+/// event thread holds a sender too, so the channel alone would not close).
+pub(crate) struct BesideTx(pub(crate) flume::Sender<ToCleaner>);
+
+impl BesideTx {
+    pub(crate) fn send(&self, m: ToCleaner) {
+        let _ = self.0.send(m);
+    }
+}
+
+impl Drop for BesideTx {
+    fn drop(&mut self) {
+        let _ = self.0.send(ToCleaner::Stop);
+    }
 }
 
 /// How many of our latest commits' generations are remembered (to tell our own
@@ -44,7 +65,8 @@ const OUR_GENERATIONS: usize = 64;
 pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) cfg: EngineConfig,
     pub(crate) nft: N,
-    pub(crate) ct: CtSlot<C>,
+    /// The conntrack cleanup (None only while it is being moved beside the engine).
+    pub(crate) ct: Option<CtLink<C>>,
     pub(crate) clock: K,
     pub(crate) status: StatusHandle,
     pub(crate) observer: Box<dyn Observer>,
@@ -67,16 +89,16 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// confirmed tables are what we last committed.
     pub(crate) step_ops: Option<Vec<Op>>,
     pub(crate) batch_valid: bool,
-    /// UDP destinations that became served since our last commit.
-    pub(crate) became_served: BTreeSet<Target>,
     /// The generation at which the kernel holds exactly what we committed last: the
-    /// compiler's confirmed tables plus `recorded` (None: unknown, read it back). A
-    /// refused batch changes nothing and keeps it.
+    /// compiler's confirmed tables (None: unknown, read it back). A refused batch changes
+    /// nothing and keeps it.
     pub(crate) trust: Option<u32>,
-    /// The cleanup targets recorded in our tables by what we committed last.
-    pub(crate) recorded: BTreeSet<Target>,
-    /// UDP endpoints that stopped (or started) serving since the last commit.
-    pub(crate) serving: Serving,
+    /// UDP destinations whose owner or serving endpoints may have changed since our last
+    /// commit: the conntrack cleanup judges their flows again after the next one.
+    pub(crate) udp_touched: BTreeSet<ruleset::UdpDest>,
+    /// The next commit's news for the cleanup is the whole state (first commit, a
+    /// rebuild, a commit after an unknown outcome): every flow is judged again.
+    pub(crate) judge_full: bool,
     /// Whether this process committed (endpoint targets then come from the compiler;
     /// before, from the endpoint maps of the tables a previous run left).
     pub(crate) applied: bool,
@@ -84,9 +106,6 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// at again after the next successful sync.
     pub(crate) status_dirty: BTreeSet<ServiceKey>,
     pub(crate) per_service: status::PerService,
-    /// Conntrack targets not yet cleared (kept across failed commits and failed
-    /// cleanups; recorded in our tables).
-    pub(crate) pending: Pending,
     /// Generations produced by our latest commits.
     pub(crate) our_gens: VecDeque<u32>,
     /// Commits this process made outside our tables (iptables mode's `KUBE-FORWARD`).
@@ -100,45 +119,43 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) started_wall: SystemTime,
     /// Conflicts between services in the committed rules (logged once each).
     pub(crate) conflicts: std::collections::BTreeSet<String>,
-    /// The targets of the commits since the last cleanup slice was taken: the next
-    /// slice takes them first (when slices run beside the engine).
-    pub(crate) fresh: BTreeSet<Target>,
-    /// Where cleanup slices go to run beside the engine (`run`'s worker thread); None:
-    /// they run on the engine's thread, right after the commit.
-    pub(crate) cleaner: Option<flume::Sender<Slice<C>>>,
     /// The watcher's subscription, dropped for the time of each of our commits (None: no
     /// watcher, or it could not be taken again once).
     pub(crate) listening: Option<Box<dyn Listening>>,
 }
 
-impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     pub fn new(cfg: EngineConfig, nft: N, ct: C, clock: K) -> Engine<N, C, K> {
-        Engine::with_slot(cfg, nft, CtSlot::ready(ct), clock)
+        let status = StatusHandle::default();
+        let state = cleanup_state(&cfg, clock.now());
+        let cleaner = Cleaner::new(state, ct, status.clone());
+        Engine::with_cleaner(cfg, nft, cleaner, clock, status)
     }
 
     /// An engine whose conntrack socket is opened by `open`: if that fails (no
     /// ctnetlink, or the probe fails), rules are still programmed, the cleanup is
-    /// reported unavailable, targets wait (recorded in our tables), and `open` is tried
-    /// again every `conntrack_reprobe`.
+    /// reported unavailable, stale flows wait, and `open` is tried again every
+    /// `conntrack_reprobe`; once it opens, every UDP flow is judged once.
     pub fn with_conntrack_opener(
         cfg: EngineConfig,
         nft: N,
         open: ConntrackOpener<C>,
         clock: K,
     ) -> Engine<N, C, K> {
-        let slot = CtSlot {
-            kernel: None,
-            opener: Some(open),
-            unavailable: None,
-            lent: false,
-        };
-        let mut e = Engine::with_slot(cfg, nft, slot, clock);
-        e.reprobe_conntrack();
-        e
+        let status = StatusHandle::default();
+        let now = clock.now();
+        let state = cleanup_state(&cfg, now);
+        let cleaner = Cleaner::with_opener(state, open, cfg.conntrack_reprobe, status.clone(), now);
+        Engine::with_cleaner(cfg, nft, cleaner, clock, status)
     }
 
-    fn with_slot(cfg: EngineConfig, nft: N, ct: CtSlot<C>, clock: K) -> Engine<N, C, K> {
-        let status = StatusHandle::default();
+    fn with_cleaner(
+        cfg: EngineConfig,
+        nft: N,
+        cleaner: Cleaner<C>,
+        clock: K,
+        status: StatusHandle,
+    ) -> Engine<N, C, K> {
         status.update(|s| s.sync_period = cfg.sync_period);
         let schedule = Schedule::new(Periods {
             min_sync: cfg.min_sync_period,
@@ -152,7 +169,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         Engine {
             cfg,
             nft,
-            ct,
+            ct: Some(CtLink::Here(Box::new(cleaner))),
             clock,
             status,
             observer: Box::new(NoObserver),
@@ -165,22 +182,18 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             changes: ruleset::Changes::default(),
             step_ops: None,
             batch_valid: false,
-            became_served: BTreeSet::new(),
             trust: None,
-            recorded: BTreeSet::new(),
-            serving: Serving::default(),
+            udp_touched: BTreeSet::new(),
+            judge_full: true,
             applied: false,
             status_dirty: BTreeSet::new(),
             per_service: status::PerService::default(),
-            pending: Pending::default(),
             our_gens: VecDeque::new(),
             side_commits: SideCommits::default(),
             skips: Skips::default(),
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
             conflicts: Default::default(),
-            fresh: BTreeSet::new(),
-            cleaner: None,
             listening: None,
         }
     }
@@ -206,10 +219,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     /// failed one). Built on demand from the compiler's tables.
     pub fn committed(&self) -> Option<Vec<Table>> {
         self.trust?;
-        let c = self.compiler.as_ref()?;
-        let mut tables = c.tables();
-        pending::record_in_tables(&mut tables, self.recorded.iter());
-        Some(tables)
+        Some(self.compiler.as_ref()?.tables())
     }
 
     /// The incremental compiler (None before the first sync).
@@ -217,20 +227,20 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.compiler.as_ref()
     }
 
-    /// Conntrack targets not finished yet.
-    pub fn pending_targets(&self) -> Vec<Target> {
-        self.pending.targets().copied().collect()
+    /// The conntrack cleanup's state, when it runs on the engine's thread.
+    pub fn cleanup(&self) -> Option<&Cleanup> {
+        match self.ct.as_ref()? {
+            CtLink::Here(c) => Some(c.state()),
+            CtLink::Beside(_) => None,
+        }
     }
 
-    /// The pending conntrack targets with their attempts and backoff.
-    pub fn pending(&self) -> &Pending {
-        &self.pending
-    }
-
-    /// Whether the conntrack cleanup can run (ctnetlink open; it may be busy with a
-    /// slice beside the engine).
+    /// Whether the conntrack cleanup can run (ctnetlink open).
     pub fn conntrack_available(&self) -> bool {
-        self.ct.kernel.is_some() || self.ct.lent
+        match self.ct.as_ref() {
+            Some(CtLink::Here(c)) => c.available(),
+            _ => self.status.snapshot().cleanup_unavailable.is_none(),
+        }
     }
 
     /// Whether a change is queued and not yet applied.
@@ -594,22 +604,21 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
     }
 
     /// The next work of the loop and when it is due. Of the work due now, a rule sync
-    /// goes first, then a cleanup slice, then checking a skipped port, then re-opening
-    /// ctnetlink; otherwise the earliest. None: nothing is due until an event arrives.
+    /// goes first, then conntrack cleanup work, then checking a skipped port; otherwise
+    /// the earliest. None: nothing is due until an event arrives.
     pub fn next_work(&self) -> Option<(Instant, Work)> {
         let now = self.clock.now();
         [
             self.next_sync_at().map(|t| (t, Work::Sync)),
             self.cleanup_due().map(|t| (t, Work::Cleanup)),
             self.check_due().map(|t| (t, Work::Check)),
-            self.reprobe_due().map(|t| (t, Work::Reprobe)),
         ]
         .into_iter()
         .flatten()
         .min_by_key(|(t, w)| ((*t).max(now), *w as u8))
     }
 
-    /// Do the work due now, if any (one sync, one cleanup slice or one re-probe), and
+    /// Do the work due now, if any (one sync, one cleanup job or one check), and
     /// say which. Sync failures are counted and retried with a backoff.
     pub fn step(&mut self) -> Option<Work> {
         let (at, work) = self.next_work()?;
@@ -624,24 +633,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 self.cleanup_turn();
             }
             Work::Check => self.check_skipped(),
-            Work::Reprobe => self.reprobe_conntrack(),
         }
         Some(work)
-    }
-
-    /// Run the cleanup slices that are due now, one after the other (for a one-shot
-    /// run that exits after its sync: what is left, e.g. targets backing off, stays
-    /// recorded in our tables for the next run). Returns the slices run.
-    pub fn drain_cleanup(&mut self) -> usize {
-        let mut n = 0;
-        while let Some((at, Work::Cleanup)) = self.next_work() {
-            if at > self.clock.now() || n >= 1_000_000 {
-                break;
-            }
-            self.cleanup_turn();
-            n += 1;
-        }
-        n
     }
 }
 
@@ -666,4 +659,19 @@ impl SideCommits {
             .map(|mut v| std::mem::take(&mut *v))
             .unwrap_or_default()
     }
+}
+
+/// The cleanup's state for an engine with this configuration.
+fn cleanup_state(cfg: &EngineConfig, now: Instant) -> Cleanup {
+    Cleanup::new(
+        CleanupConfig {
+            retry_initial: cfg.retry_initial,
+            retry_max: cfg.retry_max,
+            deletes_per_job: cfg.cleanup_slice_targets.max(1),
+            scopes_per_job: cfg.cleanup_slice_targets.max(1),
+            ..CleanupConfig::default()
+        },
+        cfg.ruleset.families.clone(),
+        now,
+    )
 }

@@ -37,11 +37,7 @@ pub fn suspects(compiler: &Compiler, error: &EngineError, ops: &[Op]) -> BTreeMa
             continue;
         };
         let owners = match one_element(op, e.element) {
-            Some(one) => match recorded_destination(&one) {
-                // our own record of a cleanup target: the port serving that destination
-                Some((family, key)) => compiler.owner_of(family, &key).into_iter().collect(),
-                None => compiler.owners(&one),
-            },
+            Some(one) => compiler.owners(&one),
             None => compiler.owners(op),
         };
         for p in owners {
@@ -49,29 +45,6 @@ pub fn suspects(compiler: &Compiler, error: &EngineError, ops: &[Op]) -> BTreeMa
         }
     }
     out
-}
-
-/// For an element of our record of pending destination targets (`cleanup-dst`,
-/// `cleanup-nodeport`): the destination it is about, as a claim key.
-fn recorded_destination(op: &Op) -> Option<(nft_model::Family, Vec<nft_model::Value>)> {
-    use nft_model::Value;
-    let Op::AddElements {
-        table,
-        set,
-        elements,
-    } = op
-    else {
-        return None;
-    };
-    let key = &elements.first()?.key;
-    let key = match (set.as_str(), key.as_slice()) {
-        (crate::pending::SET_DST, [a, Value::Port(p)]) => {
-            vec![a.clone(), Value::Proto(17), Value::Port(*p)]
-        }
-        (crate::pending::SET_NODEPORT, [Value::Port(p)]) => vec![Value::Proto(17), Value::Port(*p)],
-        _ => return None,
-    };
-    Some((table.family, key))
 }
 
 /// The element op `op` with only its `k`-th element (the one the kernel refused),

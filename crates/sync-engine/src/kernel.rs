@@ -1,10 +1,15 @@
 //! The engine's view of the kernel (nftables and conntrack) and of time: traits, so that
 //! the deterministic tests drive a fake kernel and a fake clock.
 
+use std::os::fd::BorrowedFd;
 use std::time::Instant;
+
+use ct_netlink::{Flow, FlowEvent};
+use kube_model::IpFamily;
 
 use nft_model::{Op, Table, TableRef};
 
+use crate::cleanup::{Removal, Scope};
 use crate::EngineError;
 
 /// What a successful commit did (the kernel-facing part of a sync).
@@ -52,142 +57,51 @@ impl NftKernel for nft_netlink::Nft {
     }
 }
 
-/// The outcome of cleaning one target (one filter of a [`ConntrackKernel::delete`] call).
+/// The conntrack side of the kernel (fakeable in tests): listing UDP flows, deleting
+/// exact flows, and the stream of NEW/DESTROY events. The cleanup judges what it lists
+/// ([`crate::stale`]); nothing here decides what is stale.
+pub trait ConntrackKernel: Send {
+    /// Every UDP flow of `family`, appended to `out`. False: the listing was incomplete
+    /// (an interrupted dump); what it found is still appended.
+    fn list_udp(&mut self, family: IpFamily, out: &mut Vec<Flow>) -> Result<bool, EngineError>;
+
+    /// The UDP flows sent to each scope (a NodePort: to that port, any address), appended
+    /// to `out` (each flow once). One completeness per scope, in order.
+    fn list(&mut self, scopes: &[Scope], out: &mut Vec<Flow>) -> Result<Vec<bool>, EngineError>;
+
+    /// Delete exactly these flows (by tuple, zone and id). One outcome per flow, in
+    /// order (missing ones count as failed).
+    fn delete(&mut self, flows: &[Flow]) -> Result<Vec<Removal>, EngineError>;
+
+    /// Open the stream of conntrack NEW/DESTROY events for UDP flows (None: not
+    /// available here; the cleanup then lists destinations from the kernel).
+    fn events(&mut self) -> Option<Box<dyn FlowEvents>> {
+        None
+    }
+
+    /// How listings are made, for the metrics (`filtered-dump`, `port-dump`,
+    /// `full-dump`; `unknown` when the kernel side does not say).
+    fn listing(&self) -> &'static str {
+        "unknown"
+    }
+}
+
+/// What one wait on the event stream gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CleanupOutcome {
-    /// Every matching entry was deleted (`entries`: how many, when the kernel says;
-    /// `Some(0)`: none matched). Done.
-    Deleted { entries: Option<u64> },
-    /// The entries found were gone by the time they were deleted (ENOENT). Done.
-    AlreadyGone,
-    /// The call's work cap was hit before this target was finished: entries may remain.
-    Capped,
-    /// A dump stayed interrupted: entries may remain.
-    Incomplete,
-    /// The kernel refused, or the call failed: nothing is known.
-    Failed,
+pub enum Received {
+    /// Events were appended (maybe none).
+    Events,
+    /// The kernel dropped events (the receive buffer overflowed): seed again.
+    Lost,
+    /// `stop` became readable.
+    Stopped,
 }
 
-impl std::fmt::Display for CleanupOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CleanupOutcome::Deleted { entries: Some(n) } => write!(f, "deleted {n}"),
-            CleanupOutcome::Deleted { entries: None } => f.write_str("deleted"),
-            CleanupOutcome::AlreadyGone => f.write_str("already gone"),
-            CleanupOutcome::Capped => f.write_str("capped"),
-            CleanupOutcome::Incomplete => f.write_str("incomplete"),
-            CleanupOutcome::Failed => f.write_str("failed"),
-        }
-    }
-}
-
-impl CleanupOutcome {
-    /// Whether the target is finished (it leaves the pending set).
-    pub fn done(&self) -> bool {
-        matches!(
-            self,
-            CleanupOutcome::Deleted { .. } | CleanupOutcome::AlreadyGone
-        )
-    }
-}
-
-/// The conntrack side of the kernel (fakeable in tests).
-pub trait ConntrackKernel {
-    /// Delete the entries matching each filter. One outcome per filter, in order; an
-    /// `Err` means every filter failed. (Missing outcomes count as failed.)
-    fn delete(
-        &mut self,
-        filters: &[ct_netlink::Filter],
-    ) -> Result<Vec<CleanupOutcome>, EngineError>;
-
-    /// [`ConntrackKernel::delete`] with, per filter, the strategy that served it and the
-    /// entries it deleted (also when it was not finished), for the metrics.
-    fn delete_detailed(
-        &mut self,
-        filters: &[ct_netlink::Filter],
-    ) -> Result<Vec<FilterDetail>, EngineError> {
-        Ok(self
-            .delete(filters)?
-            .into_iter()
-            .map(|outcome| FilterDetail {
-                outcome,
-                strategy: None,
-                deleted: match outcome {
-                    CleanupOutcome::Deleted { entries } => entries,
-                    _ => Some(0),
-                },
-            })
-            .collect())
-    }
-}
-
-/// One filter of a delete call, for the metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FilterDetail {
-    pub outcome: CleanupOutcome,
-    /// How the filter was served (`None`: not known).
-    pub strategy: Option<ct_netlink::Strategy>,
-    /// Entries deleted (`None`: a filtered flush, which the kernel does not count).
-    pub deleted: Option<u64>,
-}
-
-impl ConntrackKernel for ct_netlink::Conntrack {
-    fn delete(
-        &mut self,
-        filters: &[ct_netlink::Filter],
-    ) -> Result<Vec<CleanupOutcome>, EngineError> {
-        let report = ct_netlink::Conntrack::delete(self, filters)?;
-        Ok(outcomes(filters, &report))
-    }
-    fn delete_detailed(
-        &mut self,
-        filters: &[ct_netlink::Filter],
-    ) -> Result<Vec<FilterDetail>, EngineError> {
-        let report = ct_netlink::Conntrack::delete(self, filters)?;
-        Ok(outcomes(filters, &report)
-            .into_iter()
-            .zip(filters)
-            .map(|(outcome, f)| {
-                let line = report.per_filter.iter().find(|r| r.filter == *f);
-                FilterDetail {
-                    outcome,
-                    strategy: line.map(|r| r.strategy),
-                    deleted: line.map_or(Some(0), |r| r.deleted),
-                }
-            })
-            .collect())
-    }
-}
-
-/// One outcome per filter from a [`ct_netlink::DeleteReport`], which gives each filter
-/// its own outcome (a filter is done only when its matching was complete). A filter the
-/// report does not mention failed.
-pub fn outcomes(
-    filters: &[ct_netlink::Filter],
-    report: &ct_netlink::DeleteReport,
-) -> Vec<CleanupOutcome> {
-    filters
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            // Reports list the filters in order; look the filter up if they do not.
-            let line = report
-                .per_filter
-                .get(i)
-                .filter(|r| r.filter == *f)
-                .or_else(|| report.per_filter.iter().find(|r| r.filter == *f));
-            let Some(r) = line else {
-                return CleanupOutcome::Failed;
-            };
-            match r.outcome() {
-                ct_netlink::Outcome::Deleted(entries) => CleanupOutcome::Deleted { entries },
-                ct_netlink::Outcome::AlreadyGone => CleanupOutcome::AlreadyGone,
-                ct_netlink::Outcome::Capped => CleanupOutcome::Capped,
-                ct_netlink::Outcome::Incomplete => CleanupOutcome::Incomplete,
-                ct_netlink::Outcome::Failed(_) => CleanupOutcome::Failed,
-            }
-        })
-        .collect()
+/// The conntrack event stream (read on a thread of its own).
+pub trait FlowEvents: Send {
+    /// Wait until events arrive (appended to `out`) or `stop` becomes readable.
+    fn recv(&mut self, out: &mut Vec<FlowEvent>, stop: BorrowedFd<'_>)
+        -> std::io::Result<Received>;
 }
 
 /// A source of time (injectable for tests).
@@ -206,99 +120,4 @@ impl Clock for SystemClock {
 }
 
 /// Opens the conntrack socket (probing the kernel); called again while it fails.
-pub type ConntrackOpener<C> = Box<dyn FnMut() -> Result<C, EngineError>>;
-
-/// The conntrack kernel, or why it is unavailable and how to try again.
-pub(crate) struct CtSlot<C> {
-    pub kernel: Option<C>,
-    pub opener: Option<ConntrackOpener<C>>,
-    /// Why it is unavailable, and when to try opening it again.
-    pub unavailable: Option<(String, Instant)>,
-    /// The kernel is lent to a cleanup slice running beside the engine.
-    pub lent: bool,
-}
-
-impl<C> CtSlot<C> {
-    pub fn ready(c: C) -> CtSlot<C> {
-        CtSlot {
-            kernel: Some(c),
-            opener: None,
-            unavailable: None,
-            lent: false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ct_netlink::{DeleteReport, Filter, FilterReport, Strategy};
-
-    /// A report line: (filter, deleted, already gone, errno, capped, incomplete).
-    type Line = (Filter, Option<u64>, u64, Option<i32>, bool, bool);
-
-    fn report(lines: &[Line]) -> DeleteReport {
-        DeleteReport {
-            strategy: Strategy::FilteredDump,
-            per_filter: lines
-                .iter()
-                .map(
-                    |&(filter, deleted, already_gone, errno, capped, incomplete)| FilterReport {
-                        filter,
-                        deleted,
-                        already_gone,
-                        failed: u64::from(errno.is_some()),
-                        unacked: 0,
-                        capped,
-                        incomplete,
-                        errno,
-                        strategy: Strategy::FilteredDump,
-                    },
-                )
-                .collect(),
-            plans: Vec::new(),
-            deleted: 0,
-            exact: true,
-            capped: false,
-            incomplete: false,
-            dump_retries: 0,
-            scanned: 0,
-            walks: 0,
-        }
-    }
-
-    #[test]
-    fn outcomes_per_filter_from_a_delete_report() {
-        let a = Filter::udp_orig_dst("198.18.0.1".parse().unwrap(), Some(53));
-        let b = Filter::udp_reply_src("198.18.0.2".parse().unwrap(), 5353);
-        let c = Filter::udp_nodeport(ct_netlink::Family::V4, 30053);
-        let d = Filter::udp_orig_dst("198.18.0.4".parse().unwrap(), Some(53));
-        let e = Filter::udp_orig_dst("198.18.0.5".parse().unwrap(), Some(53));
-        let f = Filter::udp_orig_dst("198.18.0.6".parse().unwrap(), Some(53));
-        let r = report(&[
-            (a, Some(3), 0, None, false, false),
-            (b, Some(0), 2, None, false, false),
-            (c, None, 0, None, false, false),
-            (d, Some(1), 0, Some(libc::EPERM), false, false),
-            (e, Some(1), 0, None, true, false),
-            (f, Some(1), 0, None, false, true),
-        ]);
-        use CleanupOutcome::*;
-        assert_eq!(
-            outcomes(&[a, b, c, d, e, f], &r),
-            vec![
-                Deleted { entries: Some(3) },
-                AlreadyGone,
-                Deleted { entries: None },
-                Failed,
-                Capped,
-                Incomplete
-            ]
-        );
-        // A filter the report does not mention failed.
-        assert_eq!(
-            outcomes(&[c, a], &report(&[(a, Some(1), 0, None, false, false)])),
-            vec![Failed, Deleted { entries: Some(1) }]
-        );
-    }
-}
+pub type ConntrackOpener<C> = Box<dyn FnMut() -> Result<C, EngineError> + Send>;

@@ -24,20 +24,21 @@
 //! - [`run`]: the loop around it.
 
 mod backoff;
+pub mod cleaner;
 pub mod cleanup;
 pub mod compile;
+mod conntrack;
+mod ctnetlink;
 pub mod engine;
 pub mod isolate;
 pub mod kernel;
-pub mod pending;
 pub mod plan;
 mod publish;
 pub mod run;
 pub mod schedule;
-pub mod slice;
+pub mod stale;
 pub mod status;
 mod sync;
-pub mod targets;
 mod trials;
 pub mod watch;
 
@@ -49,8 +50,7 @@ use std::time::Instant;
 pub use engine::{Engine, SideCommits, Work};
 pub use kernel::ConntrackOpener;
 pub use kernel::{
-    CleanupOutcome, Clock, CommitStats, ConntrackKernel, FilterDetail, Listening, NftKernel,
-    SystemClock,
+    Clock, CommitStats, ConntrackKernel, FlowEvents, Listening, NftKernel, Received, SystemClock,
 };
 pub use proxy_status::{
     CleanupReport, FilterWork, ForeignWriter, HealthCheck, LocalhostNodePort, NodeHealth, Observer,
@@ -120,8 +120,9 @@ pub struct EngineConfig {
     pub retry_max: Duration,
     /// Watch nftables events and repair our tables when another program changes them.
     pub watch_tamper: bool,
-    /// At most this many conntrack cleanup targets per kernel call (one call per loop
-    /// turn, so a backlog never holds rule syncs back for more than one call).
+    /// At most this many flows deleted, or destinations listed, per conntrack kernel
+    /// call (one call per loop turn, so a backlog never holds rule syncs back for more
+    /// than one call).
     pub cleanup_slice_targets: usize,
     /// How often to try opening ctnetlink again while it is unavailable.
     pub conntrack_reprobe: Duration,

@@ -1,7 +1,6 @@
-//! The planner (pure): from the desired state, what we know of the kernel and the
-//! pending cleanup targets, the plan of one commit: its batch, the cleanup targets our
-//! tables record once it is committed, the targets it makes (cleared only after it is
-//! committed), and why it looks as it does.
+//! The planner (pure): from the desired state and what we know of the kernel, the plan
+//! of one commit: its batch, why it looks as it does, and (planned from our tables read
+//! back) the UDP destinations it starts serving that the kernel's tables did not.
 //!
 //! Two ways to the batch:
 //! - the kernel holds exactly what we committed last (the generation says nobody else
@@ -16,10 +15,10 @@ use std::collections::BTreeSet;
 use nft_model::{Family, Op, PackedTable, Table, TableRef};
 use ruleset::Compiler;
 
+use ruleset::UdpDest;
+
 use crate::compile::families;
 use crate::our_tables;
-use crate::pending;
-use crate::targets::{self, Target};
 
 /// What we know of one of our tables in the kernel.
 #[derive(Debug, Clone)]
@@ -79,24 +78,8 @@ pub struct Desired<'a> {
     pub compiler: &'a Compiler,
     /// The compiler's batch since our last commit (None: only a diff can tell).
     pub ops: Option<&'a [Op]>,
-    /// UDP destinations served since our last commit, and UDP endpoints that stopped
-    /// serving since then (the compiler's net change).
-    pub became_served: &'a BTreeSet<Target>,
-    pub stopped: &'a BTreeSet<Target>,
     /// Replace our tables rather than diff them.
     pub replace: bool,
-}
-
-/// The cleanup side of the plan.
-pub struct Cleanup<'a> {
-    /// False: targets are found and dropped (a test-only switch).
-    pub enabled: bool,
-    pub pending: &'a BTreeSet<Target>,
-    /// What our tables record as of our last commit.
-    pub recorded: &'a BTreeSet<Target>,
-    /// This process has not committed yet: the endpoint targets come from the tables a
-    /// previous run left, and the targets it recorded there are resumed.
-    pub first: bool,
 }
 
 /// One commit, planned.
@@ -105,20 +88,15 @@ pub struct Plan {
     pub ops: Vec<Op>,
     /// The generation the batch is computed against (it guards the commit).
     pub genid: u32,
-    /// The targets our tables record once the batch is committed.
-    pub records: BTreeSet<Target>,
-    /// The targets the batch makes (and those resumed): pending once it is committed,
-    /// cleared only then.
-    pub clears: BTreeSet<Target>,
-    /// Of `clears`, those a previous run recorded and did not finish.
-    pub resumed: usize,
-    /// Targets found while the cleanup is disabled (dropped).
-    pub dropped: usize,
+    /// Planned from our tables read back: the UDP destinations the desired tables serve
+    /// and those did not (after another program deleted our table, packets in the gap
+    /// made un-NATed entries: the cleanup judges their flows).
+    pub became_served: BTreeSet<UdpDest>,
     pub why: Why,
 }
 
 /// Plan one commit.
-pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
+pub fn plan(kernel: Kernel, want: &Desired) -> Plan {
     let families = families(want.compiler);
     let (genid, read, was_trusted) = match kernel {
         Kernel::Trusted { genid } => (genid, None, false),
@@ -129,99 +107,43 @@ pub fn plan(kernel: Kernel, want: &Desired, cleanup: &Cleanup) -> Plan {
         } => (genid, Some(tables), was_trusted),
     };
     let incremental = !want.replace && want.ops.is_some() && read.is_none();
+    if incremental {
+        return Plan {
+            ops: want.ops.map(<[Op]>::to_vec).unwrap_or_default(),
+            genid,
+            became_served: BTreeSet::new(),
+            why: Why::Incremental,
+        };
+    }
     // the desired tables, their large sets' elements packed (shared with the
     // compiler): a table created from scratch is created from them as they are
-    let desired = (!incremental).then(|| want.compiler.packed_tables());
-    let (clears, resumed, dropped) =
-        cleanup_targets(read.as_ref(), desired.as_deref(), want, cleanup);
-    let records: BTreeSet<Target> = cleanup
-        .pending
-        .iter()
-        .chain(clears.iter())
-        .filter(|t| families.contains(&pending::family_of(t)))
-        .copied()
-        .collect();
-    let (ops, why) = match (desired, read) {
-        (None, _) => {
-            let mut ops = want.ops.map(<[Op]>::to_vec).unwrap_or_default();
-            ops.extend(pending::recorded_ops(&families, cleanup.recorded, &records));
-            (ops, Why::Incremental)
-        }
-        (Some(mut d), read) => {
-            let base = read.unwrap_or_else(|| ours(&families));
-            // We knew what the kernel held, but the generation moved: did another
-            // program change our tables? (Our last batch played forward on the tables
-            // read back must reach the desired ones.)
-            let repaired = match (was_trusted, want.ops) {
-                (true, Some(ops)) => {
-                    let mut ours = ops.to_vec();
-                    ours.extend(pending::recorded_ops(
-                        &families,
-                        cleanup.recorded,
-                        &BTreeSet::new(),
-                    ));
-                    drifted(&base, &ours, &d)
-                }
-                _ => false,
-            };
-            pending::record_in_tables(d.iter_mut().map(|t| &mut t.table), records.iter());
-            if want.replace {
-                (replace(&base, d), Why::Replacement)
-            } else {
-                (
-                    batch(&base, d),
-                    if repaired { Why::Repair } else { Why::Full },
-                )
-            }
-        }
+    let d = want.compiler.packed_tables();
+    let became_served = read
+        .as_ref()
+        .map(|base| became_served(base, &d))
+        .unwrap_or_default();
+    let base = read.unwrap_or_else(|| ours(&families));
+    // We knew what the kernel held, but the generation moved: did another program
+    // change our tables? (Our last batch played forward on the tables read back must
+    // reach the desired ones.)
+    let repaired = match (was_trusted, want.ops) {
+        (true, Some(ops)) => drifted(&base, ops, &d),
+        _ => false,
+    };
+    let (ops, why) = if want.replace {
+        (replace(&base, d), Why::Replacement)
+    } else {
+        (
+            batch(&base, d),
+            if repaired { Why::Repair } else { Why::Full },
+        )
     };
     Plan {
         ops,
         genid,
-        records,
-        clears,
-        resumed,
-        dropped,
+        became_served,
         why,
     }
-}
-
-/// The conntrack targets this plan clears after its commit: those implied by going
-/// from the kernel's rules to the desired ones, and on this process's first commit those
-/// recorded in our tables (resumed); none when cleanup is off (all dropped).
-/// Returns (targets to clear, how many were resumed, how many were dropped).
-fn cleanup_targets(
-    read: Option<&Bases>,
-    desired: Option<&[PackedTable]>,
-    want: &Desired,
-    cleanup: &Cleanup,
-) -> (BTreeSet<Target>, usize, usize) {
-    // Targets implied by going from the kernel's rules to the desired ones.
-    let mut found = match (read, desired) {
-        (Some(base), Some(d)) => became_served(base, d),
-        _ => want.became_served.clone(),
-    };
-    // Endpoints that stopped serving: on this process's first commit, those in the
-    // endpoint maps of the tables the kernel holds and in none of the desired ones;
-    // afterwards, the compiler's net change since the last commit.
-    match (read, desired, cleanup.first) {
-        (Some(base), Some(d), true) => found.extend(gone_from_tables(base, d)),
-        _ => found.extend(want.stopped.iter().copied()),
-    }
-    let mut clears = BTreeSet::new();
-    let mut resumed = 0;
-    let mut dropped = 0;
-    if cleanup.enabled {
-        if let (Some(base), true) = (read, cleanup.first) {
-            let r = pending::recorded_in(known_tables(base));
-            resumed = r.len();
-            clears.extend(r);
-        }
-        clears.extend(found);
-    } else {
-        dropped = found.len();
-    }
-    (clears, resumed, dropped)
 }
 
 /// Our tables as the kernel holds them when it holds what we committed: present for
@@ -324,29 +246,16 @@ pub fn replace(base: &Bases, desired: Vec<PackedTable>) -> Vec<Op> {
     ops
 }
 
-/// The destination targets of going from the kernel's tables (`base`, as dumped) to
-/// `desired`: UDP destinations served now and not before.
-pub fn became_served(base: &Bases, desired: &[PackedTable]) -> BTreeSet<Target> {
-    let old = targets::served_destinations(known_tables(base));
-    targets::served_destinations(desired)
+/// The UDP destinations `desired` serves and the kernel's tables (`base`, as dumped)
+/// did not.
+pub fn became_served(base: &Bases, desired: &[PackedTable]) -> BTreeSet<UdpDest> {
+    let of = |s: ruleset::Served| match s {
+        ruleset::Served::Dst { addr, port } => UdpDest::Addr { addr, port },
+        ruleset::Served::NodePort { v6, port } => UdpDest::NodePort { v6, port },
+    };
+    let old = ruleset::incremental::served_destinations(known_tables(base));
+    ruleset::incremental::served_destinations(desired)
         .difference(&old)
-        .copied()
-        .collect()
-}
-
-/// Endpoint targets on this process's first commit: every UDP endpoint of the dumped
-/// tables that is in none of the desired ones (the UDP endpoints that disappeared while
-/// no engine ran).
-pub fn gone_from_tables(base: &Bases, desired: &[PackedTable]) -> BTreeSet<Target> {
-    let before = targets::table_endpoints(known_tables(base));
-    if before.is_empty() {
-        // a start into empty tables: no need to list the desired endpoints
-        return BTreeSet::new();
-    }
-    let now = targets::table_endpoints(desired);
-    before
-        .into_iter()
-        .filter(|e| !now.contains(e))
-        .map(|(addr, port)| Target::Endpoint { addr, port })
+        .map(|s| of(*s))
         .collect()
 }

@@ -11,7 +11,7 @@ use crate::kernel::{Clock, ConntrackKernel, NftKernel};
 use crate::sync::Followup;
 use crate::{EngineError, SyncReport};
 
-impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// A sync that started at `now` succeeded.
     pub(crate) fn synced(&mut self, now: Instant, report: &SyncReport, followup: Followup) {
         log_sync(report);

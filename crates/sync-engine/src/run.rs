@@ -1,8 +1,9 @@
 //! The loop around the engine: events in, the work that is due, nothing else. It sleeps
 //! until the next piece of work is due or an event arrives (no polling): the sources'
 //! events, the nftables notifications, read by a watcher thread of its own, and the
-//! conntrack cleanup slices coming back from the cleanup worker thread (each slice's
-//! kernel calls run there, so a walk of a large conntrack table never delays a sync).
+//! reports of the conntrack cleanup, which runs on a thread of its own (`ct-cleanup`,
+//! with its event reader `ct-events`): it is told of every commit and never delays a
+//! sync.
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Duration;
@@ -11,8 +12,7 @@ use flume::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::Engine;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel, SystemClock};
-use crate::slice::{Slice, SliceDone};
-use crate::{our_tables, watch, EngineConfig, EngineError, Event};
+use crate::{cleaner, our_tables, watch, CleanupReport, EngineConfig, EngineError, Event};
 
 /// How long the loop sleeps when nothing is due (it wakes for events anyway).
 const IDLE: Duration = Duration::from_secs(3600);
@@ -31,10 +31,10 @@ pub fn channel(cap: usize) -> (EventSender, EventReceiver) {
 /// What the loop woke up for. (The event is not boxed: it is moved once, as on the
 /// channel.)
 #[allow(clippy::large_enum_variant)]
-enum Woke<C> {
+enum Woke {
     Event(Event),
     Notified(watch::Poll),
-    Cleaned(SliceDone<C>),
+    Cleaned(CleanupReport),
     Closed,
     /// The watcher thread ended (its sender dropped).
     WatcherGone,
@@ -44,26 +44,32 @@ enum Woke<C> {
 }
 
 /// The loop, on the calling thread: handles events, does the work that is due
-/// ([`Engine::next_work`]: a sync, a conntrack cleanup slice, a check of a skipped
-/// port, re-opening ctnetlink), and (when `watch_tamper` is on) follows nftables
-/// notifications to repair our tables when another program changes them. Conntrack
-/// cleanup slices run on a worker thread (`ct-cleanup`), one at a time, each sent
-/// after the commit that made its targets; the loop goes on syncing meanwhile. Events
-/// are taken between any two pieces of work. Returns on [`Event::Shutdown`] or when
-/// every sender is dropped (a slice still running is left to finish on its own; its
-/// targets stay recorded in our tables). Sync failures are retried, never returned.
+/// ([`Engine::next_work`]: a sync, a check of a skipped port), and (when `watch_tamper`
+/// is on) follows nftables notifications to repair our tables when another program
+/// changes them. The conntrack cleanup runs on a thread of its own (`ct-cleanup`), told
+/// of every commit; the loop goes on syncing meanwhile and takes its reports for the
+/// metrics. Events are taken between any two pieces of work. Returns on
+/// [`Event::Shutdown`] or when every sender is dropped (the cleanup thread then ends;
+/// what it had not done is judged again by the next run). Sync failures are retried,
+/// never returned.
 pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
     mut engine: Engine<N, C, K>,
     events: EventReceiver,
 ) -> Result<(), EngineError> {
     // A channel whose sender is gone leaves the selection (a closed channel would wake
     // the selector at once, every time).
-    let (done_tx, cleaned) = flume::bounded::<SliceDone<C>>(1);
-    let mut cleaned = Some(cleaned);
-    match start_cleaner(done_tx) {
-        Ok(jobs) => engine.clean_beside(jobs),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot start the conntrack cleanup thread; cleaning after each commit on the engine's thread")
+    let mut cleaned = None;
+    if let Some(c) = engine.take_cleaner() {
+        match cleaner::beside(c) {
+            Ok(b) => {
+                engine.clean_beside(b.tx);
+                cleaned = Some(b.reports);
+            }
+            Err(b) => {
+                let (e, c) = *b;
+                tracing::warn!(error = %e, "cannot start the conntrack cleanup thread; cleaning after each commit on the engine's thread");
+                engine.clean_here(c);
+            }
         }
     }
     // The watcher listens from our first commit on: that commit creates every element
@@ -120,8 +126,8 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
                 engine.handle(Event::Nftables(p));
                 None
             }
-            Woke::Cleaned(done) => {
-                engine.slice_done(done);
+            Woke::Cleaned(r) => {
+                engine.cleaned(r);
                 None
             }
             Woke::WatcherGone => {
@@ -130,7 +136,12 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
             }
             Woke::CleanerGone => {
                 cleaned = None;
-                engine.cleaner_gone();
+                tracing::error!(
+                    "the conntrack cleanup thread ended; stale UDP flows are no longer deleted"
+                );
+                engine.status().update(|s| {
+                    s.cleanup_unavailable = Some("the conntrack cleanup thread ended".into())
+                });
                 None
             }
             Woke::Closed => return Ok(()),
@@ -152,24 +163,6 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
             }
         }
     }
-}
-
-/// The cleanup worker: runs each slice it is sent and sends it back on `done`. It ends
-/// when the loop drops its sender (after the slice under way, if any).
-fn start_cleaner<C: ConntrackKernel + Send + 'static>(
-    done: Sender<SliceDone<C>>,
-) -> std::io::Result<Sender<Slice<C>>> {
-    let (jobs, rx) = flume::bounded::<Slice<C>>(1);
-    std::thread::Builder::new()
-        .name("ct-cleanup".into())
-        .spawn(move || {
-            for slice in rx.iter() {
-                if done.send(slice.run()).is_err() {
-                    return;
-                }
-            }
-        })?;
-    Ok(jobs)
 }
 
 /// The nftables watcher on a thread of its own (its socket opened in the loop's

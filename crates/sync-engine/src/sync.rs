@@ -8,11 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nft_model::Op;
 
-use crate::cleanup::Cleaned;
+use crate::conntrack::Cleaned;
 use crate::engine::Engine;
 use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
 use crate::plan::{self, Base, Kernel, Plan, Why};
-use crate::targets::{self, Target};
 use crate::{compile, isolate, next_generation, our_tables, EngineError, SyncReport};
 
 /// How often one sync plans its batch again without the service ports a refusal is to
@@ -47,12 +46,12 @@ pub(crate) struct Committed {
     stats: CommitStats,
     commit: Duration,
     committed_at: SystemTime,
-    pub(crate) clears: BTreeSet<Target>,
-    pub(crate) dropped: usize,
+    /// UDP destinations the tables read back did not serve (a commit planned from them).
+    pub(crate) served: BTreeSet<ruleset::UdpDest>,
     followup: Followup,
 }
 
-impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// Sync now: compile, commit one atomic batch, then (only on success) clear the
     /// conntrack targets. A failed sync changes nothing, keeps its targets pending and
     /// is retried with a backoff.
@@ -85,8 +84,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         let t0 = Instant::now();
         self.advance();
         let compile = t0.elapsed();
-        let committed = self.commit_or_exclude()?;
-        let cleaned = self.clear(&committed.clears, committed.dropped);
+        let mut committed = self.commit_or_exclude()?;
+        let cleaned = self.ct_committed(std::mem::take(&mut committed.served));
         Ok(self.report(committed, cleaned, compile, full))
     }
 
@@ -108,13 +107,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             &self.skips.excluded(),
             changes,
         );
-        self.serving.add(step.stopped, step.started);
-        self.became_served.extend(step.became_served);
-        // only what the desired tables still serve (a port left out since is no target)
-        if let Some(c) = self.compiler.as_ref() {
-            self.became_served
-                .retain(|t| targets::served_of(t).is_none_or(|s| c.serves(&s)));
-        }
+        self.udp_touched.extend(step.udp_touched);
+        self.judge_full |= step.full;
         // the compiler's batch starts from our last commit only once one was made with
         // this compiler
         self.step_ops = step.ops.filter(|_| !built && self.batch_valid);
@@ -182,6 +176,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let kernel = self.read_kernel().map_err(Failure::Other)?;
             let plan = self.plan(kernel, replace)?;
             let t = Instant::now();
+            self.ct_begin();
             let result = if plan.ops.is_empty() {
                 Ok(CommitStats::default())
             } else {
@@ -193,15 +188,22 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                     if tries < 3 =>
                 {
                     tracing::debug!("ruleset changed under us; re-reading and retrying");
+                    self.ct_aborted();
                     self.trust = None;
                 }
                 Err(e) if e.is_rejection() => {
+                    self.ct_aborted();
                     return Err(Failure::Refused {
                         error: e,
                         ops: plan.ops,
-                    })
+                    });
                 }
                 Err(e) => {
+                    if outcome_unknown(&e) {
+                        self.ct_unknown();
+                    } else {
+                        self.ct_aborted();
+                    }
                     self.trust = None;
                     return Err(Failure::Other(e));
                 }
@@ -243,22 +245,12 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 "no compiler after compiling".into(),
             )));
         };
-        let pending: BTreeSet<Target> = self.pending.targets().copied().collect();
-        let stopped = self.serving.targets();
         let want = plan::Desired {
             compiler,
             ops: self.step_ops.as_deref(),
-            became_served: &self.became_served,
-            stopped: &stopped,
             replace,
         };
-        let cleanup = plan::Cleanup {
-            enabled: self.cfg.conntrack_cleanup,
-            pending: &pending,
-            recorded: &self.recorded,
-            first: !self.applied,
-        };
-        Ok(plan::plan(kernel, &want, &cleanup))
+        Ok(plan::plan(kernel, &want))
     }
 
     /// Commit with the watcher's subscription dropped (see [`crate::kernel::Listening`]), taken again
@@ -308,58 +300,20 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         }
         self.batch_valid = true;
         self.step_ops = Some(Vec::new());
-        self.recorded = plan.records;
         self.applied = true;
-        self.serving.clear();
-        self.became_served.clear();
         for p in self.skips.committed() {
             tracing::info!(service = %p.service, port = %p.port_name,
                 "service port accepted by the kernel again; no longer skipped");
         }
         self.publish_skipped();
-        if plan.resumed > 0 {
-            tracing::info!(
-                targets = plan.resumed,
-                "resuming conntrack cleanup targets recorded by a previous run"
-            );
-        }
-        let now = self.clock.now();
-        for t in &plan.clears {
-            self.pending.add(*t, now);
-        }
         Committed {
             why: plan.why,
             ops: plan.ops.len(),
             stats,
             commit,
             committed_at: SystemTime::now(),
-            clears: plan.clears,
-            dropped: plan.dropped,
+            served: plan.became_served,
             followup,
-        }
-    }
-
-    /// The conntrack cleanup of a commit: its own targets first (one bounded slice, on
-    /// this thread; or, when slices run beside the engine, handed to the next slice,
-    /// which the loop sends off at once: the report counts them, their time and
-    /// deletions are the slice's own report).
-    pub(crate) fn clear(&mut self, fresh: &BTreeSet<Target>, dropped: usize) -> Cleaned {
-        if self.cfg.conntrack_cleanup && self.cleaner.is_some() {
-            self.fresh.extend(fresh.iter().copied());
-            return Cleaned {
-                targets: fresh.len(),
-                ..Cleaned::default()
-            };
-        }
-        if self.cfg.conntrack_cleanup {
-            return self.cleanup_slice(fresh);
-        }
-        if dropped > 0 {
-            tracing::debug!(targets = dropped, "conntrack cleanup disabled; skipped");
-        }
-        Cleaned {
-            targets: dropped,
-            ..Cleaned::default()
         }
     }
 
@@ -374,7 +328,6 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             let conflicts = comp.errors();
             self.note_conflicts(&conflicts);
         }
-        self.publish_pending();
         let since_event = self
             .schedule
             .queued_since()
@@ -395,7 +348,7 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
             conntrack: cleaned.took,
             conntrack_deleted: cleaned.deleted,
             conntrack_targets: cleaned.targets,
-            conntrack_pending: self.pending.len(),
+            conntrack_pending: self.status.snapshot().cleanup_pending,
             errors: self.problems(),
             committed_at: Some(c.committed_at),
             since_event,
@@ -417,4 +370,17 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         errors.extend(self.skips.messages());
         errors
     }
+}
+
+/// Whether a failed commit may still have been applied (its answer was lost): the
+/// kernel refused it, or the generation guard stopped it, or it was never encoded, are
+/// known to have changed nothing.
+fn outcome_unknown(e: &EngineError) -> bool {
+    use nft_netlink::NftError as E;
+    !matches!(
+        e,
+        EngineError::Nft(
+            E::Rejected(_) | E::BatchFailed(_) | E::GenerationChanged { .. } | E::Encode(_)
+        )
+    )
 }

@@ -1,6 +1,6 @@
 //! Trying a skipped service port again, between syncs (see [`crate::isolate`]): a batch
 //! that adds just that port's rules to what the kernel holds, committed like any other
-//! (planned, guarded by the generation, its cleanup targets recorded and then cleared).
+//! (planned, guarded by the generation, the conntrack cleanup told of it after).
 //! Made by the incremental compiler (the port taken back in: work proportional to its
 //! service), only while the kernel holds exactly our last commit and the port's Service
 //! has no change waiting, so that a refusal (which changes nothing) is undone exactly by
@@ -15,7 +15,7 @@ use crate::engine::Engine;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel};
 use crate::sync::Failure;
 
-impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
+impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// When a skipped port is due to be tried again (None: none skipped, or none can
     /// be tried before the next sync).
     pub(crate) fn check_due(&self) -> Option<Instant> {
@@ -45,8 +45,8 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
         self.advance_with(only());
         let (initial, max) = self.skip_backoff();
         match self.commit(false) {
-            Ok(c) => {
-                let cleaned = self.clear(&c.clears, c.dropped);
+            Ok(mut c) => {
+                let cleaned = self.ct_committed(std::mem::take(&mut c.served));
                 tracing::debug!(service = %p.service, port = %p.port_name,
                     conntrack_targets = cleaned.targets, "skipped service port programmed");
             }
@@ -62,8 +62,6 @@ impl<N: NftKernel, C: ConntrackKernel, K: Clock> Engine<N, C, K> {
                 if let Some(c) = self.compiler.as_mut() {
                     c.confirm();
                 }
-                self.serving.clear();
-                self.became_served.clear();
                 if !refused {
                     tracing::debug!(service = %p.service, port = %p.port_name, error = %error,
                         "trying a skipped service port failed; trying again later");

@@ -1,6 +1,8 @@
-//! Conntrack cleanup slices running beside the engine (`run`'s worker thread): a slice
-//! never delays the next sync, is only ever taken after the commit that made its
-//! targets, and a target that a commit renews while its slice runs is cleaned again.
+//! The conntrack cleanup running beside the engine (`run`: its own thread, `ct-cleanup`,
+//! and the event reader, `ct-events`): a kernel call never delays the next sync, every
+//! delete follows the commit that made its flows stale, flows learned from conntrack
+//! events are judged by the state committed, and a cleanup thread that dies neither
+//! stops nor spins the loop.
 
 mod common;
 
@@ -8,9 +10,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ct_netlink::Filter;
+use ct_netlink::{Flow, FlowEvent};
 use serde_json::json;
-use sync_engine::slice::Slice;
+use sync_engine::cleanup::{Removal, Scope};
 use sync_engine::*;
 
 fn commits(w: &World) -> usize {
@@ -62,10 +64,32 @@ struct Held {
 }
 
 impl ConntrackKernel for Held {
-    fn delete(&mut self, filters: &[Filter]) -> Result<Vec<CleanupOutcome>, EngineError> {
+    fn list_udp(
+        &mut self,
+        family: kube_model::IpFamily,
+        out: &mut Vec<Flow>,
+    ) -> Result<bool, EngineError> {
         self.gate.pass();
-        self.inner.delete(filters)
+        self.inner.list_udp(family, out)
     }
+    fn list(&mut self, scopes: &[Scope], out: &mut Vec<Flow>) -> Result<Vec<bool>, EngineError> {
+        self.gate.pass();
+        self.inner.list(scopes, out)
+    }
+    fn delete(&mut self, flows: &[Flow]) -> Result<Vec<Removal>, EngineError> {
+        self.inner.delete(flows)
+    }
+}
+
+const OLD: &str = "198.18.2.1";
+
+fn four_old() -> Vec<Flow> {
+    vec![
+        flow(1001, CLUSTER_IP, 53, OLD, 5353),
+        flow(1002, EXTERNAL_IP, 53, OLD, 5353),
+        flow(1003, LB_IP, 53, OLD, 5353),
+        flow(1004, NODE_IP, NODE_PORT, OLD, 5353),
+    ]
 }
 
 fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
@@ -77,13 +101,14 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 /// The loop on real time: the first sync's cleanup is held in the kernel; a change
-/// arriving meanwhile is committed anyway, and the held slice's deletes come after
-/// the commit that made its targets. (Negative control: with the slices on the
-/// engine's thread (`run` without `clean_beside`) the second commit waits for the
+/// arriving meanwhile is committed anyway, and the held listing's deletes come after
+/// the commit that made its flows stale. (Negative control: with the cleanup on the
+/// engine's thread (`run` without `cleaner::beside`) the second commit waits for the
 /// gate and the test times out waiting for it.)
 #[test]
-fn a_slice_held_in_the_kernel_does_not_delay_the_next_sync() {
+fn a_cleanup_held_in_the_kernel_does_not_delay_the_next_sync() {
     let w = World::new();
+    w.flows(&four_old());
     let mut cfg = w.config(true);
     cfg.min_sync_period = Duration::from_millis(50);
     let gate = Gate::default();
@@ -95,6 +120,7 @@ fn a_slice_held_in_the_kernel_does_not_delay_the_next_sync() {
     let (tx, rx) = channel(64);
     let loop_thread = std::thread::spawn(move || run(Engine::new(cfg, nft, ct, SystemClock), rx));
     for ev in [
+        Event::NodeApplied(node()),
         Event::ServiceApplied(udp_lb()),
         Event::SliceApplied(slice("dns-1", &[("198.18.2.2", true, true, false)])),
         Event::ServicesListed,
@@ -113,84 +139,170 @@ fn a_slice_held_in_the_kernel_does_not_delay_the_next_sync() {
     });
     assert!(deletes(&w.log.lock().unwrap()).is_empty(), "still held");
     gate.open();
-    wait_for("the held slice's deletes", || {
+    wait_for("the held listing's deletes", || {
         deletes(&w.log.lock().unwrap()).len() == 4
     });
     tx.send(Event::Shutdown).unwrap();
     loop_thread.join().unwrap().unwrap();
     let calls = w.take();
-    assert_eq!(deletes(&calls), four_deletes(), "{calls:?}");
+    assert_eq!(deletes(&calls), four_old(), "{calls:?}");
     assert_deletes_after_commit(&calls);
 }
 
-/// A slice taken, then (while it is out) the service loses its endpoint and gets it
-/// back: the second commit makes the same targets again. The slice that was out may
-/// have walked past entries made between those commits, so its "done" does not finish
-/// them: they stay pending and the next slice cleans them. (Negative control: with the
-/// renewal ignored (`Pending::record` finishing a done target whatever its renewal
-/// count) the targets are gone after the first slice and no second slice is sent.)
-#[test]
-fn a_target_renewed_while_its_slice_is_out_is_cleaned_again() {
-    let w = World::new();
-    let mut e = w.engine(true);
-    let (jobs, slices) = flume::unbounded::<Slice<FakeCt>>();
-    e.clean_beside(jobs);
-    e.handle(Event::ServiceApplied(udp_lb()));
-    let ready = slice("dns-1", &[("198.18.2.2", true, true, false)]);
-    e.handle(Event::SliceApplied(ready.clone()));
-    listed(&mut e);
-    let r = e.sync().unwrap();
-    assert_eq!(
-        (r.conntrack_targets, r.conntrack_deleted),
-        (4, 0),
-        "handed to the slice"
-    );
-    assert!(deletes(&w.take()).is_empty(), "nothing deleted inline");
-    assert_eq!(e.step(), Some(Work::Cleanup));
-    let out = slices.try_recv().expect("the slice is sent to the worker");
-    assert!(
-        e.next_work().is_none_or(|(_, w)| w != Work::Cleanup),
-        "one slice at a time"
-    );
+/// The fake conntrack kernel with an event stream the test feeds.
+struct WithEvents {
+    inner: FakeCt,
+    events: Option<FakeEvents>,
+}
 
-    // While it is out: no endpoint, then the endpoint again (two commits).
-    w.clock.advance(Duration::from_secs(2));
-    e.handle(Event::SliceApplied(slice("dns-1", &[])));
-    e.sync().unwrap();
-    w.clock.advance(Duration::from_secs(2));
-    e.handle(Event::SliceApplied(ready));
-    let r = e.sync().unwrap();
-    assert_eq!(r.conntrack_targets, 4, "made targets again");
-
-    e.slice_done(out.run());
-    // the four renewed, and the endpoint the first of the two commits removed
-    let pending: Vec<Filter> = e.pending_targets().iter().map(|t| t.filter()).collect();
-    assert_eq!(pending.len(), 5, "{pending:?}");
-    for f in four_deletes() {
-        assert!(pending.contains(&f), "renewed while out: {f} still pending");
+impl ConntrackKernel for WithEvents {
+    fn list_udp(
+        &mut self,
+        family: kube_model::IpFamily,
+        out: &mut Vec<Flow>,
+    ) -> Result<bool, EngineError> {
+        self.inner.list_udp(family, out)
     }
-    assert_eq!(e.step(), Some(Work::Cleanup));
-    let again = slices.try_recv().expect("a second slice");
-    e.slice_done(again.run());
-    assert!(e.pending_targets().is_empty());
+    fn list(&mut self, scopes: &[Scope], out: &mut Vec<Flow>) -> Result<Vec<bool>, EngineError> {
+        self.inner.list(scopes, out)
+    }
+    fn delete(&mut self, flows: &[Flow]) -> Result<Vec<Removal>, EngineError> {
+        self.inner.delete(flows)
+    }
+    fn events(&mut self) -> Option<Box<dyn FlowEvents>> {
+        self.events
+            .take()
+            .map(|e| Box::new(e) as Box<dyn FlowEvents>)
+    }
+}
+
+/// Events the test sends; `recv` polls the stop descriptor between looks.
+struct FakeEvents(flume::Receiver<FlowEvent>);
+
+impl FlowEvents for FakeEvents {
+    fn recv(
+        &mut self,
+        out: &mut Vec<FlowEvent>,
+        stop: std::os::fd::BorrowedFd<'_>,
+    ) -> std::io::Result<Received> {
+        use std::os::fd::AsRawFd;
+        loop {
+            while let Ok(e) = self.0.try_recv() {
+                out.push(e);
+            }
+            if !out.is_empty() {
+                return Ok(Received::Events);
+            }
+            let mut p = libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd we own, a 10 ms timeout.
+            if unsafe { libc::poll(&mut p, 1, 10) } > 0 {
+                return Ok(Received::Stopped);
+            }
+        }
+    }
+}
+
+/// With conntrack events: the index is seeded once (every flow judged), then each new
+/// flow is judged as its event comes: one DNAT'ed to a serving endpoint stays, one not
+/// DNAT'ed to a served frontend (made in the instant before the rules served it) and
+/// one DNAT'ed to an endpoint that left go; an endpoint removal is judged from the index
+/// with no listing at all. (Negative control: with `Cleanup::event` not judging new
+/// flows, the two stale arrivals stay and the test times out waiting for them.)
+#[test]
+fn flows_learned_from_events_are_judged_by_the_committed_state() {
+    let w = World::new();
+    w.flows(&four_old());
+    let mut cfg = w.config(true);
+    cfg.min_sync_period = Duration::from_millis(50);
+    let (etx, erx) = flume::unbounded();
+    let ct = WithEvents {
+        inner: w.ct(),
+        events: Some(FakeEvents(erx)),
+    };
+    let nft = w.nft();
+    let (tx, rx) = channel(64);
+    let loop_thread = std::thread::spawn(move || run(Engine::new(cfg, nft, ct, SystemClock), rx));
+    let two = |b: bool| {
+        let mut eps = vec![("198.18.2.2", true, true, false)];
+        if b {
+            eps.push(("198.18.2.3", true, true, false));
+        }
+        slice("dns-1", &eps)
+    };
+    for ev in [
+        Event::NodeApplied(node()),
+        Event::ServiceApplied(udp_lb()),
+        Event::SliceApplied(two(true)),
+        Event::ServicesListed,
+        Event::SlicesListed,
+    ] {
+        tx.send(ev).unwrap();
+    }
+    wait_for("the seed's stale flows deleted", || {
+        deletes(&w.log.lock().unwrap()).len() == 4
+    });
+    let listings = |w: &World| {
+        w.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| matches!(c, Call::List(_)))
+            .count()
+    };
+    assert_eq!(listings(&w), 1, "one seed");
+    let good = flow(7001, CLUSTER_IP, 53, "198.18.2.3", 5353);
+    let unnated_one = unnated(7002, CLUSTER_IP, 53);
+    let to_old = flow(7003, LB_IP, 53, OLD, 5353);
+    let arrivals = [good, unnated_one, to_old];
+    w.flows(&arrivals);
+    for f in arrivals {
+        etx.send(FlowEvent::New(f)).unwrap();
+    }
+    wait_for("the stale arrivals deleted", || {
+        deletes(&w.log.lock().unwrap()).len() == 6
+    });
+    // the endpoint .3 leaves: its flow goes, judged from the index
+    tx.send(Event::SliceApplied(two(false))).unwrap();
+    wait_for("the flow of the endpoint that left", || {
+        deletes(&w.log.lock().unwrap()).len() == 7
+    });
+    assert_eq!(listings(&w), 1, "no listing after the seed");
+    tx.send(Event::Shutdown).unwrap();
+    loop_thread.join().unwrap().unwrap();
     let calls = w.take();
-    assert_eq!(deletes(&calls).len(), 9, "{calls:?}");
+    let mut want = four_old();
+    want.extend([good, unnated_one, to_old]);
+    assert_eq!(deletes(&calls), sorted(want));
     assert_deletes_after_commit(&calls);
 }
 
-/// The fake conntrack kernel that panics in its first delete (a bug in the kernel
-/// layer, on the cleanup thread); the kernels opened after it work.
+/// The fake conntrack kernel that panics in its first listing (a bug in the kernel
+/// layer, on the cleanup thread).
 struct PanicsOnce {
     inner: FakeCt,
     armed: Arc<Mutex<bool>>,
 }
 
 impl ConntrackKernel for PanicsOnce {
-    fn delete(&mut self, filters: &[Filter]) -> Result<Vec<CleanupOutcome>, EngineError> {
+    fn list_udp(
+        &mut self,
+        family: kube_model::IpFamily,
+        out: &mut Vec<Flow>,
+    ) -> Result<bool, EngineError> {
+        self.inner.list_udp(family, out)
+    }
+    fn list(&mut self, scopes: &[Scope], out: &mut Vec<Flow>) -> Result<Vec<bool>, EngineError> {
         if std::mem::take(&mut *self.armed.lock().unwrap()) {
             panic!("injected: the conntrack layer panics on the cleanup thread");
         }
-        self.inner.delete(filters)
+        self.inner.list(scopes, out)
+    }
+    fn delete(&mut self, flows: &[Flow]) -> Result<Vec<Removal>, EngineError> {
+        self.inner.delete(flows)
     }
 }
 
@@ -204,12 +316,10 @@ fn process_cpu() -> Duration {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-/// The cleanup thread dies (a panic in the conntrack layer) with the socket it was lent:
-/// the loop neither spins on the closed channel nor stops; the socket is opened again and
-/// the targets are cleaned on the engine's thread, and later changes are committed.
-/// (Negative control: with the closed channel kept in the selection the loop wakes at
-/// once, every time: about a core of CPU over the idle second; without `cleaner_gone`
-/// the kernel stays lent and the targets are never cleaned.)
+/// The cleanup thread dies (a panic in the conntrack layer): the loop neither spins on
+/// the closed channel nor stops; the cleanup is reported unavailable, and later changes
+/// are committed. (Negative control: with the closed channel kept in the selection the
+/// loop wakes at once, every time: about a core of CPU over the idle second.)
 #[test]
 fn a_cleanup_thread_that_dies_neither_stops_nor_spins_the_loop() {
     let w = World::new();
@@ -217,25 +327,14 @@ fn a_cleanup_thread_that_dies_neither_stops_nor_spins_the_loop() {
     cfg.min_sync_period = Duration::from_millis(50);
     let armed = Arc::new(Mutex::new(true));
     let nft = w.nft();
-    // the first socket panics; the ones opened after it work
-    let mut kernels: Vec<PanicsOnce> = (0..4)
-        .map(|_| PanicsOnce {
-            inner: w.ct(),
-            armed: armed.clone(),
-        })
-        .collect();
+    let ct = PanicsOnce {
+        inner: w.ct(),
+        armed: armed.clone(),
+    };
+    let e = Engine::new(cfg, nft, ct, SystemClock);
+    let status = e.status();
     let (tx, rx) = channel(64);
-    let loop_thread = std::thread::spawn(move || {
-        let open: ConntrackOpener<PanicsOnce> = Box::new(move || {
-            kernels
-                .pop()
-                .ok_or_else(|| EngineError::Other("no more sockets".into()))
-        });
-        run(
-            Engine::with_conntrack_opener(cfg, nft, open, SystemClock),
-            rx,
-        )
-    });
+    let loop_thread = std::thread::spawn(move || run(e, rx));
     for ev in [
         Event::ServiceApplied(udp_lb()),
         Event::SliceApplied(slice("dns-1", &[("198.18.2.2", true, true, false)])),
@@ -245,8 +344,8 @@ fn a_cleanup_thread_that_dies_neither_stops_nor_spins_the_loop() {
         tx.send(ev).unwrap();
     }
     wait_for("the panic", || !*armed.lock().unwrap());
-    wait_for("the targets cleaned with a new socket", || {
-        deletes(&w.log.lock().unwrap()).len() == 4
+    wait_for("the cleanup reported unavailable", || {
+        status.snapshot().cleanup_unavailable.is_some()
     });
     std::thread::sleep(Duration::from_millis(200));
     let cpu0 = process_cpu();

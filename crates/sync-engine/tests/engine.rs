@@ -7,29 +7,45 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use ct_netlink::Filter;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::json;
 use sync_engine::*;
 
+/// Upstream's TestProxierDeleteNodePortStaleUDP, with the flows a node holds: packets
+/// sent to the ClusterIP, the ExternalIP, the LoadBalancer IP and the NodePort while the
+/// service had no endpoint went nowhere (not DNAT'ed). They are deleted after a commit,
+/// never before one: as kube-proxy 1.38 judges them, a port without a serving endpoint
+/// has no flow worth keeping (#139629), so the first commit already deletes them (the
+/// seed's case, a ready endpoint appearing, finds nothing left); flows to other
+/// addresses, to the NodePort number on another host, and TCP stay. When the entries
+/// appear only after that (a client sending while the endpoint is not ready yet), the
+/// ready endpoint's commit deletes them.
 #[test]
 fn delete_nodeport_stale_udp() {
     let w = World::new();
+    w.flows(&four_stale());
+    w.flows(&bystanders());
     let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
     listed(&mut e);
 
-    // No endpoints: no conntrack call.
+    // No endpoints: the first commit lists every UDP flow once (a starting engine
+    // judges everything): the four go, after the commit.
     let r = e.sync().unwrap();
     assert!(r.full);
     let calls = w.take();
     assert!(
-        matches!(calls.as_slice(), [Call::Commit { .. }]),
+        matches!(calls[..2], [Call::Commit { .. }, Call::List(_)]),
         "{calls:?}"
     );
-    assert_eq!(r.conntrack_targets, 0);
+    assert_eq!(deletes(&calls), four_stale(), "{calls:?}");
+    assert_deletes_after_commit(&calls);
+    assert_eq!(r.conntrack_deleted, 4);
 
-    // A not-ready endpoint: still none.
+    // A not-ready endpoint; meanwhile the client sends again (new entries, not DNAT'ed:
+    // the port still has no serving endpoint, so they are stale again).
+    w.flows(&four_stale());
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", false, false, false)],
@@ -37,42 +53,32 @@ fn delete_nodeport_stale_udp() {
     w.clock.advance(Duration::from_secs(2));
     e.sync().unwrap();
     let calls = w.take();
-    assert!(deletes(&calls).is_empty(), "{calls:?}");
+    assert_eq!(deletes(&calls), four_stale(), "{calls:?}");
+    assert_deletes_after_commit(&calls);
 
-    // A ready endpoint: exactly four deletes, after the commit.
+    // A ready endpoint: the entries made before it are deleted after its commit.
+    w.flows(&four_stale());
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", true, true, false)],
     )));
     w.clock.advance(Duration::from_secs(2));
-    w.take_batches();
     let r = e.sync().unwrap();
     let calls = w.take();
-    assert_eq!(deletes(&calls), four_deletes(), "{calls:?}");
+    assert_eq!(deletes(&calls), four_stale(), "{calls:?}");
     assert!(matches!(calls[0], Call::Commit { .. }), "{calls:?}");
-    assert_eq!(calls.len(), 6, "{calls:?}");
     assert_deletes_after_commit(&calls);
-    // The rules' batch records the four targets in our table; once they are done, an
-    // element-only batch removes them again.
-    let batches = w.take_batches();
-    assert_eq!(batches.len(), 2);
-    assert_eq!(recorded_by(&batches[0]), 4);
-    assert!(only_cleanup_sets(&batches[1]), "{:?}", batches[1]);
-    assert!(matches!(calls[5], Call::Commit { .. }), "{calls:?}");
-    assert_eq!(w.recorded(), vec![]);
-    assert_eq!(r.conntrack_targets, 4);
+    assert_eq!(sorted(w.table()), sorted(bystanders()));
+    assert_eq!(r.conntrack_targets, 4, "four frontends judged");
     assert_eq!(r.conntrack_deleted, 4);
     assert!(!r.full);
 
-    // Nothing changed: no commit, no delete.
+    // Nothing changed: no commit, no conntrack call.
     w.clock.advance(Duration::from_secs(2));
     e.sync().unwrap();
     assert_eq!(w.take(), vec![]);
 }
 
-/// A failed commit deletes nothing, and nothing is deleted before a later commit puts
-/// the rules in (the loop keeps running meanwhile); that commit's cleanup deletes the
-/// targets, which are computed again from what the kernel holds.
 /// A cold start creates our table from the compiler's elements as it keeps them,
 /// packed (nothing unpacked to send them), and the kernel ends with the desired tables.
 #[test]
@@ -91,10 +97,9 @@ fn a_cold_start_sends_the_compilers_elements_packed() {
     let packed =
         |op: &Op| matches!(op, Op::AddPackedElements { set, .. } if set.starts_with("endpoints-"));
     assert!(batches[0].iter().any(packed), "{:?}", batches[0]);
-    // only our record of the cleanup targets (not the compiler's) is unpacked
     assert!(!batches[0]
         .iter()
-        .any(|op| matches!(op, Op::AddElements { set, .. } if !set.starts_with("cleanup-"))));
+        .any(|op| matches!(op, Op::AddElements { .. })));
     let canon = |t: &[nft_model::Table]| {
         t.iter()
             .map(nft_model::Table::canonical)
@@ -106,14 +111,20 @@ fn a_cold_start_sends_the_compilers_elements_packed() {
     );
 }
 
+/// A failed commit deletes nothing, and nothing is deleted before a later commit puts
+/// the rules in (the loop keeps running meanwhile); that commit's cleanup finds the
+/// stale flows.
 #[test]
-fn failed_commit_keeps_targets_for_the_next_commit() {
+fn failed_commit_deletes_nothing_until_a_commit_succeeds() {
     let w = World::new();
     let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
     listed(&mut e);
     e.sync().unwrap();
     w.take();
+    // entries made while the service has no endpoint (before a rule rejects them)
+    w.flows(&four_stale());
 
     e.handle(Event::SliceApplied(slice(
         "dns-1",
@@ -139,9 +150,9 @@ fn failed_commit_keeps_targets_for_the_next_commit() {
     let steps = drive(&mut e, &w, at + Duration::from_millis(1), vec![]);
     assert_eq!(steps.last().map(|s| s.1), Some(Work::Sync), "{steps:?}");
     let calls = w.take();
-    assert_eq!(deletes(&calls), four_deletes(), "{calls:?}");
+    assert_eq!(deletes(&calls), four_stale(), "{calls:?}");
     assert_deletes_after_commit(&calls);
-    assert!(e.pending_targets().is_empty());
+    assert_eq!(e.cleanup().unwrap().pending(), 0);
     let st = e.status().snapshot();
     assert_eq!(st.consecutive_failures, 0);
     assert!(
@@ -150,10 +161,65 @@ fn failed_commit_keeps_targets_for_the_next_commit() {
     );
 }
 
+/// A batch the kernel applied but whose answer was lost: the stale flows it made are
+/// not lost. The next commit (planned from our tables read back, which already hold
+/// the batch: nothing to change) tells the cleanup everything, and they are deleted.
+/// (Negative control: without `ct_unknown` marking the next delta full, the read-back
+/// commit touches nothing and the flows stay: `left: [], right: [four flows]`.)
 #[test]
-fn endpoint_removed_deletes_by_reply_source() {
+fn an_unknown_commit_outcome_loses_no_stale_flow() {
     let w = World::new();
     let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.sync().unwrap();
+    w.take();
+    // entries made while the service has no endpoint (before a rule rejects them)
+    w.flows(&four_stale());
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.2", true, true, false)],
+    )));
+    *w.lose_answers.lock().unwrap() = 1;
+    w.clock.advance(Duration::from_secs(2));
+    assert!(e.sync().is_err());
+    let calls = w.take();
+    assert!(
+        matches!(calls.as_slice(), [Call::Commit { .. }]),
+        "{calls:?}"
+    );
+    let at = e.next_sync_at().unwrap();
+    drive(&mut e, &w, at + Duration::from_millis(1), vec![]);
+    let calls = w.take();
+    assert!(
+        !calls.iter().any(|c| matches!(c, Call::Commit { .. })),
+        "the kernel already holds the batch: {calls:?}"
+    );
+    assert_eq!(deletes(&calls), four_stale(), "{calls:?}");
+}
+
+/// Flows DNAT'ed to an endpoint that stops serving are deleted, those to the one that
+/// still serves stay; when the service is deleted, its remaining flows go too (as
+/// kube-proxy 1.38, #141371), and flows to other addresses stay.
+#[test]
+fn endpoint_removed_deletes_its_flows_only() {
+    let w = World::new();
+    let to = |sport, dst: &str, dport, ep: &str| flow(sport, dst, dport, ep, 5353);
+    let keep = vec![
+        to(1, CLUSTER_IP, 53, "198.18.2.2"),
+        to(2, LB_IP, 53, "198.18.2.2"),
+        to(3, NODE_IP, NODE_PORT, "198.18.2.2"),
+    ];
+    let gone = vec![
+        to(4, CLUSTER_IP, 53, "198.18.2.3"),
+        to(5, EXTERNAL_IP, 53, "198.18.2.3"),
+        to(6, NODE_IP, NODE_PORT, "198.18.2.3"),
+    ];
+    w.flows(&keep);
+    w.flows(&gone);
+    let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
     e.handle(Event::SliceApplied(slice(
         "dns-1",
@@ -164,9 +230,8 @@ fn endpoint_removed_deletes_by_reply_source() {
     )));
     listed(&mut e);
     e.sync().unwrap();
-    assert_eq!(deletes(&w.take()), four_deletes());
+    assert_eq!(deletes(&w.take()), vec![]);
 
-    // One endpoint removed: flows DNAT'ed to it are deleted (reply source), nothing else.
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", true, true, false)],
@@ -174,63 +239,76 @@ fn endpoint_removed_deletes_by_reply_source() {
     w.clock.advance(Duration::from_secs(2));
     e.sync().unwrap();
     let calls = w.take();
-    assert_eq!(
-        deletes(&calls),
-        vec![Filter::udp_reply_src(ip("198.18.2.3"), 5353)]
-    );
+    assert_eq!(deletes(&calls), gone);
     assert_deletes_after_commit(&calls);
 
-    // Service deleted: the remaining endpoint's flows go.
+    w.flows(&bystanders());
     e.handle(Event::ServiceDeleted(udp_lb()));
     w.clock.advance(Duration::from_secs(2));
     e.sync().unwrap();
     let calls = w.take();
-    assert_eq!(
-        deletes(&calls),
-        vec![Filter::udp_reply_src(ip("198.18.2.2"), 5353)]
-    );
+    assert_eq!(deletes(&calls), keep);
     assert_deletes_after_commit(&calls);
+    assert_eq!(sorted(w.table()), sorted(bystanders()));
+    assert!(e.cleanup().unwrap().judge().gone().is_empty());
 }
 
 #[test]
-fn terminating_fallback_counts_as_usable() {
+fn terminating_fallback_counts_as_serving() {
     let w = World::new();
+    w.flows(&four_stale());
     let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
     listed(&mut e);
     e.sync().unwrap();
     w.take();
-    // Not ready, but serving and terminating: the fallback traffic goes to.
+    // Not ready, but serving and terminating: the fallback traffic goes to. A flow
+    // DNAT'ed to it stays; one to an endpoint that left goes.
+    let to_it = flow(7, CLUSTER_IP, 53, "198.18.2.2", 5353);
+    let to_old = flow(8, CLUSTER_IP, 53, "198.18.2.1", 5353);
+    w.flows(&[to_it, to_old]);
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", false, true, true)],
     )));
     w.clock.advance(Duration::from_secs(2));
     e.sync().unwrap();
-    assert_eq!(deletes(&w.take()), four_deletes());
+    assert_eq!(deletes(&w.take()), vec![to_old]);
 }
 
 #[test]
 fn cleanup_switch_off_deletes_nothing() {
     let w = World::new();
+    w.flows(&four_stale());
     let mut e = w.engine(false);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", true, true, false)],
     )));
     listed(&mut e);
-    let r = e.sync().unwrap();
-    assert_eq!(r.conntrack_targets, 4);
-    assert!(deletes(&w.take()).is_empty());
+    e.sync().unwrap();
+    let calls = w.take();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| matches!(c, Call::List(_) | Call::Delete(_))),
+        "{calls:?}"
+    );
 }
 
-/// A failing conntrack delete neither blocks later syncs nor loses its targets: they
-/// stay pending (and recorded in our table) and are retried with a backoff.
+/// A failing conntrack call neither blocks later syncs nor loses stale flows: the
+/// listing is retried with a backoff, and judged by the state of then.
 #[test]
 fn conntrack_failure_does_not_block_the_next_sync() {
     let w = World::new();
+    w.flows(&four_stale());
+    let old = flow(9, CLUSTER_IP, 53, "198.18.2.2", 5353);
+    w.flows(&[old]);
     let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
     e.handle(Event::SliceApplied(slice(
         "dns-1",
@@ -240,8 +318,7 @@ fn conntrack_failure_does_not_block_the_next_sync() {
     *w.ct_fail.lock().unwrap() = true;
     e.sync().unwrap();
     assert_eq!(e.status().snapshot().conntrack_failures, 1);
-    assert_eq!(e.pending_targets().len(), 4, "kept for a retry");
-    assert_eq!(w.recorded().len(), 4, "recorded in our table");
+    assert!(e.cleanup().unwrap().pending() > 0, "kept for a retry");
     *w.ct_fail.lock().unwrap() = false;
     e.handle(Event::SliceApplied(slice(
         "dns-1",
@@ -251,12 +328,10 @@ fn conntrack_failure_does_not_block_the_next_sync() {
     e.sync().unwrap();
     let calls = w.take();
     assert!(matches!(calls[0], Call::Commit { .. }));
-    let mut want = four_deletes();
-    want.push(Filter::udp_reply_src(ip("198.18.2.2"), 5353));
-    want.sort_by_key(|f| format!("{f}"));
-    assert_eq!(deletes(&calls), want, "the failed targets are retried");
-    assert!(e.pending_targets().is_empty());
-    assert_eq!(w.recorded(), vec![]);
+    let mut want = four_stale();
+    want.push(old);
+    assert_eq!(deletes(&calls), sorted(want), "the failed work is done now");
+    assert_eq!(e.cleanup().unwrap().pending(), 0);
 }
 
 #[test]
@@ -413,11 +488,16 @@ fn restart_replaces_the_old_table_in_one_batch_without_flushing_conntrack() {
     listed(&mut second);
     let r = second.sync().unwrap();
     assert_eq!(r.ops, 0);
-    assert!(w.take().is_empty());
+    let calls = w.take();
+    assert!(deletes(&calls).is_empty(), "{calls:?}");
     drop(second);
 
-    // The endpoint changed while we were down: one batch, then only the removed
-    // endpoint's flows are deleted (no destination flush: the service was served before).
+    // The endpoint changed while we were down: one batch, then only the flows of the
+    // endpoint that left are deleted (the starting engine judges every flow once).
+    w.flows(&[
+        flow(1, CLUSTER_IP, 53, "198.18.2.2", 5353),
+        flow(2, CLUSTER_IP, 53, "198.18.2.9", 5353),
+    ]);
     let mut third = w.engine(true);
     third.handle(Event::ServiceApplied(udp_lb()));
     third.handle(Event::SliceApplied(slice(
@@ -429,15 +509,10 @@ fn restart_replaces_the_old_table_in_one_batch_without_flushing_conntrack() {
     third.sync().unwrap();
     let calls = w.take();
     assert!(matches!(calls[0], Call::Commit { .. }));
-    let batches = w.take_batches();
-    assert_eq!(
-        batches.iter().filter(|b| !only_cleanup_sets(b)).count(),
-        1,
-        "one batch for the rules (then the bookkeeping of finished targets)"
-    );
+    assert_eq!(w.take_batches().len(), 1, "one batch");
     assert_eq!(
         deletes(&calls),
-        vec![Filter::udp_reply_src(ip("198.18.2.2"), 5353)]
+        vec![flow(1, CLUSTER_IP, 53, "198.18.2.2", 5353)]
     );
     // The batch never deletes the table (no moment without rules).
     assert_eq!(

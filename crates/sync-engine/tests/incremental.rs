@@ -3,24 +3,28 @@
 //! service CIDRs), synced now and then, with failed commits and another program
 //! tampering with our tables in between, leave the (fake) kernel with exactly the tables
 //! a fresh engine commits given the final state. And every sync's conntrack deletes are
-//! the targets the whole tables and the whole model say (destinations newly served by
-//! the kernel's tables, endpoints no longer serving since the last successful sync).
+//! exactly the flows that the committed state, compiled from scratch, judges stale, of a
+//! conntrack table made before the sync by the rules the kernel held (flows DNAT'ed to
+//! the serving endpoints of then, not DNAT'ed to frontends not served then, and to
+//! addresses that are no frontend): the incremental engine judges again exactly what
+//! may have become stale, and nothing it keeps is stale.
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
 use common::*;
-use ct_netlink::Filter;
+use ct_netlink::Flow;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_model::{resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey};
+use kube_model::{Cluster, IpFamily};
 use nft_model::Table;
 use proptest::prelude::*;
+use ruleset::{NodePortAddrs, UdpDest};
 use serde_json::json;
-use sync_engine::targets::{self, Target};
+use sync_engine::stale::{Delta, Judge, NodePortScope};
 use sync_engine::*;
 
 #[derive(Debug, Clone)]
@@ -231,62 +235,93 @@ impl State {
     }
 }
 
-type Snapshot = BTreeMap<(ServiceKey, String, IpFamily), BTreeSet<(IpAddr, u16)>>;
+/// The UDP frontends of `cluster` compiled from scratch, each with the serving endpoints
+/// of its port, and the NodePort addresses per family.
+type Frontends = (BTreeMap<UdpDest, Vec<(IpAddr, u16)>>, [NodePortScope; 2]);
 
-/// The serving endpoints of every UDP port, from the whole model (the engine's way
-/// before the incremental compiler).
-fn snapshot(c: &Cluster) -> Snapshot {
-    let mut out = Snapshot::new();
-    for svc in c.services.values() {
-        let slices: Vec<_> = c.slices_of(&svc.key).collect();
-        for p in svc.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
-            for fam in [IpFamily::V4, IpFamily::V6] {
-                let eps: BTreeSet<_> = resolve_endpoints(&slices, p, fam)
-                    .into_iter()
-                    .filter(|e| e.ready || e.serving)
-                    .map(|e| (e.addr, e.port))
-                    .collect();
-                if !eps.is_empty() {
-                    out.insert((svc.key.clone(), p.name.clone(), fam), eps);
-                }
-            }
-        }
-    }
-    out
+fn frontends(cluster: &Cluster) -> Frontends {
+    let c = ruleset::Compiler::new(config().ruleset, cluster);
+    let dests = c
+        .udp_dests()
+        .into_iter()
+        .filter_map(|d| Some((d, c.udp_serving(&d)?)))
+        .collect();
+    let scope = |fam| match c.nodeport_addrs(fam) {
+        None => NodePortScope::None,
+        Some(NodePortAddrs::Addrs(a)) => NodePortScope::Addrs(a.into_iter().collect()),
+        Some(NodePortAddrs::AllLocal) => NodePortScope::Any,
+    };
+    (dests, [scope(IpFamily::V4), scope(IpFamily::V6)])
 }
 
-/// The targets of a successful sync, from the whole tables and the whole model.
-fn whole_targets(
-    before: &[Table],
-    after: &[Table],
-    model_before: Option<&Snapshot>,
-    model_after: &Snapshot,
-) -> Vec<Filter> {
-    let mut t: BTreeSet<Target> = targets::served_destinations(after)
-        .difference(&targets::served_destinations(before))
-        .copied()
-        .collect();
-    match model_before {
-        Some(old) => {
-            let empty = BTreeSet::new();
-            for (k, eps) in old {
-                for &(addr, port) in eps.difference(model_after.get(k).unwrap_or(&empty)) {
-                    t.insert(Target::Endpoint { addr, port });
-                }
-            }
+/// The judgement of the committed state `now`, compiled from scratch, after `last`:
+/// the frontends of `last` that `now` does not have are those of deleted service ports.
+fn fresh_judge(last: &Frontends, now: &Frontends) -> Judge {
+    let mut j = Judge::default();
+    let full = |f: &Frontends| Delta {
+        full: true,
+        dests: f.0.iter().map(|(d, s)| (*d, Some(s.clone()))).collect(),
+        nodeports: [Some(f.1[0].clone()), Some(f.1[1].clone())],
+    };
+    j.apply(full(last));
+    let mut d = full(now);
+    d.full = false;
+    d.dests.extend(
+        last.0
+            .keys()
+            .filter(|k| !now.0.contains_key(k))
+            .map(|k| (*k, None)),
+    );
+    j.apply(d);
+    j
+}
+
+/// The conntrack table the rules of `before` made: to each frontend with serving
+/// endpoints, a flow DNAT'ed to each; to each frontend of `now` that `before` did not
+/// have, one not DNAT'ed; and one to an address that is no frontend.
+fn table_made_by(before: &Frontends, now: &Frontends, sport: &mut u16) -> Vec<Flow> {
+    let mut out = Vec::new();
+    let mut next = |dst: IpAddr, dport: u16, reply: (IpAddr, u16)| {
+        *sport = sport.wrapping_add(1);
+        Flow {
+            proto: 17,
+            src: if dst.is_ipv4() {
+                ip("198.18.9.9")
+            } else {
+                ip("2001:db8:9::9")
+            },
+            dst,
+            sport: *sport,
+            dport,
+            reply_src: reply.0,
+            reply_sport: reply.1,
+            zone: 0,
+            id: Some(u32::from(*sport)),
         }
-        None => {
-            let now = targets::table_endpoints(after);
-            for (addr, port) in targets::table_endpoints(before) {
-                if !now.contains(&(addr, port)) {
-                    t.insert(Target::Endpoint { addr, port });
-                }
-            }
+    };
+    let node_addr = |scope: &NodePortScope| match scope {
+        NodePortScope::Addrs(a) => a.iter().next().copied(),
+        _ => None,
+    };
+    let addr_of = |d: &UdpDest, f: &Frontends| match *d {
+        UdpDest::Addr { addr, port } => Some((addr, port)),
+        UdpDest::NodePort { v6, port } => node_addr(&f.1[usize::from(v6)]).map(|a| (a, port)),
+    };
+    for (d, serving) in &before.0 {
+        let Some((dst, dport)) = addr_of(d, before) else {
+            continue;
+        };
+        for ep in serving {
+            out.push(next(dst, dport, *ep));
         }
     }
-    let mut v: Vec<Filter> = t.iter().map(Target::filter).collect();
-    v.sort_by_key(|f| format!("{f}"));
-    v
+    for d in now.0.keys().filter(|d| !before.0.contains_key(d)) {
+        if let Some((dst, dport)) = addr_of(d, now) {
+            out.push(next(dst, dport, (dst, dport)));
+        }
+    }
+    out.push(next(ip("198.18.77.7"), 53, (ip("198.18.77.7"), 53)));
+    out
 }
 
 fn canon(t: &[Table]) -> Vec<Table> {
@@ -309,21 +344,24 @@ proptest! {
         e.handle(Event::NodeApplied(node(false, 1)));
         listed(&mut e);
         let mut state = State { node: Some(node(false, 1)), ..State::default() };
-        // the model and the kernel as of the last successful sync
-        let mut last_model: Option<Snapshot> = None;
+        // the committed state, compiled from scratch, as of the last successful sync
+        let mut last: Frontends = (BTreeMap::new(), Default::default());
+        let mut sport = 0u16;
         let mut synced = 0;
-        let sync = |e: &mut Engine<FakeNft, FakeCt, FakeClock>, last_model: &mut Option<Snapshot>| -> Result<(), TestCaseError> {
+        let mut sync = |e: &mut Engine<FakeNft, FakeCt, FakeClock>, last: &mut Frontends| -> Result<(), TestCaseError> {
             w.clock.advance(Duration::from_secs(2));
-            let before = w.tables.lock().unwrap().clone();
+            let now = frontends(e.cluster());
+            w.ct_table.lock().unwrap().clear();
+            let table = table_made_by(last, &now, &mut sport);
+            w.flows(&table);
             w.take();
             e.sync().map_err(|err| TestCaseError::fail(format!("sync: {err}")))?;
             let after = w.tables.lock().unwrap().clone();
-            let now = snapshot(e.cluster());
-            // what the whole tables and model say (cleanup sets are gone again: every
-            // delete succeeds at once)
-            let want = whole_targets(&before, &after, last_model.as_ref(), &now);
+            let judge = fresh_judge(last, &now);
+            let mut want: Vec<Flow> = table.iter().filter(|f| judge.judge(f).is_some()).copied().collect();
+            want.sort_by_key(|f| (f.sport, f.dport));
             prop_assert_eq!(deletes(&w.take()), want);
-            *last_model = Some(now);
+            *last = now;
             prop_assert_eq!(canon(&after), canon(&e.committed().unwrap()));
             Ok(())
         };
@@ -363,7 +401,7 @@ proptest! {
                     e.handle(Event::ServiceCidrs(c));
                 }
                 Step::Sync => {
-                    sync(&mut e, &mut last_model)?;
+                    sync(&mut e, &mut last)?;
                     synced += 1;
                 }
                 Step::FailedSync => {
@@ -377,10 +415,9 @@ proptest! {
                         prop_assert!(deletes(&w.take()).is_empty(), "no delete after a failed commit");
                     } else {
                         // nothing to commit: nothing failed, and the sync succeeded
-                        // (what it saw is what the next one's targets start from)
                         prop_assert_eq!(&*w.tables.lock().unwrap(), &before);
                         w.take();
-                        last_model = Some(snapshot(e.cluster()));
+                        last = frontends(e.cluster());
                     }
                 }
                 Step::Tamper => {
@@ -398,7 +435,7 @@ proptest! {
                 Step::Resync => e.handle(Event::Resync),
             }
         }
-        sync(&mut e, &mut last_model)?;
+        sync(&mut e, &mut last)?;
         let _ = synced;
 
         let fresh_world = World::new();

@@ -105,34 +105,54 @@ fn trigger_times_survive_a_failed_sync() {
     assert_eq!(r.trigger_times, vec![(IpFamily::V4, t)]);
 }
 
+/// Each conntrack job of a sync is reported for the metrics: the listing of each
+/// frontend judged again, then the deletes per family with their outcome and count.
 #[test]
-fn each_cleanup_target_is_reported_with_family_outcome_and_count() {
+fn each_cleanup_job_is_reported_with_family_outcome_and_count() {
     let w = World::new();
     let mut e = w.engine(true);
+    e.handle(Event::NodeApplied(node()));
     e.handle(Event::ServiceApplied(udp_lb()));
+    e.handle(Event::SliceApplied(slice(
+        "dns-1",
+        &[("198.18.2.1", true, true, false)],
+    )));
     listed(&mut e);
     e.sync().unwrap();
+    w.flows(&[
+        flow(1, CLUSTER_IP, 53, "198.18.2.1", 5353),
+        flow(2, EXTERNAL_IP, 53, "198.18.2.1", 5353),
+        flow(3, LB_IP, 53, "198.18.2.1", 5353),
+        flow(4, NODE_IP, NODE_PORT, "198.18.2.1", 5353),
+    ]);
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", true, true, false)],
     )));
-    w.ct_replies(&[CtReply::FirstDone(3, CleanupOutcome::Capped)]);
+    w.ct_replies(&[CtReply::Ok, CtReply::FirstDone(3)]);
     w.clock.advance(Duration::from_secs(2));
     let r = e.sync().unwrap();
-    assert_eq!(r.conntrack_filters.len(), 4, "{r:?}");
-    let outcomes: Vec<&str> = r.conntrack_filters.iter().map(|f| f.outcome).collect();
-    assert_eq!(outcomes, vec!["deleted", "deleted", "deleted", "capped"]);
+    let jobs: Vec<(&str, Option<u64>)> = r
+        .conntrack_filters
+        .iter()
+        .map(|f| (f.outcome, f.deleted))
+        .collect();
+    assert_eq!(
+        jobs,
+        vec![
+            ("listed", Some(0)),
+            ("listed", Some(0)),
+            ("listed", Some(0)),
+            ("listed", Some(0)),
+            ("failed", Some(3))
+        ],
+        "{r:?}"
+    );
     assert!(r
         .conntrack_filters
         .iter()
-        .all(|f| f.family == IpFamily::V4 && f.strategy.is_none()));
-    assert_eq!(
-        r.conntrack_filters
-            .iter()
-            .filter_map(|f| f.deleted)
-            .sum::<u64>(),
-        3
-    );
+        .all(|f| f.family == IpFamily::V4 && f.strategy == Some("unknown")));
+    assert_eq!(r.conntrack_deleted, 3);
 }
 
 /// `no_local_endpoints_total` per family: a service counts only in the families of its

@@ -104,11 +104,8 @@ struct Pausing {
     pause: Option<Duration>,
 }
 
-impl ConntrackKernel for Pausing {
-    fn delete(
-        &mut self,
-        filters: &[ct_netlink::Filter],
-    ) -> Result<Vec<CleanupOutcome>, EngineError> {
+impl Pausing {
+    fn pause(&mut self) {
         if let Some(d) = self.pause.take() {
             let mut o = std::io::stdout().lock();
             let _ = writeln!(o, "cleanup-pause");
@@ -116,20 +113,44 @@ impl ConntrackKernel for Pausing {
             drop(o);
             std::thread::sleep(d);
         }
-        ConntrackKernel::delete(&mut self.inner, filters)
     }
 }
 
-/// Whether a batch only records or forgets conntrack cleanup targets (the engine's own
-/// bookkeeping sets, `cleanup-*`): rejections are injected into rule batches only.
+impl ConntrackKernel for Pausing {
+    fn list_udp(
+        &mut self,
+        family: kube_model::IpFamily,
+        out: &mut Vec<ct_netlink::Flow>,
+    ) -> Result<bool, EngineError> {
+        self.pause();
+        self.inner.list_udp(family, out)
+    }
+    fn list(
+        &mut self,
+        scopes: &[sync_engine::cleanup::Scope],
+        out: &mut Vec<ct_netlink::Flow>,
+    ) -> Result<Vec<bool>, EngineError> {
+        self.pause();
+        ConntrackKernel::list(&mut self.inner, scopes, out)
+    }
+    fn delete(
+        &mut self,
+        flows: &[ct_netlink::Flow],
+    ) -> Result<Vec<sync_engine::cleanup::Removal>, EngineError> {
+        self.pause();
+        ConntrackKernel::delete(&mut self.inner, flows)
+    }
+    fn events(&mut self) -> Option<Box<dyn FlowEvents>> {
+        self.inner.events()
+    }
+    fn listing(&self) -> &'static str {
+        self.inner.listing()
+    }
+}
+
+/// Whether a batch is empty of rules (rejections are injected into rule batches only).
 fn bookkeeping(ops: &[Op]) -> bool {
-    ops.iter().all(|op| match op {
-        Op::AddElements { set, .. }
-        | Op::DeleteElements { set, .. }
-        | Op::DeleteSet { set, .. } => set.starts_with("cleanup-"),
-        Op::AddSet { set, .. } => set.name.starts_with("cleanup-"),
-        _ => false,
-    })
+    ops.is_empty()
 }
 
 /// Injects kernel rejections: see the module docs.

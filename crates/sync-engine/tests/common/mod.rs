@@ -7,18 +7,24 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ct_netlink::{Family as CtFamily, Filter};
+use ct_netlink::Flow;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use nft_model::{Op, Table, TableRef};
 use serde_json::json;
+use sync_engine::cleanup::{Removal, Scope};
 use sync_engine::*;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
-    Commit { ops: usize },
+    Commit {
+        ops: usize,
+    },
     CommitFailed,
-    Delete(Filter),
+    /// A listing of these scopes.
+    List(Vec<Scope>),
+    /// A flow deleted.
+    Delete(Flow),
 }
 
 pub type Log = Arc<Mutex<Vec<Call>>>;
@@ -29,6 +35,8 @@ pub struct FakeNft {
     pub gen: Arc<Mutex<u32>>,
     /// The next commits fail (a transport failure, not a refusal of their content).
     pub fail_commits: Arc<Mutex<u32>>,
+    /// The next commits are applied, but their answer is lost (`OutcomeUnknown`).
+    pub lose_answers: Arc<Mutex<u32>>,
     pub dumps: Arc<Mutex<u32>>,
     /// Another program commits right after our next commit.
     pub foreign_after_commit: Arc<Mutex<bool>>,
@@ -147,6 +155,11 @@ impl NftKernel for FakeNft {
             .lock()
             .unwrap()
             .push(Call::Commit { ops: ops.len() });
+        let mut lose = self.lose_answers.lock().unwrap();
+        if *lose > 0 {
+            *lose -= 1;
+            return Err(EngineError::Nft(nft_netlink::NftError::OutcomeUnknown));
+        }
         Ok(CommitStats {
             ops: ops.len(),
             bytes: ops.len() * 100,
@@ -164,26 +177,31 @@ impl NftKernel for FakeNft {
     }
 }
 
-/// What the fake conntrack answers to one delete call (scripted, in order; when the
-/// script is empty every filter is done).
+/// What the fake conntrack answers to one call (scripted, in order; when the script is
+/// empty every call succeeds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CtReply {
+    /// The call succeeds.
+    Ok,
     /// An error for the whole call: ENOBUFS while receiving (messages lost).
     Enobufs,
-    /// This outcome for every filter.
-    Each(CleanupOutcome),
-    /// The first `n` filters deleted, the others this outcome.
-    FirstDone(usize, CleanupOutcome),
+    /// Every delete of the call fails (EPERM); a listing is incomplete.
+    Fail,
+    /// The first `n` deletes of the call succeed, the others fail.
+    FirstDone(usize),
 }
 
+/// The fake conntrack table: its flows, and what each call did.
 pub struct FakeCt {
     pub log: Log,
+    /// The kernel's conntrack table.
+    pub table: Arc<Mutex<Vec<Flow>>>,
     /// Every call fails (until reset).
     pub fail: Arc<Mutex<bool>>,
     pub script: Arc<Mutex<VecDeque<CtReply>>>,
-    /// Cost of a call (fixed, per filter): advances the fake clock.
+    /// Cost of a call (fixed, per flow or scope): advances the fake clock.
     pub cost: Arc<Mutex<(Duration, Duration)>>,
-    /// When each call started and how many filters it had, in order.
+    /// When each call started and how many flows or scopes it had, in order.
     pub calls: Arc<Mutex<Vec<(Instant, usize)>>>,
     pub clock: FakeClock,
 }
@@ -196,34 +214,95 @@ pub fn enobufs() -> EngineError {
     })
 }
 
-impl ConntrackKernel for FakeCt {
-    fn delete(&mut self, filters: &[Filter]) -> Result<Vec<CleanupOutcome>, EngineError> {
-        let (per_call, per_filter) = *self.cost.lock().unwrap();
-        self.calls
-            .lock()
-            .unwrap()
-            .push((self.clock.now(), filters.len()));
-        self.clock
-            .advance(per_call + per_filter * filters.len() as u32);
+fn in_scope(f: &Flow, s: &Scope) -> bool {
+    match *s {
+        Scope::Dest(ruleset::UdpDest::Addr { addr, port }) => f.dst == addr && f.dport == port,
+        Scope::Dest(ruleset::UdpDest::NodePort { v6, port }) => {
+            f.dport == port && f.dst.is_ipv6() == v6
+        }
+        Scope::All(fam) => (fam == kube_model::IpFamily::V6) == f.dst.is_ipv6(),
+    }
+}
+
+/// What a kernel-filtered UDP listing returns: UDP flows only.
+fn kernel_lists(f: &Flow, s: &Scope) -> bool {
+    f.proto == 17 && in_scope(f, s)
+}
+
+impl FakeCt {
+    /// The start of a call: its cost, its record, a scripted reply.
+    fn call(&mut self, n: usize) -> Result<Option<CtReply>, EngineError> {
+        let (per_call, per_item) = *self.cost.lock().unwrap();
+        self.calls.lock().unwrap().push((self.clock.now(), n));
+        self.clock.advance(per_call + per_item * n as u32);
         if *self.fail.lock().unwrap() {
             return Err(EngineError::Other("injected conntrack failure".into()));
         }
-        let done = CleanupOutcome::Deleted { entries: Some(1) };
-        let outcomes: Vec<CleanupOutcome> = match self.script.lock().unwrap().pop_front() {
-            None => vec![done; filters.len()],
-            Some(CtReply::Enobufs) => return Err(enobufs()),
-            Some(CtReply::Each(o)) => vec![o; filters.len()],
-            Some(CtReply::FirstDone(n, o)) => (0..filters.len())
-                .map(|i| if i < n { done } else { o })
-                .collect(),
-        };
-        let mut l = self.log.lock().unwrap();
-        for (f, o) in filters.iter().zip(&outcomes) {
-            if o.done() {
-                l.push(Call::Delete(*f));
-            }
+        match self.script.lock().unwrap().pop_front() {
+            Some(CtReply::Enobufs) => Err(enobufs()),
+            r => Ok(r),
         }
-        Ok(outcomes)
+    }
+}
+
+impl ConntrackKernel for FakeCt {
+    fn list_udp(
+        &mut self,
+        family: kube_model::IpFamily,
+        out: &mut Vec<Flow>,
+    ) -> Result<bool, EngineError> {
+        let r = self.call(1)?;
+        self.log
+            .lock()
+            .unwrap()
+            .push(Call::List(vec![Scope::All(family)]));
+        out.extend(
+            self.table
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|f| kernel_lists(f, &Scope::All(family))),
+        );
+        Ok(r != Some(CtReply::Fail))
+    }
+
+    fn list(&mut self, scopes: &[Scope], out: &mut Vec<Flow>) -> Result<Vec<bool>, EngineError> {
+        let r = self.call(scopes.len())?;
+        self.log.lock().unwrap().push(Call::List(scopes.to_vec()));
+        let t = self.table.lock().unwrap();
+        out.extend(
+            t.iter()
+                .filter(|f| scopes.iter().any(|s| kernel_lists(f, s))),
+        );
+        Ok(vec![r != Some(CtReply::Fail); scopes.len()])
+    }
+
+    fn delete(&mut self, flows: &[Flow]) -> Result<Vec<Removal>, EngineError> {
+        let r = self.call(flows.len())?;
+        let ok = match r {
+            Some(CtReply::Fail) => 0,
+            Some(CtReply::FirstDone(n)) => n,
+            _ => usize::MAX,
+        };
+        let mut t = self.table.lock().unwrap();
+        let mut l = self.log.lock().unwrap();
+        Ok(flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                if i >= ok {
+                    return Removal::Failed;
+                }
+                match t.iter().position(|x| x == f) {
+                    Some(k) => {
+                        t.remove(k);
+                        l.push(Call::Delete(*f));
+                        Removal::Deleted
+                    }
+                    None => Removal::AlreadyGone,
+                }
+            })
+            .collect())
     }
 }
 
@@ -247,7 +326,9 @@ pub struct World {
     pub tables: Arc<Mutex<Vec<Table>>>,
     pub gen: Arc<Mutex<u32>>,
     pub fail_commits: Arc<Mutex<u32>>,
+    pub lose_answers: Arc<Mutex<u32>>,
     pub dumps: Arc<Mutex<u32>>,
+    pub ct_table: Arc<Mutex<Vec<Flow>>>,
     pub ct_fail: Arc<Mutex<bool>>,
     pub ct_script: Arc<Mutex<VecDeque<CtReply>>>,
     pub ct_cost: Arc<Mutex<(Duration, Duration)>>,
@@ -269,7 +350,9 @@ impl World {
             tables: Arc::default(),
             gen: Arc::new(Mutex::new(7)),
             fail_commits: Arc::default(),
+            lose_answers: Arc::default(),
             dumps: Arc::default(),
+            ct_table: Arc::default(),
             ct_fail: Arc::default(),
             ct_script: Arc::default(),
             ct_cost: Arc::default(),
@@ -304,6 +387,7 @@ impl World {
             tables: self.tables.clone(),
             gen: self.gen.clone(),
             fail_commits: self.fail_commits.clone(),
+            lose_answers: self.lose_answers.clone(),
             dumps: self.dumps.clone(),
             foreign_after_commit: self.foreign_after_commit.clone(),
             batches: self.batches.clone(),
@@ -322,6 +406,7 @@ impl World {
     pub fn ct(&self) -> FakeCt {
         FakeCt {
             log: self.log.clone(),
+            table: self.ct_table.clone(),
             fail: self.ct_fail.clone(),
             script: self.ct_script.clone(),
             cost: self.ct_cost.clone(),
@@ -335,11 +420,13 @@ impl World {
     pub fn engine_with(&self, cfg: EngineConfig) -> Engine<FakeNft, FakeCt, FakeClock> {
         Engine::new(cfg, self.nft(), self.ct(), self.clock.clone())
     }
-    /// The cleanup targets recorded in the (fake) kernel's tables.
-    pub fn recorded(&self) -> Vec<sync_engine::targets::Target> {
-        let mut v = sync_engine::pending::recorded_in(self.tables.lock().unwrap().iter());
-        v.sort();
-        v
+    /// Put flows into the (fake) conntrack table.
+    pub fn flows(&self, flows: &[Flow]) {
+        self.ct_table.lock().unwrap().extend(flows.iter().copied());
+    }
+    /// The (fake) conntrack table now.
+    pub fn table(&self) -> Vec<Flow> {
+        self.ct_table.lock().unwrap().clone()
     }
     /// The batches committed since the last call.
     pub fn take_batches(&self) -> Vec<Vec<Op>> {
@@ -404,59 +491,97 @@ pub fn listed(e: &mut Engine<FakeNft, FakeCt, FakeClock>) {
     e.handle(Event::SlicesListed);
 }
 
-pub fn four_deletes() -> Vec<Filter> {
-    let mut v = vec![
-        Filter::udp_unnated(ip(CLUSTER_IP), 53),
-        Filter::udp_unnated(ip(EXTERNAL_IP), 53),
-        Filter::udp_unnated(ip(LB_IP), 53),
-        Filter::udp_unnated_nodeport(CtFamily::V4, NODE_PORT),
-    ];
-    v.sort_by_key(|f| format!("{f}"));
-    v
+pub const NODE_IP: &str = "198.18.5.1";
+pub const CLIENT: &str = "198.18.9.9";
+
+/// A UDP flow from CLIENT (source port `sport`) to `dst`:`dport`, its reply from
+/// `reply`:`rport` (DNAT'ed there, or not when it is the destination itself).
+pub fn flow(sport: u16, dst: &str, dport: u16, reply: &str, rport: u16) -> Flow {
+    Flow {
+        proto: 17,
+        src: ip(CLIENT),
+        dst: ip(dst),
+        sport,
+        dport,
+        reply_src: ip(reply),
+        reply_sport: rport,
+        zone: 0,
+        id: Some(u32::from(sport)),
+    }
 }
 
-pub fn deletes(calls: &[Call]) -> Vec<Filter> {
-    let mut v: Vec<Filter> = calls
+/// A UDP flow to `dst`:`dport` that was not DNAT'ed.
+pub fn unnated(sport: u16, dst: &str, dport: u16) -> Flow {
+    flow(sport, dst, dport, dst, dport)
+}
+
+/// The node, with NODE_IP (NodePorts are served on the node's primary IP).
+pub fn node() -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-a"},
+        "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]}
+    }))
+    .unwrap()
+}
+
+/// TestProxierDeleteNodePortStaleUDP's stale entries: packets to the ClusterIP, the
+/// ExternalIP, the LoadBalancer IP and the NodePort (on the node's address) that went
+/// nowhere while the service had no endpoint.
+pub fn four_stale() -> Vec<Flow> {
+    vec![
+        unnated(1001, CLUSTER_IP, 53),
+        unnated(1002, EXTERNAL_IP, 53),
+        unnated(1003, LB_IP, 53),
+        unnated(1004, NODE_IP, NODE_PORT),
+    ]
+}
+
+/// Flows no cleanup may touch: to another address, to the NodePort number on another
+/// host, and TCP to the ClusterIP.
+pub fn bystanders() -> Vec<Flow> {
+    let mut tcp = unnated(2003, CLUSTER_IP, 53);
+    tcp.proto = 6;
+    vec![
+        unnated(2001, "198.18.100.99", 53),
+        unnated(2002, "198.18.7.7", NODE_PORT),
+        tcp,
+    ]
+}
+
+pub fn deletes(calls: &[Call]) -> Vec<Flow> {
+    let mut v: Vec<Flow> = calls
         .iter()
         .filter_map(|c| match c {
             Call::Delete(f) => Some(*f),
             _ => None,
         })
         .collect();
-    v.sort_by_key(|f| format!("{f}"));
+    v.sort_by_key(|f| (f.sport, f.dport));
     v
 }
 
-/// Every delete is recorded after a successful commit (never before, never after a failure).
+pub fn sorted(mut v: Vec<Flow>) -> Vec<Flow> {
+    v.sort_by_key(|f| (f.sport, f.dport));
+    v
+}
+
+/// Every delete is recorded after a successful commit (never right after a failed one;
+/// a sync with nothing to commit may delete what the state already makes stale).
 pub fn assert_deletes_after_commit(calls: &[Call]) {
-    let first_delete = calls.iter().position(|c| matches!(c, Call::Delete(_)));
-    if let Some(i) = first_delete {
+    for (i, c) in calls.iter().enumerate() {
+        if !matches!(c, Call::Delete(_)) {
+            continue;
+        }
+        let last = calls[..i]
+            .iter()
+            .rev()
+            .find(|c| matches!(c, Call::Commit { .. } | Call::CommitFailed));
         assert!(
-            matches!(calls[..i].last(), Some(Call::Commit { .. })),
+            !matches!(last, Some(Call::CommitFailed)),
             "deletes must follow a successful commit: {calls:?}"
         );
     }
-}
-
-/// Whether a batch touches only the cleanup sets (element-only bookkeeping).
-pub fn only_cleanup_sets(ops: &[Op]) -> bool {
-    ops.iter().all(|op| match op {
-        Op::AddElements { set, .. }
-        | Op::DeleteElements { set, .. }
-        | Op::DeleteSet { set, .. } => set.starts_with("cleanup-"),
-        Op::AddSet { set, .. } => set.name.starts_with("cleanup-"),
-        _ => false,
-    })
-}
-
-/// The cleanup-set elements a batch adds.
-pub fn recorded_by(ops: &[Op]) -> usize {
-    ops.iter()
-        .map(|op| match op {
-            Op::AddElements { set, elements, .. } if set.starts_with("cleanup-") => elements.len(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Run the loop the way `sync_engine::run` does, on the fake clock: deliver each event

@@ -294,8 +294,8 @@ fn ep(addr: &str) -> E<'_> {
 /// of the remaining service to an address it never had is deleted.
 ///
 /// Negative control: classifying a flow `Past` when its endpoint left *any* service port
-/// (the product's old rule, in `table.rs`'s `still`) fails on `flows to b via the shared
-/// pod are Current`.
+/// (a rule by endpoint, not by service port, in `table.rs`'s `still`) fails on `flows to
+/// b via the shared pod are Current`.
 #[test]
 fn a_pod_shared_by_two_services_keeps_the_remaining_ones_flows() {
     let shared = "198.18.1.10";
@@ -371,7 +371,8 @@ fn a_pod_shared_by_two_services_keeps_the_remaining_ones_flows() {
 /// the not-NATed entry to the service IP and port is (1.32+ deletes those too).
 ///
 /// Negative control: judging with the state before the sync (`CleanupModel::new(before)`
-/// in `upstream_deletes`) fails, deleting `DNAT 198.18.1.20:5353`.
+/// in `upstream_deletes`) fails, deleting the flows DNAT'ed to `198.18.1.20:5353`
+/// (entries 0 and 2).
 #[test]
 fn a_readiness_flap_deletes_nothing_of_the_serving_endpoints() {
     let svc = service(
@@ -423,7 +424,7 @@ fn a_readiness_flap_deletes_nothing_of_the_serving_endpoints() {
 /// to it (the reference model's verdict), and the cleanup, reading `IsServing` only,
 /// deletes those flows at the next sync that runs it.
 ///
-/// Negative control: taking `ready` for serving in `serving_ips` fails (`None`).
+/// Negative control: taking `ready` for serving in `serving_ips` fails (`left: None`).
 #[test]
 fn a_ready_endpoint_that_is_not_serving_is_stale() {
     let svc = service(
@@ -491,7 +492,8 @@ fn a_service_without_serving_endpoints_deletes_nothing() {
 /// A deleted service's flows are left to time out (1.32+; #141371 cleans them in 1.38).
 ///
 /// Negative control: judging with the state before the sync (`CleanupModel::new(before)`
-/// in `upstream_deletes`) fails, deleting the flow DNAT'ed to `198.18.1.99`.
+/// in `upstream_deletes`) fails (the flow DNAT'ed to `198.18.1.99` and the not-NATed one
+/// deleted).
 #[test]
 fn a_deleted_services_flows_are_left() {
     let before = case(
@@ -519,9 +521,9 @@ fn a_deleted_services_flows_are_left() {
 /// takes an unchanged service's not-NATed entry (the cleanup judges every service once
 /// it runs).
 ///
-/// Negative controls: counting serving endpoints instead of ready ones in
-/// `newly_active` fails on the terminating variant (no port newly active); dropping the
-/// `is_nated` filter in `unnated_deletes` fails (the DNAT'ed entries deleted).
+/// Negative controls: counting serving endpoints instead of ready ones before the sync in
+/// `newly_active` fails on the terminating variant (`terminating: []`); dropping the
+/// `is_nated` filter in `unnated_deletes` fails (entries 6 and 7, DNAT'ed, deleted).
 #[test]
 fn zero_to_n_deletes_only_not_nated_entries() {
     let svc = service(

@@ -26,7 +26,8 @@ fn pairs(seeds: std::ops::Range<u64>) -> impl Iterator<Item = (u64, Case, Case)>
 
 /// The same seed makes the same table; another seed another one.
 ///
-/// Negative control: taking the source ports from the clock instead of `rng` fails.
+/// Negative control: taking the client flows' source ports from the clock instead of
+/// `rng` fails (`seed 1 family 1`).
 #[test]
 fn a_seed_reproduces_its_table() {
     let mut differ = 0;
@@ -55,8 +56,8 @@ fn allowed(a: &IpAddr) -> bool {
 /// ever had; at most `max` flows. Over the seeds, every origin and every rule occurs.
 ///
 /// Negative controls: making `Never` flows from every endpoint of the cluster (no `was`
-/// filter) fails on the `Never` check; taking LoadBalancer VIPs of both families in
-/// `frontends` fails on the family check.
+/// filter in `table.rs`) fails on the `Never` check (seed 3); taking LoadBalancer VIPs of
+/// both families in `model.rs`'s `frontends` fails on the family check (seed 3).
 #[test]
 fn generated_flows_are_well_formed() {
     let mut origins = BTreeSet::new();
@@ -117,12 +118,12 @@ fn generated_flows_are_well_formed() {
 }
 
 /// A `Current` flow (its endpoint still serves its service port) is never deleted by the
-/// service IP rule; only a NodePort number it shares with another port can take it.
+/// service IP rule over one change; only a NodePort number it shares with another port
+/// can take it (over several changes a freed ClusterIP can go to another service).
 ///
-/// Negative control: classifying by the endpoint's address alone (`e.addr.ip() ==
-/// ep.ip()` in `table.rs`'s `still`) fails: an endpoint that changed its port is then
-/// `Current` and deleted by no rule... is kept, so that mutation passes; the control
-/// that fails is classifying by any port of `after` (no `port_ref == key` filter).
+/// Negative control: classifying against the state before the sync (`mb` for `ma` in
+/// `table.rs`'s `still`) fails (seed 3: a flow to an endpoint that left is `Current` and
+/// falls to the service IP rule).
 #[test]
 fn current_flows_fall_only_to_a_shared_node_port_number() {
     let mut current = 0;

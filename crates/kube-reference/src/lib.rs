@@ -9,15 +9,23 @@
 //!   `kube-model` or `ruleset`.
 //! - [`packets`]: the packets to ask about: every service IP and port, unused ports,
 //!   NodePorts, sources inside and outside source ranges, from a pod, the node, outside.
+//! - [`cleanup`]: which UDP conntrack entries upstream deletes at a sync (1.32+ stale
+//!   endpoints, 1.20's 0 -> N rule for not-NATed entries) and the conntrack table a node
+//!   holds before it.
 //!
 //! Addresses only from 198.18.0.0/15 and 2001:db8::/32.
 
 pub mod changes;
+pub mod cleanup;
 pub mod gen;
 pub mod model;
 pub mod packets;
 pub mod rng;
 
+pub use cleanup::{
+    cleanup_required, flows, newly_active, unnated_deletes, upstream_deletes, CleanupModel, CtFlow,
+    MapEndpoint, Origin as FlowOrigin, PortRef, Reason, Rule, UdpServicePort,
+};
 pub use gen::{generate, Case, Env};
 pub use model::{Model, Verdict};
 pub use packets::{Origin, Probe};

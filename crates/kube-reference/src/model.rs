@@ -30,16 +30,76 @@ pub enum Verdict {
     NoMatch,
 }
 
-/// An endpoint as upstream's endpoint slice cache keeps it.
+/// An endpoint as upstream's endpoint slice cache keeps it (an entry of a family's
+/// endpoints map: one per address and port, conditions' defaults applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Ep {
-    addr: SocketAddr,
-    local: bool,
-    ready: bool,
-    serving: bool,
-    terminating: bool,
-    zone_hints: BTreeSet<String>,
-    node_hints: BTreeSet<String>,
+pub(crate) struct Ep {
+    pub(crate) addr: SocketAddr,
+    pub(crate) local: bool,
+    pub(crate) ready: bool,
+    pub(crate) serving: bool,
+    pub(crate) terminating: bool,
+    pub(crate) zone_hints: BTreeSet<String>,
+    pub(crate) node_hints: BTreeSet<String>,
+}
+
+/// A service's addresses in one family's proxier (upstream's `serviceport.go`): its
+/// ClusterIP of the family, its external IPs of the family and its LoadBalancer VIPs of
+/// the family (ingress IPs without `ipMode: Proxy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Frontends {
+    pub(crate) cluster_ip: IpAddr,
+    pub(crate) external: Vec<IpAddr>,
+    pub(crate) lb_vips: Vec<IpAddr>,
+}
+
+/// The service's frontends in family `fam`; `None` when the service is not in that
+/// family's service port map at all (ExternalName, headless, no ClusterIP of the family).
+pub(crate) fn frontends(fam: usize, svc: &core::Service) -> Option<Frontends> {
+    let spec = svc.spec.as_ref()?;
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return None;
+    }
+    // the service's ClusterIP of this family (headless: none); no ClusterIP of the
+    // family, no service in this family's proxier at all
+    let ips: Vec<String> = match &spec.cluster_ips {
+        Some(v) if !v.is_empty() => v.clone(),
+        _ => spec.cluster_ip.iter().cloned().collect(),
+    };
+    let cluster_ip = ips
+        .iter()
+        .filter_map(|s| s.parse::<IpAddr>().ok())
+        .find(|a| family_of(a) == fam)?;
+    let external = spec
+        .external_ips
+        .iter()
+        .flatten()
+        .filter_map(|s| s.parse::<IpAddr>().ok())
+        .filter(|a| family_of(a) == fam)
+        .collect();
+    let mut lb_vips = Vec::new();
+    if let Some(ing) = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+    {
+        for i in ing {
+            if i.ip_mode.as_deref() == Some("Proxy") {
+                continue;
+            }
+            if let Some(a) = i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) {
+                if family_of(&a) == fam {
+                    lb_vips.push(a);
+                }
+            }
+        }
+    }
+    Some(Frontends {
+        cluster_ip,
+        external,
+        lb_vips,
+    })
 }
 
 /// One service port as one family's proxier sees it.
@@ -108,6 +168,79 @@ fn proto_number(p: Option<&str>) -> u8 {
     }
 }
 
+/// The endpoint slice cache: the endpoints map's entry for one service port name (slices
+/// of the service and family, the port matched by name and protocol, each endpoint once by
+/// address and port, a local copy preferred), every condition kept.
+pub(crate) fn slice_endpoints(
+    env: &Env,
+    fam: usize,
+    ns: &str,
+    svc: &str,
+    pname: &str,
+    proto: &str,
+    slices: &[discovery::EndpointSlice],
+) -> Vec<Ep> {
+    let mut set: BTreeMap<SocketAddr, Ep> = BTreeMap::new();
+    for sl in slices {
+        if sl.metadata.namespace.as_deref().unwrap_or("default") != ns {
+            continue;
+        }
+        let owner = sl
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("kubernetes.io/service-name"));
+        if owner.map(String::as_str) != Some(svc) {
+            continue;
+        }
+        if sl.address_type != ["IPv4", "IPv6"][fam] {
+            continue;
+        }
+        for port in sl.ports.iter().flatten() {
+            if port.name.as_deref().unwrap_or("") != pname
+                || port.protocol.as_deref().unwrap_or("TCP") != proto
+            {
+                continue;
+            }
+            let Some(num) = port.port else { continue };
+            for e in crate::gen::endpoints(sl) {
+                let Some(a) = e.addresses.first().and_then(|s| s.parse::<IpAddr>().ok()) else {
+                    continue;
+                };
+                if family_of(&a) != fam {
+                    continue;
+                }
+                let c = e.conditions.clone().unwrap_or_default();
+                let local = e.node_name.as_deref() == Some(env.node_name.as_str());
+                let hints = e.hints.clone().unwrap_or_default();
+                let ep = Ep {
+                    addr: SocketAddr::new(a, num as u16),
+                    local,
+                    ready: c.ready.unwrap_or(true),
+                    serving: c.serving.unwrap_or(true),
+                    terminating: c.terminating.unwrap_or(false),
+                    zone_hints: hints
+                        .for_zones
+                        .iter()
+                        .flatten()
+                        .map(|z| z.name.clone())
+                        .collect(),
+                    node_hints: hints
+                        .for_nodes
+                        .iter()
+                        .flatten()
+                        .map(|n| n.name.clone())
+                        .collect(),
+                };
+                if !set.contains_key(&ep.addr) || local {
+                    set.insert(ep.addr, ep);
+                }
+            }
+        }
+    }
+    set.into_values().collect()
+}
+
 impl Model {
     pub fn new(case: &Case) -> Model {
         Model::of(&case.env, &case.services, &case.slices)
@@ -135,19 +268,11 @@ impl Model {
     ) {
         let Some(spec) = &svc.spec else { return };
         let type_ = spec.type_.as_deref().unwrap_or("ClusterIP");
-        if type_ == "ExternalName" {
-            return;
-        }
-        // the service's ClusterIP of this family (headless: none); no ClusterIP of the
-        // family, no service in this family's proxier at all
-        let ips: Vec<String> = match &spec.cluster_ips {
-            Some(v) if !v.is_empty() => v.clone(),
-            _ => spec.cluster_ip.iter().cloned().collect(),
-        };
-        let Some(cluster_ip) = ips
-            .iter()
-            .filter_map(|s| s.parse::<IpAddr>().ok())
-            .find(|a| family_of(a) == fam)
+        let Some(Frontends {
+            cluster_ip,
+            external: external_ips,
+            lb_vips,
+        }) = frontends(fam, svc)
         else {
             return;
         };
@@ -156,31 +281,6 @@ impl Model {
         // see the property tests) has none
         if spec.ports.as_ref().is_some_and(|p| !p.is_empty()) {
             self.cluster_ips[fam].insert(cluster_ip);
-        }
-        let of_fam = |v: &[String]| -> Vec<IpAddr> {
-            v.iter()
-                .filter_map(|s| s.parse::<IpAddr>().ok())
-                .filter(|a| family_of(a) == fam)
-                .collect()
-        };
-        let external_ips = of_fam(spec.external_ips.as_deref().unwrap_or(&[]));
-        let mut lb_vips = Vec::new();
-        if let Some(ing) = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.as_ref())
-        {
-            for i in ing {
-                if i.ip_mode.as_deref() == Some("Proxy") {
-                    continue;
-                }
-                if let Some(a) = i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) {
-                    if family_of(&a) == fam {
-                        lb_vips.push(a);
-                    }
-                }
-            }
         }
         let source_ranges: Vec<(IpAddr, u8)> = spec
             .load_balancer_source_ranges
@@ -200,7 +300,8 @@ impl Model {
         for p in spec.ports.iter().flatten() {
             let proto = proto_number(p.protocol.as_deref());
             let pname = p.name.clone().unwrap_or_default();
-            let eps = self.endpoints(
+            let eps = slice_endpoints(
+                &self.env,
                 fam,
                 ns,
                 name,
@@ -233,78 +334,6 @@ impl Model {
             );
             self.ports[fam].push(sp);
         }
-    }
-
-    /// The endpoint slice cache: slices of the service and family, the port matched by
-    /// name and protocol, each endpoint once (a local copy preferred).
-    fn endpoints(
-        &self,
-        fam: usize,
-        ns: &str,
-        svc: &str,
-        pname: &str,
-        proto: &str,
-        slices: &[discovery::EndpointSlice],
-    ) -> Vec<Ep> {
-        let mut set: BTreeMap<SocketAddr, Ep> = BTreeMap::new();
-        for sl in slices {
-            if sl.metadata.namespace.as_deref().unwrap_or("default") != ns {
-                continue;
-            }
-            let owner = sl
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("kubernetes.io/service-name"));
-            if owner.map(String::as_str) != Some(svc) {
-                continue;
-            }
-            if sl.address_type != ["IPv4", "IPv6"][fam] {
-                continue;
-            }
-            for port in sl.ports.iter().flatten() {
-                if port.name.as_deref().unwrap_or("") != pname
-                    || port.protocol.as_deref().unwrap_or("TCP") != proto
-                {
-                    continue;
-                }
-                let Some(num) = port.port else { continue };
-                for e in crate::gen::endpoints(sl) {
-                    let Some(a) = e.addresses.first().and_then(|s| s.parse::<IpAddr>().ok()) else {
-                        continue;
-                    };
-                    if family_of(&a) != fam {
-                        continue;
-                    }
-                    let c = e.conditions.clone().unwrap_or_default();
-                    let local = e.node_name.as_deref() == Some(self.env.node_name.as_str());
-                    let hints = e.hints.clone().unwrap_or_default();
-                    let ep = Ep {
-                        addr: SocketAddr::new(a, num as u16),
-                        local,
-                        ready: c.ready.unwrap_or(true),
-                        serving: c.serving.unwrap_or(true),
-                        terminating: c.terminating.unwrap_or(false),
-                        zone_hints: hints
-                            .for_zones
-                            .iter()
-                            .flatten()
-                            .map(|z| z.name.clone())
-                            .collect(),
-                        node_hints: hints
-                            .for_nodes
-                            .iter()
-                            .flatten()
-                            .map(|n| n.name.clone())
-                            .collect(),
-                    };
-                    if !set.contains_key(&ep.addr) || local {
-                        set.insert(ep.addr, ep);
-                    }
-                }
-            }
-        }
-        set.into_values().collect()
     }
 
     /// Upstream's CategorizeEndpoints: the cluster-wide and node-local endpoint lists.

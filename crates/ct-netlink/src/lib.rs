@@ -40,6 +40,8 @@
 mod delete;
 mod exec;
 mod filter;
+mod flow;
+mod list;
 pub mod plan;
 mod probe;
 mod report;
@@ -51,10 +53,12 @@ mod wire;
 mod tests;
 
 pub use filter::{Family, Filter};
+pub use flow::{Flow, FlowOutcome};
+pub use list::{ListOutcome, ListReport};
 pub use plan::{CostModel, TableSize};
 pub use probe::PROBE_FILTER;
 pub use report::{DeleteReport, FamilyPlan, FilterReport, Outcome};
-pub use wire::SyntheticFlow;
+pub use wire::{SyntheticEntry, SyntheticFlow};
 
 use nl_core::{NlSocket, ReadError, SockConfig, NETLINK_NETFILTER};
 use std::fmt;
@@ -101,6 +105,8 @@ pub enum Error {
     },
     #[error("probing ctnetlink failed: {0}")]
     Probe(Box<Error>),
+    #[error("conntrack event socket: {op} failed: {source}")]
+    Events { op: &'static str, source: io::Error },
 }
 
 /// How matching entries are found and deleted.

@@ -11,7 +11,7 @@ use nl_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub use crate::wire::SyntheticFlow;
+pub use crate::wire::{SyntheticEntry, SyntheticFlow};
 
 /// Result of [`Conntrack::insert`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -33,9 +33,10 @@ impl InsertReport {
 impl Conntrack {
     /// Insert `flows` (for tests and benchmarks): `batch` requests per `sendmsg`, no
     /// ACK asked for (errors are still reported), then a sentinel ACK per batch.
-    pub fn insert(
+    /// [`SyntheticFlow`]s or [`SyntheticEntry`]s (DNAT'ed, zoned).
+    pub fn insert<F: Copy + Into<SyntheticEntry>>(
         &mut self,
-        flows: &[SyntheticFlow],
+        flows: &[F],
         timeout_secs: u32,
         batch: usize,
     ) -> Result<InsertReport, Error> {
@@ -48,7 +49,7 @@ impl Conntrack {
             for (k, f) in chunk.iter().enumerate() {
                 push_new_entry(
                     &mut buf,
-                    f,
+                    &(*f).into(),
                     timeout_secs,
                     base + k as u32,
                     NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL,

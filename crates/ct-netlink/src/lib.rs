@@ -37,7 +37,9 @@
 //! tuple, so a kernel that does not know filtered flushes reads it as a (malformed)
 //! delete-by-tuple and refuses it, instead of flushing the whole table.
 
+mod bpf;
 mod delete;
+mod events;
 mod exec;
 mod filter;
 mod flow;
@@ -50,8 +52,14 @@ pub mod testing;
 mod wire;
 
 #[cfg(test)]
+mod events_tests;
+#[cfg(test)]
 mod tests;
 
+pub use events::{
+    events_sysctl, parse_event, EventConfig, EventSocket, EventStats, EventsSysctl, FlowEvent,
+    Received, NFNLGRP_CONNTRACK_DESTROY, NFNLGRP_CONNTRACK_NEW, NFNLGRP_CONNTRACK_UPDATE,
+};
 pub use filter::{Family, Filter};
 pub use flow::{Flow, FlowOutcome};
 pub use list::{ListOutcome, ListReport};

@@ -161,3 +161,18 @@ impl Conntrack {
         })
     }
 }
+
+impl crate::EventSocket {
+    /// Test hook: an event socket **without** the BPF filter (every NEW and DESTROY
+    /// event of every protocol is queued; user space still keeps only UDP), to show
+    /// what the filter spares.
+    pub fn open_unfiltered(cfg: crate::EventConfig) -> Result<crate::EventSocket, Error> {
+        crate::EventSocket::open_inner(cfg, false)
+    }
+
+    /// Test hook: the next datagram as the kernel sent it (waiting up to `timeout`),
+    /// for capturing test vectors; `None` when nothing came.
+    pub fn recv_raw(&mut self, timeout: Duration) -> Option<Vec<u8>> {
+        self.recv_raw_inner(timeout)
+    }
+}

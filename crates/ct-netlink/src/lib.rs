@@ -43,6 +43,7 @@ mod events;
 mod exec;
 mod filter;
 mod flow;
+mod index;
 mod list;
 pub mod plan;
 mod probe;
@@ -54,6 +55,8 @@ mod wire;
 #[cfg(test)]
 mod events_tests;
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
 
 pub use events::{
@@ -62,6 +65,7 @@ pub use events::{
 };
 pub use filter::{Family, Filter};
 pub use flow::{Flow, FlowOutcome};
+pub use index::FlowIndex;
 pub use list::{ListOutcome, ListReport};
 pub use plan::{CostModel, TableSize};
 pub use probe::PROBE_FILTER;

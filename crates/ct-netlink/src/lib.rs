@@ -33,6 +33,11 @@
 //! a measured cost model ([`plan`]). Every
 //! filter gets an [`Outcome`]; only a complete match makes it done.
 //!
+//! For a cleanup that keeps the node's UDP entries in memory ([`FlowIndex`]): entries
+//! as [`Flow`]s ([`Conntrack::list_proto`] to seed, [`Conntrack::list`] for the matches
+//! of filters), exact deletes ([`Conntrack::delete_flows`]) and NEW/DESTROY events
+//! ([`EventSocket`], UDP only by a BPF filter, losses reported).
+//!
 //! Safety rule: every delete request that carries CTA_FILTER also carries a partial
 //! tuple, so a kernel that does not know filtered flushes reads it as a (malformed)
 //! delete-by-tuple and refuses it, instead of flushing the whole table.

@@ -9,9 +9,10 @@ use crate::filter::{families, port_groups, Filter, Matcher};
 use crate::plan::{TableSize, Walks};
 use crate::report::FamilyPlan;
 use crate::wire::*;
-use crate::{Conntrack, DeleteReport, Error, Family, Strategy};
+use crate::{Conntrack, DeleteReport, Error, Family, Flow, Strategy};
 use nl_core::{NLM_F_ACK, NLM_F_REQUEST};
 use std::collections::HashSet;
+use std::hash::Hash;
 
 /// How a call chooses its strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +22,7 @@ pub(crate) enum Mode {
     Forced(Strategy),
 }
 
-fn family_of_af(af: u8) -> Family {
+pub(crate) fn family_of_af(af: u8) -> Family {
     if af == AF_INET6 {
         Family::V6
     } else {
@@ -71,20 +72,22 @@ impl Conntrack {
                     .collect();
                 FamilyPlan {
                     family: family_of_af(af),
-                    strategy: self.choose(Mode::Auto, table, filters, &idx),
+                    strategy: self.choose(Mode::Auto, table, filters, &idx, false),
                     filters: idx.len(),
                 }
             })
             .collect()
     }
 
-    /// The strategy for one family's filters.
-    fn choose(
+    /// The strategy for one family's filters. `listing`: the matches are listed, not
+    /// deleted (a flush is never counted first: see [`Conntrack::list`]).
+    pub(crate) fn choose(
         &self,
         mode: Mode,
         table: Option<TableSize>,
         filters: &[Filter],
         idx: &[usize],
+        listing: bool,
     ) -> Strategy {
         let per_filter = match mode {
             Mode::Forced(s) => return s,
@@ -95,7 +98,8 @@ impl Conntrack {
         }
         // Walks the per-filter way would make: one per filter, and one more per flushed
         // filter when flushes are counted first.
-        let counted = if per_filter == Strategy::FilteredFlush && self.cfg.count_flushed {
+        let counted = if per_filter == Strategy::FilteredFlush && self.cfg.count_flushed && !listing
+        {
             idx.iter()
                 .filter(|&&i| self.kernel_addr_ok(&filters[i]))
                 .count()
@@ -148,7 +152,7 @@ impl Conntrack {
                 .copied()
                 .filter(|&i| filters[i].af() == af)
                 .collect();
-            let strategy = self.choose(mode, table, filters, &idx);
+            let strategy = self.choose(mode, table, filters, &idx, false);
             rep.plans.push(FamilyPlan {
                 family: family_of_af(af),
                 strategy,
@@ -185,7 +189,7 @@ impl Conntrack {
             let idx: Vec<usize> = (0..filters.len())
                 .filter(|&i| filters[i].af() == af)
                 .collect();
-            first.extend(self.collect_full(af, filters, &idx, usize::MAX, &mut rep));
+            first.extend(self.collect_full::<Target>(af, filters, &idx, usize::MAX, &mut rep));
         }
         let wanted: HashSet<Vec<u8>> = first.into_iter().map(|(t, _)| t.orig_raw).collect();
         let mut second = Vec::new();
@@ -293,14 +297,14 @@ impl Conntrack {
     }
 
     /// One filtered dump per filter of `idx`; matches (deduplicated, at most `cap`).
-    fn collect_filtered(
+    pub(crate) fn collect_filtered<T: Collect>(
         &mut self,
         filters: &[Filter],
         idx: &[usize],
         cap: usize,
         rep: &mut DeleteReport,
-    ) -> Vec<(Target, usize)> {
-        let mut seen: HashSet<Target> = HashSet::new();
+    ) -> Vec<(T, usize)> {
+        let mut seen: HashSet<T> = HashSet::new();
         let mut out = Vec::new();
         for &i in idx {
             let f = &filters[i];
@@ -320,7 +324,7 @@ impl Conntrack {
                     if !f.matches(e) {
                         return;
                     }
-                    if let Some(t) = Target::of(e) {
+                    if let Some(t) = T::of(e) {
                         if seen.contains(&t) {
                             return;
                         }
@@ -346,14 +350,14 @@ impl Conntrack {
 
     /// One full dump of family `af`, matched against the filters of `idx` at once (hash
     /// lookups: O(entries), whatever the number of filters); at most `cap` matches.
-    fn collect_full(
+    pub(crate) fn collect_full<T: Collect>(
         &mut self,
         af: u8,
         filters: &[Filter],
         idx: &[usize],
         cap: usize,
         rep: &mut DeleteReport,
-    ) -> Vec<(Target, usize)> {
+    ) -> Vec<(T, usize)> {
         // When every filter names one protocol and the kernel honours CTA_FILTER, only
         // that protocol's entries are copied to user space.
         let protos: HashSet<u8> = idx.iter().map(|&i| filters[i].proto()).collect();
@@ -371,14 +375,14 @@ impl Conntrack {
     /// One filtered dump per port the filters of `idx` share (the kernel filters on
     /// protocol and port, without an address: it copies only that port's entries),
     /// each matched against that port's filters at once; at most `cap` matches.
-    fn collect_by_port(
+    pub(crate) fn collect_by_port<T: Collect>(
         &mut self,
         af: u8,
         filters: &[Filter],
         idx: &[usize],
         cap: usize,
         rep: &mut DeleteReport,
-    ) -> Vec<(Target, usize)> {
+    ) -> Vec<(T, usize)> {
         let mut found = Found::default();
         for g in port_groups(filters, idx) {
             let coarse;
@@ -410,7 +414,7 @@ impl Conntrack {
     /// `idx` at once (hash lookups: O(entries), whatever the number of filters); new
     /// matches into `found` (deduplicated), at most `cap` in all.
     #[allow(clippy::too_many_arguments)]
-    fn collect_matching(
+    fn collect_matching<T: Collect>(
         &mut self,
         af: u8,
         kernel: KernelFilter<'_>,
@@ -419,7 +423,7 @@ impl Conntrack {
         idx: &[usize],
         cap: usize,
         rep: &mut DeleteReport,
-        found: &mut Found,
+        found: &mut Found<T>,
     ) {
         let sub: Vec<Filter> = idx.iter().map(|&i| filters[i]).collect();
         let matcher = Matcher::new(&sub);
@@ -434,7 +438,7 @@ impl Conntrack {
             let Some(k) = matcher.find(e) else {
                 return;
             };
-            let Some(t) = Target::of(e) else {
+            let Some(t) = T::of(e) else {
                 return;
             };
             if seen.contains(&t) {
@@ -460,10 +464,36 @@ impl Conntrack {
     }
 }
 
-/// The matches of one call's dumps so far (deduplicated by tuple), each with the filter
-/// that found it.
-#[derive(Default)]
-struct Found {
-    seen: HashSet<Target>,
-    out: Vec<(Target, usize)>,
+/// The matches of one call's dumps so far (deduplicated), each with the filter that
+/// found it.
+struct Found<T> {
+    seen: HashSet<T>,
+    out: Vec<(T, usize)>,
+}
+
+impl<T> Default for Found<T> {
+    fn default() -> Self {
+        Found {
+            seen: HashSet::new(),
+            out: Vec::new(),
+        }
+    }
+}
+
+/// What the dump strategies collect for each match: a [`Target`] to delete (its
+/// original tuple echoed verbatim) or a [`Flow`] to list.
+pub(crate) trait Collect: Hash + Eq + Clone {
+    fn of(e: &EntryView<'_>) -> Option<Self>;
+}
+
+impl Collect for Target {
+    fn of(e: &EntryView<'_>) -> Option<Target> {
+        Target::of(e)
+    }
+}
+
+impl Collect for Flow {
+    fn of(e: &EntryView<'_>) -> Option<Flow> {
+        Flow::from_entry(e)
+    }
 }

@@ -16,7 +16,10 @@ pub(crate) fn record_error(r: &mut FilterReport, e: &Error) {
     match e {
         Error::Timeout { .. } => r.incomplete = true,
         Error::Kernel { errno, .. } => r.errno = Some(*errno),
-        Error::Send { source, .. } | Error::Recv { source, .. } | Error::Socket { source, .. } => {
+        Error::Send { source, .. }
+        | Error::Recv { source, .. }
+        | Error::Socket { source, .. }
+        | Error::Events { source, .. } => {
             r.errno = Some(source.raw_os_error().unwrap_or(libc::EIO))
         }
         Error::InvalidFilter { .. } => r.errno = Some(libc::EINVAL),
@@ -100,18 +103,35 @@ impl Conntrack {
         retries: u32,
         f: &mut dyn FnMut(&EntryView<'_>, u16),
     ) -> Result<DumpStats, Error> {
+        self.dump_attempts(af, filter, op, retries, &mut |e, flags, _| f(e, flags))
+    }
+
+    /// [`Conntrack::dump`], telling `f` which attempt (0 = the first, then one per
+    /// restart) each entry comes from: a caller that wants one consistent snapshot
+    /// keeps only the last attempt's entries.
+    pub(crate) fn dump_attempts(
+        &mut self,
+        af: u8,
+        filter: KernelFilter<'_>,
+        op: &'static str,
+        retries: u32,
+        f: &mut dyn FnMut(&EntryView<'_>, u16, u32),
+    ) -> Result<DumpStats, Error> {
         let fname = || filter.name();
         let opts = ReadOpts {
             on_loss: OnLoss::Drain,
             limit: Some(self.cfg.dump_timeout),
         };
         let mut st = DumpStats::default();
+        // Requests sent so far; the entries read belong to the last one.
+        let sent = std::cell::Cell::new(0u32);
         let run = self
             .sock
             .dump(
                 retries,
                 &opts,
                 |w, seq| {
+                    sent.set(sent.get() + 1);
                     let s = w.begin_nfnl(MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, af);
                     match filter {
                         KernelFilter::All => {}
@@ -128,7 +148,7 @@ impl Conntrack {
                                 if m.flags & NLM_F_DUMP_FILTERED != 0 {
                                     st.filtered_flag_seen = true;
                                 }
-                                f(&e, m.flags);
+                                f(&e, m.flags, sent.get().saturating_sub(1));
                             }
                             None => st.malformed += 1,
                         }
@@ -168,29 +188,89 @@ impl Conntrack {
         Ok(st)
     }
 
-    /// Delete entries by tuple, `delete_batch` requests per sendmsg, one ACK each.
-    /// Requests whose answer was lost are resent (3 rounds); what stays unanswered is
-    /// `unacked` on its filter. A socket error is recorded on the filters of the
-    /// requests it left unanswered; the next batch is still tried.
+    /// Delete entries by tuple for `filters` (each target with the index of the filter
+    /// that found it), accounting every answer on that filter: see
+    /// [`Conntrack::delete_each`]. A socket error is recorded (once) on the filters of
+    /// the requests it left unanswered; the next batch is still tried.
     pub(crate) fn delete_targets(
         &mut self,
         targets: &[(Target, usize)],
         filters: &[Filter],
         rep: &mut DeleteReport,
     ) {
-        const OP: &str = "delete by tuple";
+        let name = |fi: usize| filters.get(fi).map(|f| f.to_string()).unwrap_or_default();
+        let per_filter = &mut rep.per_filter;
+        let mut failed: HashSet<usize> = HashSet::new();
+        self.delete_each(
+            targets.len(),
+            &mut |i, m, seq| targets[i].0.put_delete(m, seq),
+            &mut |i, answer| {
+                let fi = targets[i].1;
+                let r = &mut per_filter[fi];
+                match answer {
+                    DelAnswer::Acked(errno) => count_ack(errno, r, filters.get(fi)),
+                    DelAnswer::Unacked => r.unacked += 1,
+                    DelAnswer::SendFailed(e) => {
+                        if failed.insert(fi) {
+                            let source = e.raw_os_error().map_or_else(
+                                || std::io::Error::other(e.to_string()),
+                                std::io::Error::from_raw_os_error,
+                            );
+                            record_error(
+                                r,
+                                &Error::Send {
+                                    op: DELETE_OP,
+                                    filter: name(fi),
+                                    source,
+                                },
+                            );
+                        }
+                    }
+                    DelAnswer::RecvFailed(e) => {
+                        if failed.insert(fi) {
+                            record_error(
+                                r,
+                                &Error::Recv {
+                                    op: DELETE_OP,
+                                    filter: name(fi),
+                                    source: std::io::Error::other(e.to_string()),
+                                },
+                            );
+                        }
+                    }
+                }
+            },
+        );
+    }
+
+    /// The one delete-by-tuple loop (for filters' matches and for [`crate::Flow`]s):
+    /// requests `0..n`, each written by `put(i, writer, seq)`, `delete_batch` per
+    /// sendmsg, one ACK each. Requests whose answer was lost (ENOBUFS) or late are
+    /// resent after the ACK sentinel (3 rounds); what stays unanswered is
+    /// [`DelAnswer::Unacked`]. Every request gets exactly one `on(i, answer)`. A send or
+    /// receive error ends its batch (its unanswered requests get the error); the next
+    /// batch is still tried.
+    pub(crate) fn delete_each(
+        &mut self,
+        n: usize,
+        put: &mut dyn FnMut(usize, &mut NlaWriter, u32),
+        on: &mut dyn FnMut(usize, DelAnswer<'_>),
+    ) {
         let batch = self.cfg.delete_batch.max(1);
-        let mut m = NlaWriter::with_capacity(batch * 96);
-        for chunk in targets.chunks(batch) {
-            // Indices (into `chunk`) still waiting for an ACK; resent after ENOBUFS.
-            let mut pending: Vec<usize> = (0..chunk.len()).collect();
+        let mut m = NlaWriter::with_capacity(batch.min(n.max(1)) * 96);
+        let mut start = 0;
+        while start < n {
+            let end = start.saturating_add(batch).min(n);
+            // Requests still waiting for an answer; resent after ENOBUFS.
+            let mut pending: Vec<usize> = (start..end).collect();
+            start = end;
             for round in 0..4 {
                 if pending.is_empty() {
                     break;
                 }
                 if round == 3 {
                     for &i in &pending {
-                        rep.per_filter[chunk[i].1].unacked += 1;
+                        on(i, DelAnswer::Unacked);
                     }
                     tracing::warn!(
                         unacked = pending.len(),
@@ -201,30 +281,12 @@ impl Conntrack {
                 let base = self.sock.reserve_seqs(pending.len() as u32 + 1);
                 m.clear();
                 for (k, &i) in pending.iter().enumerate() {
-                    chunk[i].0.put_delete(&mut m, base + k as u32);
+                    put(i, &mut m, base + k as u32);
                 }
-                let filter_name =
-                    |i: usize| filters.get(i).map(|f| f.to_string()).unwrap_or_default();
-                let fail =
-                    |rep: &mut DeleteReport, pending: &[usize], e: &dyn Fn(String) -> Error| {
-                        let mut done: HashSet<usize> = HashSet::new();
-                        for &i in pending {
-                            let fi = chunk[i].1;
-                            if done.insert(fi) {
-                                record_error(&mut rep.per_filter[fi], &e(filter_name(fi)));
-                            }
-                        }
-                    };
-                if let Err(source) = self.sock.send(&m.buf) {
-                    let errno = source.raw_os_error();
-                    fail(rep, &pending, &|filter| Error::Send {
-                        op: OP,
-                        filter,
-                        source: errno.map_or_else(
-                            || std::io::Error::other(source.to_string()),
-                            std::io::Error::from_raw_os_error,
-                        ),
-                    });
+                if let Err(e) = self.sock.send(&m.buf) {
+                    for &i in &pending {
+                        on(i, DelAnswer::SendFailed(&e));
+                    }
                     break;
                 }
                 let wait = AckWait {
@@ -235,26 +297,20 @@ impl Conntrack {
                     expect_all: true,
                     limit: self.cfg.recv_timeout,
                 };
-                let per_filter = &mut rep.per_filter;
+                let mut answered = vec![false; pending.len()];
                 let done = self.sock.collect_acks(wait, |k, errno| {
-                    let fi = chunk[pending[k]].1;
-                    count_ack(errno, &mut per_filter[fi], filters.get(fi));
+                    answered[k] = true;
+                    on(pending[k], DelAnswer::Acked(errno));
                 });
-                let done = match done {
-                    Ok(d) => d,
-                    Err(e) => {
-                        let msg = e.to_string();
-                        fail(rep, &pending, &|filter| Error::Recv {
-                            op: OP,
-                            filter,
-                            source: std::io::Error::other(msg.clone()),
-                        });
-                        break;
+                if let Err(e) = done {
+                    for (&i, _) in pending.iter().zip(&answered).filter(|(_, &a)| !a) {
+                        on(i, DelAnswer::RecvFailed(&e));
                     }
-                };
+                    break;
+                }
                 pending = pending
                     .iter()
-                    .zip(&done.answered)
+                    .zip(&answered)
                     .filter(|(_, &a)| !a)
                     .map(|(&i, _)| i)
                     .collect();
@@ -268,6 +324,22 @@ impl Conntrack {
             }
         }
     }
+}
+
+const DELETE_OP: &str = "delete by tuple";
+
+/// The answer to one delete by tuple of [`Conntrack::delete_each`].
+#[derive(Debug)]
+pub(crate) enum DelAnswer<'a> {
+    /// The kernel answered: Some(0) = deleted, Some(errno), None = an answer too short
+    /// to read.
+    Acked(Option<i32>),
+    /// No answer after all resends.
+    Unacked,
+    /// Sending its batch failed.
+    SendFailed(&'a std::io::Error),
+    /// Reading its batch's answers failed.
+    RecvFailed(&'a ReadError),
 }
 
 /// Account one answer to a delete by tuple.

@@ -232,7 +232,7 @@ impl Filter {
     }
 }
 
-fn proto_name(p: u8) -> String {
+pub(crate) fn proto_name(p: u8) -> String {
     match p {
         IPPROTO_UDP => "udp".into(),
         IPPROTO_TCP => "tcp".into(),
@@ -241,7 +241,7 @@ fn proto_name(p: u8) -> String {
     }
 }
 
-fn sockaddr(a: IpAddr, p: u16) -> String {
+pub(crate) fn sockaddr(a: IpAddr, p: u16) -> String {
     match a {
         IpAddr::V4(v4) => format!("{v4}:{p}"),
         IpAddr::V6(v6) => format!("[{v6}]:{p}"),

@@ -33,34 +33,49 @@
 //! a measured cost model ([`plan`]). Every
 //! filter gets an [`Outcome`]; only a complete match makes it done.
 //!
+//! For a cleanup that keeps the node's UDP entries in memory ([`FlowIndex`]): entries
+//! as [`Flow`]s ([`Conntrack::list_proto`] to seed, [`Conntrack::list`] for the matches
+//! of filters), exact deletes ([`Conntrack::delete_flows`]) and NEW/DESTROY events
+//! ([`EventSocket`], UDP only by a BPF filter, losses reported).
+//!
 //! Safety rule: every delete request that carries CTA_FILTER also carries a partial
 //! tuple, so a kernel that does not know filtered flushes reads it as a (malformed)
 //! delete-by-tuple and refuses it, instead of flushing the whole table.
 
+mod bpf;
 mod delete;
+mod events;
 mod exec;
 mod filter;
 mod flow;
 mod index;
+mod list;
 pub mod plan;
 mod probe;
 mod report;
-mod stub_api;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod wire;
 
 #[cfg(test)]
+mod events_tests;
+#[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
 
+pub use events::{
+    events_sysctl, parse_event, EventConfig, EventSocket, EventStats, EventsSysctl, FlowEvent,
+    Received, NFNLGRP_CONNTRACK_DESTROY, NFNLGRP_CONNTRACK_NEW, NFNLGRP_CONNTRACK_UPDATE,
+};
 pub use filter::{Family, Filter};
-pub use flow::{Flow, FlowEvent};
+pub use flow::{Flow, FlowOutcome};
 pub use index::FlowIndex;
+pub use list::{ListOutcome, ListReport};
 pub use plan::{CostModel, TableSize};
 pub use probe::PROBE_FILTER;
 pub use report::{DeleteReport, FamilyPlan, FilterReport, Outcome};
-pub use stub_api::{EventConfig, EventSocket, FlowOutcome, ListOutcome, ListReport, Received};
-pub use wire::SyntheticFlow;
+pub use wire::{SyntheticEntry, SyntheticFlow};
 
 use nl_core::{NlSocket, ReadError, SockConfig, NETLINK_NETFILTER};
 use std::fmt;
@@ -107,6 +122,8 @@ pub enum Error {
     },
     #[error("probing ctnetlink failed: {0}")]
     Probe(Box<Error>),
+    #[error("conntrack event socket: {op} failed: {source}")]
+    Events { op: &'static str, source: io::Error },
 }
 
 /// How matching entries are found and deleted.

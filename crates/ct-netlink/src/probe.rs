@@ -111,7 +111,7 @@ impl Conntrack {
         let errno = self.request_ack(&probe, "probe ipv6 entry", |m, _, seq| {
             push_new_entry(
                 &mut m.buf,
-                &flow,
+                &SyntheticEntry::from(flow),
                 2,
                 seq,
                 NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE,

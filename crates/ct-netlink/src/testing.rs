@@ -11,7 +11,7 @@ use nl_core::{NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST};
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub use crate::wire::SyntheticFlow;
+pub use crate::wire::{SyntheticEntry, SyntheticFlow};
 
 /// Result of [`Conntrack::insert`].
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -33,9 +33,10 @@ impl InsertReport {
 impl Conntrack {
     /// Insert `flows` (for tests and benchmarks): `batch` requests per `sendmsg`, no
     /// ACK asked for (errors are still reported), then a sentinel ACK per batch.
-    pub fn insert(
+    /// [`SyntheticFlow`]s or [`SyntheticEntry`]s (DNAT'ed, zoned).
+    pub fn insert<F: Copy + Into<SyntheticEntry>>(
         &mut self,
-        flows: &[SyntheticFlow],
+        flows: &[F],
         timeout_secs: u32,
         batch: usize,
     ) -> Result<InsertReport, Error> {
@@ -48,7 +49,7 @@ impl Conntrack {
             for (k, f) in chunk.iter().enumerate() {
                 push_new_entry(
                     &mut buf,
-                    f,
+                    &(*f).into(),
                     timeout_secs,
                     base + k as u32,
                     NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL,
@@ -158,5 +159,20 @@ impl Conntrack {
             m.be32(CTA_MARK_MASK, mask);
             m.end_msg(s);
         })
+    }
+}
+
+impl crate::EventSocket {
+    /// Test hook: an event socket **without** the BPF filter (every NEW and DESTROY
+    /// event of every protocol is queued; user space still keeps only UDP), to show
+    /// what the filter spares.
+    pub fn open_unfiltered(cfg: crate::EventConfig) -> Result<crate::EventSocket, Error> {
+        crate::EventSocket::open_inner(cfg, false)
+    }
+
+    /// Test hook: the next datagram as the kernel sent it (waiting up to `timeout`),
+    /// for capturing test vectors; `None` when nothing came.
+    pub fn recv_raw(&mut self, timeout: Duration) -> Option<Vec<u8>> {
+        self.recv_raw_inner(timeout)
     }
 }

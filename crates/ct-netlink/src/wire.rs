@@ -4,7 +4,7 @@
 //! `linux/netfilter/nfnetlink.h`, except the CTA_FILTER flag bits, which the kernel
 //! keeps internal (see docs/conntrack.md).
 
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::{DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol, Tuple,
 };
@@ -28,6 +28,8 @@ pub(crate) const CTA_FILTER: u16 = 25;
 
 pub(crate) const CTA_TUPLE_IP: u16 = 1;
 pub(crate) const CTA_TUPLE_PROTO: u16 = 2;
+/// A direction's zone inside a tuple (entries whose zone applies to one direction).
+pub(crate) const CTA_TUPLE_ZONE: u16 = 3;
 
 pub(crate) const CTA_IP_V4_SRC: u16 = 1;
 pub(crate) const CTA_IP_V4_DST: u16 = 2;
@@ -66,6 +68,8 @@ pub(crate) struct TupleView {
     pub(crate) proto: Option<u8>,
     pub(crate) sport: Option<u16>,
     pub(crate) dport: Option<u16>,
+    /// CTA_TUPLE_ZONE: a zone of this direction only.
+    pub(crate) zone: Option<u16>,
 }
 
 /// One conntrack entry as read from a dump, borrowing the receive buffer.
@@ -92,15 +96,17 @@ fn parse_ip(ty: u16, p: &[u8], t: &mut TupleView) {
             .map(|o| IpAddr::V6(Ipv6Addr::from(o)))
     };
     match ty {
-        CTA_IP_V4_SRC => t.src = v4(p).or(t.src),
-        CTA_IP_V4_DST => t.dst = v4(p).or(t.dst),
-        CTA_IP_V6_SRC => t.src = v6(p).or(t.src),
-        CTA_IP_V6_DST => t.dst = v6(p).or(t.dst),
+        CTA_IP_V4_SRC => t.src = t.src.or(v4(p)),
+        CTA_IP_V4_DST => t.dst = t.dst.or(v4(p)),
+        CTA_IP_V6_SRC => t.src = t.src.or(v6(p)),
+        CTA_IP_V6_DST => t.dst = t.dst.or(v6(p)),
         _ => {} // unknown: skipped
     }
 }
 
-/// Parse a CTA_TUPLE_* payload. Unknown or malformed attributes are skipped.
+/// Parse a CTA_TUPLE_* payload. Unknown or malformed attributes are skipped; of
+/// repeated ones the first well-formed wins (what the event socket's BPF filter reads
+/// at its fixed offsets is what the parser reads).
 pub(crate) fn parse_tuple(payload: &[u8]) -> TupleView {
     let mut t = TupleView::default();
     for a in NlaIter::new(payload) {
@@ -114,16 +120,17 @@ pub(crate) fn parse_tuple(payload: &[u8]) -> TupleView {
                 for p in a.nested() {
                     match p.kind {
                         CTA_PROTO_NUM => {
-                            if let [n] = p.data {
+                            if let ([n], None) = (p.data, t.proto) {
                                 t.proto = Some(*n);
                             }
                         }
-                        CTA_PROTO_SRC_PORT => t.sport = p.be16().or(t.sport),
-                        CTA_PROTO_DST_PORT => t.dport = p.be16().or(t.dport),
+                        CTA_PROTO_SRC_PORT => t.sport = t.sport.or(p.be16()),
+                        CTA_PROTO_DST_PORT => t.dport = t.dport.or(p.be16()),
                         _ => {}
                     }
                 }
             }
+            CTA_TUPLE_ZONE => t.zone = t.zone.or(a.be16()),
             _ => {}
         }
     }
@@ -140,15 +147,19 @@ pub(crate) fn parse_entry(payload: &[u8]) -> Option<EntryView<'_>> {
         family,
         ..Default::default()
     };
+    let mut seen_reply = false;
     for a in NlaIter::new(attrs) {
         match a.kind {
-            CTA_TUPLE_ORIG => {
+            CTA_TUPLE_ORIG if e.orig_raw.is_none() => {
                 e.orig = parse_tuple(a.data);
                 e.orig_raw = Some(a.data);
             }
-            CTA_TUPLE_REPLY => e.reply = parse_tuple(a.data),
-            CTA_ID => e.id = a.be32_exact().or(e.id),
-            CTA_ZONE => e.zone = a.be16().or(e.zone),
+            CTA_TUPLE_REPLY if !seen_reply => {
+                seen_reply = true;
+                e.reply = parse_tuple(a.data);
+            }
+            CTA_ID => e.id = e.id.or(a.be32_exact()),
+            CTA_ZONE => e.zone = e.zone.or(a.be16()),
             _ => {}
         }
     }
@@ -259,6 +270,8 @@ impl Target {
 
 /// One flow to create with IPCTNL_MSG_CT_NEW (the IPv6 probe entry; tests and
 /// benchmarks fill tables with it): the reply tuple is the inverse of the original one.
+/// [`SyntheticFlow::dnat`] and [`SyntheticFlow::in_zone`] make a [`SyntheticEntry`]
+/// with a rewritten reply source or a zone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SyntheticFlow {
     pub src: IpAddr,
@@ -266,6 +279,59 @@ pub struct SyntheticFlow {
     pub proto: u8,
     pub sport: u16,
     pub dport: u16,
+}
+
+impl SyntheticFlow {
+    /// This flow as if DNAT'ed: its reply comes from `addr:port` (to the original
+    /// source), e.g. orig 198.18.0.5:40000 -> 198.18.0.10:53, reply 198.18.1.7:5353 ->
+    /// 198.18.0.5:40000.
+    pub fn dnat(self, addr: IpAddr, port: u16) -> SyntheticEntry {
+        SyntheticEntry::from(self).dnat(addr, port)
+    }
+
+    /// This flow in conntrack zone `zone` (CTA_ZONE; 0 is the default zone).
+    pub fn in_zone(self, zone: u16) -> SyntheticEntry {
+        SyntheticEntry::from(self).in_zone(zone)
+    }
+}
+
+/// A [`SyntheticFlow`] with an optional reply source (a DNAT'ed entry) and a zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyntheticEntry {
+    pub flow: SyntheticFlow,
+    /// The reply direction's source address and port; `None`: the original
+    /// destination (not DNAT'ed).
+    pub reply_src: Option<(IpAddr, u16)>,
+    /// CTA_ZONE; 0 = the default zone (no attribute sent).
+    pub zone: u16,
+}
+
+impl From<SyntheticFlow> for SyntheticEntry {
+    fn from(flow: SyntheticFlow) -> SyntheticEntry {
+        SyntheticEntry {
+            flow,
+            reply_src: None,
+            zone: 0,
+        }
+    }
+}
+
+impl SyntheticEntry {
+    pub fn dnat(self, addr: IpAddr, port: u16) -> SyntheticEntry {
+        SyntheticEntry {
+            reply_src: Some((addr, port)),
+            ..self
+        }
+    }
+
+    pub fn in_zone(self, zone: u16) -> SyntheticEntry {
+        SyntheticEntry { zone, ..self }
+    }
+
+    /// The reply direction's source address and port.
+    pub fn reply(&self) -> (IpAddr, u16) {
+        self.reply_src.unwrap_or((self.flow.dst, self.flow.dport))
+    }
 }
 
 fn tuple(src: IpAddr, dst: IpAddr, proto: u8, sport: u16, dport: u16) -> Vec<Tuple> {
@@ -282,27 +348,36 @@ fn tuple(src: IpAddr, dst: IpAddr, proto: u8, sport: u16, dport: u16) -> Vec<Tup
     ]
 }
 
-/// Append an IPCTNL_MSG_CT_NEW for `f` to `buf`, built with `netlink-packet-netfilter`'s
-/// typed conntrack attributes (see docs/decisions/0003).
+/// Append an IPCTNL_MSG_CT_NEW for `e` to `buf`, built with `netlink-packet-netfilter`'s
+/// typed conntrack attributes (see docs/decisions/0003); the zone, which it does not
+/// type, as a raw attribute.
 pub(crate) fn push_new_entry(
     buf: &mut Vec<u8>,
-    f: &SyntheticFlow,
+    e: &SyntheticEntry,
     timeout_secs: u32,
     seq: u32,
     flags: u16,
 ) {
+    let f = &e.flow;
     let family = if f.src.is_ipv4() {
         NetfilterProtoFamily::IPv4
     } else {
         NetfilterProtoFamily::IPv6
     };
-    let attrs = vec![
+    let (rsrc, rsport) = e.reply();
+    let mut attrs = vec![
         ConntrackAttribute::CtaTupleOrig(tuple(f.src, f.dst, f.proto, f.sport, f.dport)),
-        ConntrackAttribute::CtaTupleReply(tuple(f.dst, f.src, f.proto, f.dport, f.sport)),
+        ConntrackAttribute::CtaTupleReply(tuple(rsrc, f.src, f.proto, rsport, f.sport)),
         ConntrackAttribute::CtaTimeout(timeout_secs),
         // No CTA_STATUS: asking for SEEN_REPLY|ASSURED on creation is refused with
         // EBUSY on Linux 6.18. Benchmarks size nf_conntrack_max so nothing is dropped.
     ];
+    if e.zone != 0 {
+        attrs.push(ConntrackAttribute::Other(DefaultNla::new(
+            CTA_ZONE,
+            e.zone.to_be_bytes().to_vec(),
+        )));
+    }
     let mut hdr = NetlinkHeader::default();
     hdr.flags = flags;
     hdr.sequence_number = seq;

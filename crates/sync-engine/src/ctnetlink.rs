@@ -82,6 +82,12 @@ impl ConntrackKernel for Conntrack {
     }
 
     fn events(&mut self) -> Option<Box<dyn FlowEvents>> {
+        if ct_netlink::events_sysctl() == ct_netlink::EventsSysctl::Off {
+            tracing::info!(
+                "conntrack events are off on this host (net.netfilter.nf_conntrack_events=0)"
+            );
+            return None;
+        }
         match EventSocket::open(EventConfig::default()) {
             Ok(s) => Some(Box::new(Events(s))),
             Err(e) => {
@@ -104,7 +110,7 @@ impl FlowEvents for Events {
         out: &mut Vec<FlowEvent>,
         stop: BorrowedFd<'_>,
     ) -> std::io::Result<Received> {
-        match self.0.recv_until(out, stop, None) {
+        match self.0.recv_until(stop, out, None) {
             Ok(ct_netlink::Received::Events(_)) | Ok(ct_netlink::Received::Timeout) => {
                 Ok(Received::Events)
             }

@@ -44,6 +44,7 @@ use crate::model::{frontends, slice_endpoints, Frontends};
 mod table;
 #[cfg(test)]
 mod tests;
+pub mod v138;
 
 pub use table::flows;
 
@@ -134,6 +135,15 @@ pub enum Rule {
     /// 1.20 0 -> N: a not-NATed entry to the newly active port's NodePort (any address;
     /// `to_node` as for [`Rule::NodePort`]).
     NewlyActiveNodePort { to_node: bool },
+    /// 1.38 ([`v138`]): to a service IP and port of the service port, which has no serving
+    /// endpoint (#139629), any reply source.
+    NoEndpointsIp,
+    /// 1.38: to the NodePort (any address) of a service port without serving endpoint.
+    NoEndpointsNodePort { to_node: bool },
+    /// 1.38: to a service IP and port of a service port deleted at this sync (#141371).
+    DeletedIp,
+    /// 1.38: to the NodePort (any address) of a service port deleted at this sync.
+    DeletedNodePort { to_node: bool },
 }
 
 /// Why an entry is deleted: the service port and the rule.
@@ -160,6 +170,10 @@ impl fmt::Display for Reason {
             Rule::NewlyActiveNodePort { to_node: false } => {
                 "0 -> N endpoints, not NATed, to the NodePort number on another host"
             }
+            Rule::NoEndpointsIp => "service IP and port of a port without serving endpoints",
+            Rule::NoEndpointsNodePort { .. } => "NodePort of a port without serving endpoints",
+            Rule::DeletedIp => "service IP and port of a deleted service port",
+            Rule::DeletedNodePort { .. } => "NodePort of a deleted service port",
         };
         write!(f, "{}: {rule}", self.port)
     }
@@ -222,7 +236,7 @@ pub struct CleanupModel {
     ports: [Vec<UdpServicePort>; 2],
 }
 
-fn namespace(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+pub(crate) fn namespace(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
     meta.namespace.as_deref().unwrap_or("default")
 }
 

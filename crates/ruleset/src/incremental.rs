@@ -26,6 +26,7 @@ use crate::names::PortId;
 use crate::RulesetError;
 
 mod udp;
+use udp::udp_deleted;
 pub use udp::UdpDest;
 
 /// What changed since the last compilation.
@@ -103,6 +104,10 @@ pub struct Update {
     /// (every UDP destination of a recompiled port, before and after): the conntrack
     /// cleanup judges the flows sent to them again. (A full update names none: all.)
     pub udp_touched: BTreeSet<UdpDest>,
+    /// Of those, the frontends of UDP service ports deleted (the service, the port, or
+    /// its UDP protocol gone; not a port renumbered or an address removed): kube-proxy
+    /// judges their flows once with no serving endpoint (kubernetes PR #141371).
+    pub udp_deleted: BTreeSet<UdpDest>,
 }
 
 impl Update {
@@ -476,6 +481,7 @@ impl Compiler {
                     .map_or(&[][..], Vec::as_slice);
                 let new = f.fragments.get(svc).map_or(&[][..], Vec::as_slice);
                 serving_changes(old, new, f.fam, &mut out);
+                udp_deleted(old, new, f.fam, &mut out);
             }
             out.recompiled += f.fragments.values().map(Vec::len).sum::<usize>();
         }
@@ -597,6 +603,7 @@ impl FamilyState {
                 self.mirror.remove(f);
             }
             serving_changes(&old, &frags, self.fam, out);
+            udp_deleted(&old, &frags, self.fam, out);
             out.recompiled += frags.len();
             for f in &frags {
                 out.errors.extend(f.errors.iter().cloned());

@@ -1,5 +1,5 @@
 //! The conntrack cleanup's state, one type with named transitions (pure; driven by
-//! [`crate::cleaner`]). See docs/sync.md and docs/decisions/0014.
+//! [`crate::cleaner`]). See docs/sync.md and docs/decisions/0013.
 //!
 //! What it holds: the committed state flows are judged against ([`Judge`]), whether a
 //! commit is under way, the index of the node's UDP flows (fed by conntrack events,

@@ -1,7 +1,7 @@
 //! The cleanup's transitions, on a hand-driven clock.
 
 use super::*;
-use crate::stale::NodePortScope;
+use crate::stale::{Frontend, NodePortScope};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -34,7 +34,10 @@ fn flow(sport: u16, reply: &str) -> Flow {
 
 fn serving(eps: &[&str]) -> Delta {
     Delta {
-        dests: vec![(cip(), Some(eps.iter().map(|a| (ip(a), 5353)).collect()))],
+        dests: vec![(
+            cip(),
+            Frontend::Serving(eps.iter().map(|a| (ip(a), 5353)).collect()),
+        )],
         ..Delta::default()
     }
 }
@@ -210,7 +213,7 @@ fn a_deleted_service_leaves_the_flows_of_another_to_the_same_pod() {
     c.events_on(t0);
     c.next_job(t0);
     let mut d = full(&[X]);
-    d.dests.push((b, Some(vec![(ip(X), 5353)])));
+    d.dests.push((b, Frontend::Serving(vec![(ip(X), 5353)])));
     c.committed(d, t0);
     let mut fb = flow(9, X);
     fb.dst = ip("198.18.0.11");
@@ -220,7 +223,7 @@ fn a_deleted_service_leaves_the_flows_of_another_to_the_same_pod() {
     // flows to the same pod stay.
     let j = c.committed(
         Delta {
-            dests: vec![(cip(), None)],
+            dests: vec![(cip(), Frontend::Deleted)],
             ..Delta::default()
         },
         t0,

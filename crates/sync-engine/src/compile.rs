@@ -19,6 +19,8 @@ pub struct Step {
     pub ops: Option<Vec<Op>>,
     /// UDP destinations whose owner or serving endpoints may have changed.
     pub udp_touched: BTreeSet<UdpDest>,
+    /// Of those, the frontends of UDP service ports deleted.
+    pub udp_deleted: BTreeSet<UdpDest>,
     /// The compiler was built or rebuilt: every UDP flow is to be judged again.
     pub full: bool,
 }
@@ -51,6 +53,7 @@ pub fn advance(
     let mut step = Step::default();
     for u in &mut updates {
         step.udp_touched.append(&mut u.udp_touched);
+        step.udp_deleted.append(&mut u.udp_deleted);
         step.full |= u.full;
     }
     // An update's batch covers everything since the last commit, so the last one is the

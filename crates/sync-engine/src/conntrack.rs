@@ -12,7 +12,7 @@ use ruleset::{NodePortAddrs, UdpDest};
 use crate::cleaner::{Cleaner, ToCleaner};
 use crate::engine::{BesideTx, CtLink, Engine};
 use crate::kernel::{Clock, ConntrackKernel, NftKernel};
-use crate::stale::{Delta, NodePortScope};
+use crate::stale::{Delta, Frontend, NodePortScope};
 
 /// What the cleanup did right after a commit (on the engine's thread), for the sync's
 /// report.
@@ -110,6 +110,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// cleanup must judge everything again.
     fn delta(&mut self) -> Delta {
         let touched = std::mem::take(&mut self.udp_touched);
+        let deleted = std::mem::take(&mut self.udp_deleted);
         let full = std::mem::take(&mut self.judge_full);
         let Some(c) = self.compiler.as_ref() else {
             return Delta::default();
@@ -142,7 +143,17 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         };
         Delta {
             full,
-            dests: dests.into_iter().map(|d| (d, c.udp_serving(&d))).collect(),
+            dests: dests
+                .into_iter()
+                .map(|d| {
+                    let f = match c.udp_serving(&d) {
+                        Some(s) => Frontend::Serving(s),
+                        None if deleted.contains(&d) => Frontend::Deleted,
+                        None => Frontend::Released,
+                    };
+                    (d, f)
+                })
+                .collect(),
             nodeports: [Some(scope(IpFamily::V4)), Some(scope(IpFamily::V6))],
         }
     }

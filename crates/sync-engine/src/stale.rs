@@ -1,7 +1,7 @@
 //! Which UDP conntrack entries are stale (pure): the committed state the cleanup judges
 //! flows against, and the judgement itself, as kube-proxy 1.38 decides it
 //! (`pkg/proxy/conntrack/cleanup.go` `CleanStaleEntries` with kubernetes PRs #130542,
-//! #139629 and #141371; docs/decisions/0014-conntrack-judged-not-replayed.md).
+//! #139629 and #141371; docs/decisions/0013-conntrack-judged-not-replayed.md).
 //!
 //! A UDP flow is judged by the service port whose frontend it was sent to: a ClusterIP,
 //! external IP or LoadBalancer IP with the service port, or a NodePort on one of this
@@ -28,9 +28,21 @@ use ct_netlink::IPPROTO_UDP;
 /// The serving endpoints (address, target port) of one service port, sorted.
 pub type Serving = Arc<[(IpAddr, u16)]>;
 
-/// One frontend as a [`Delta`] names it: the serving endpoints of the port owning it
-/// (empty: none), or None: no UDP service port owns it any more.
-pub type DeltaDest = (UdpDest, Option<Vec<(IpAddr, u16)>>);
+/// What a [`Delta`] says of one frontend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frontend {
+    /// A UDP service port owns it, with these serving endpoints (maybe none).
+    Serving(Vec<(IpAddr, u16)>),
+    /// Its UDP service port was deleted (the service, the port, or its UDP protocol):
+    /// every flow to it is stale, judged once (kubernetes PR #141371).
+    Deleted,
+    /// No port owns it any more, but its port was not deleted (renumbered, an address
+    /// removed from it): its flows are left alone, as upstream leaves them.
+    Released,
+}
+
+/// One frontend as a [`Delta`] names it.
+pub type DeltaDest = (UdpDest, Frontend);
 
 /// The addresses this node serves NodePorts on, for one family.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -100,9 +112,9 @@ pub struct Delta {
     /// Replace the whole state (the first commit, a commit after an unknown outcome, a
     /// rebuild): every flow is judged again.
     pub full: bool,
-    /// Frontends and the serving endpoints of the port owning each now (empty: none);
-    /// None: no UDP service port owns it any more (deleted; in a full replacement too,
-    /// when the engine knows it was deleted since its last commit).
+    /// Frontends whose owner or serving endpoints may have changed, and what they are
+    /// now (in a full replacement: every frontend, and those deleted since the last
+    /// commit).
     pub dests: Vec<DeltaDest>,
     /// NodePort addresses per family (0: IPv4, 1: IPv6), when they may have changed.
     pub nodeports: [Option<NodePortScope>; 2],
@@ -209,14 +221,15 @@ impl Judge {
         if d.full {
             self.dests.clear();
             self.gone.clear();
-            for (dest, serving) in d.dests {
-                match serving {
-                    Some(s) => {
+            for (dest, f) in d.dests {
+                match f {
+                    Frontend::Serving(s) => {
                         self.dests.insert(dest, sorted(s));
                     }
-                    None => {
+                    Frontend::Deleted => {
                         self.gone.insert(dest);
                     }
+                    Frontend::Released => {}
                 }
             }
             for (i, s) in d.nodeports.into_iter().enumerate() {
@@ -227,13 +240,20 @@ impl Judge {
             return Rejudge::All;
         }
         let mut again = BTreeSet::new();
-        for (dest, serving) in d.dests {
-            let Some(serving) = serving else {
-                if self.dests.remove(&dest).is_some() {
-                    self.gone.insert(dest);
-                    again.insert(dest);
+        for (dest, f) in d.dests {
+            let serving = match f {
+                Frontend::Serving(s) => s,
+                Frontend::Deleted => {
+                    if self.dests.remove(&dest).is_some() {
+                        self.gone.insert(dest);
+                        again.insert(dest);
+                    }
+                    continue;
                 }
-                continue;
+                Frontend::Released => {
+                    self.dests.remove(&dest);
+                    continue;
+                }
             };
             self.gone.remove(&dest);
             let new = sorted(serving);
@@ -316,7 +336,10 @@ mod tests {
         let mut j = Judge::default();
         j.apply(Delta {
             full: true,
-            dests: vec![(cip(), Some(eps(serving))), (np(), Some(eps(serving)))],
+            dests: vec![
+                (cip(), Frontend::Serving(eps(serving))),
+                (np(), Frontend::Serving(eps(serving))),
+            ],
             nodeports: [
                 Some(NodePortScope::Addrs([ip(NODE)].into())),
                 Some(NodePortScope::None),
@@ -400,7 +423,7 @@ mod tests {
     #[test]
     fn only_losses_new_frontends_and_deletions_are_judged_again() {
         let mut j = judge(&[("198.18.1.7", 5353)]);
-        let s = |v: &[&str]| Some(v.iter().map(|a| (ip(a), 5353)).collect::<Vec<_>>());
+        let s = |v: &[&str]| Frontend::Serving(v.iter().map(|a| (ip(a), 5353)).collect());
         // an endpoint added: nothing can have become stale
         let r = j.apply(Delta {
             dests: vec![(cip(), s(&["198.18.1.7", "198.18.1.8"]))],
@@ -427,7 +450,7 @@ mod tests {
         assert_eq!(r, Rejudge::Dests([cip()].into()));
         // deleted (#141371): judged again, every flow stale until forgotten
         let r = j.apply(Delta {
-            dests: vec![(cip(), None)],
+            dests: vec![(cip(), Frontend::Deleted)],
             ..Delta::default()
         });
         assert_eq!(r, Rejudge::Dests([cip()].into()));
@@ -439,10 +462,22 @@ mod tests {
         assert_eq!(j.judge(&flow(CIP, 53, "198.18.1.8", 5353)), None);
         // a deletion of a frontend never judged changes nothing
         let r = j.apply(Delta {
-            dests: vec![(cip(), None)],
+            dests: vec![(cip(), Frontend::Deleted)],
             ..Delta::default()
         });
         assert!(r.is_empty());
+        // released (the port renumbered): no longer judged, its flows left alone
+        j.apply(Delta {
+            dests: vec![(cip(), s(&["198.18.1.8"]))],
+            ..Delta::default()
+        });
+        let r = j.apply(Delta {
+            dests: vec![(cip(), Frontend::Released)],
+            ..Delta::default()
+        });
+        assert!(r.is_empty());
+        assert_eq!(j.judge(&flow(CIP, 53, "198.18.1.9", 5353)), None);
+        assert!(j.gone().is_empty());
     }
 
     /// A new NodePort address: every judged NodePort of the family is judged again, so

@@ -108,6 +108,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             changes,
         );
         self.udp_touched.extend(step.udp_touched);
+        self.udp_deleted.extend(step.udp_deleted);
         self.judge_full |= step.full;
         // the compiler's batch starts from our last commit only once one was made with
         // this compiler

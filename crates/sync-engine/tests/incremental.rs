@@ -24,7 +24,7 @@ use nft_model::Table;
 use proptest::prelude::*;
 use ruleset::{NodePortAddrs, UdpDest};
 use serde_json::json;
-use sync_engine::stale::{Delta, Judge, NodePortScope};
+use sync_engine::stale::{Delta, Frontend, Judge, NodePortScope};
 use sync_engine::*;
 
 #[derive(Debug, Clone)]
@@ -235,16 +235,19 @@ impl State {
     }
 }
 
-/// The UDP frontends of `cluster` compiled from scratch, each with the serving endpoints
-/// of its port, and the NodePort addresses per family.
-type Frontends = (BTreeMap<UdpDest, Vec<(IpAddr, u16)>>, [NodePortScope; 2]);
+/// The UDP frontends of `cluster` compiled from scratch, each with the port owning it and
+/// that port's serving endpoints, and the NodePort addresses per family.
+type Frontends = (
+    BTreeMap<UdpDest, (ruleset::names::PortId, Vec<(IpAddr, u16)>)>,
+    [NodePortScope; 2],
+);
 
 fn frontends(cluster: &Cluster) -> Frontends {
     let c = ruleset::Compiler::new(config().ruleset, cluster);
     let dests = c
         .udp_dests()
         .into_iter()
-        .filter_map(|d| Some((d, c.udp_serving(&d)?)))
+        .filter_map(|d| Some((d, (c.udp_owner(&d)?, c.udp_serving(&d)?))))
         .collect();
     let scope = |fam| match c.nodeport_addrs(fam) {
         None => NodePortScope::None,
@@ -255,22 +258,40 @@ fn frontends(cluster: &Cluster) -> Frontends {
 }
 
 /// The judgement of the committed state `now`, compiled from scratch, after `last`:
-/// the frontends of `last` that `now` does not have are those of deleted service ports.
+/// the frontends of `last` that `now` does not have are those of deleted UDP service
+/// ports when no frontend of `now` in their family has their port (each family's
+/// proxier has its own service port map), otherwise released.
 fn fresh_judge(last: &Frontends, now: &Frontends) -> Judge {
     let mut j = Judge::default();
     let full = |f: &Frontends| Delta {
         full: true,
-        dests: f.0.iter().map(|(d, s)| (*d, Some(s.clone()))).collect(),
+        dests: f
+            .0
+            .iter()
+            .map(|(d, (_, s))| (*d, Frontend::Serving(s.clone())))
+            .collect(),
         nodeports: [Some(f.1[0].clone()), Some(f.1[1].clone())],
     };
     j.apply(full(last));
     let mut d = full(now);
     d.full = false;
+    let ports_now: std::collections::BTreeSet<_> = now
+        .0
+        .iter()
+        .map(|(d, (p, _))| (p.clone(), d.family()))
+        .collect();
     d.dests.extend(
         last.0
-            .keys()
-            .filter(|k| !now.0.contains_key(k))
-            .map(|k| (*k, None)),
+            .iter()
+            .filter(|(k, _)| !now.0.contains_key(k))
+            .map(|(k, (p, _))| {
+                let f = if ports_now.contains(&(p.clone(), k.family())) {
+                    Frontend::Released
+                } else {
+                    Frontend::Deleted
+                };
+                (*k, f)
+            }),
     );
     j.apply(d);
     j
@@ -307,7 +328,7 @@ fn table_made_by(before: &Frontends, now: &Frontends, sport: &mut u16) -> Vec<Fl
         UdpDest::Addr { addr, port } => Some((addr, port)),
         UdpDest::NodePort { v6, port } => node_addr(&f.1[usize::from(v6)]).map(|a| (a, port)),
     };
-    for (d, serving) in &before.0 {
+    for (d, (_, serving)) in &before.0 {
         let Some((dst, dport)) = addr_of(d, before) else {
             continue;
         };

@@ -1,6 +1,6 @@
 //! The UDP service destinations of the desired tables and the serving endpoints of the
 //! service port owning each: what the conntrack cleanup judges UDP flows against
-//! (docs/decisions/0014). A flow sent to one of these destinations is stale when its
+//! (docs/decisions/0013). A flow sent to one of these destinations is stale when its
 //! reply source (address and port) is not a serving endpoint of *that* port, as
 //! kube-proxy's `CleanStaleEntries` decides it.
 
@@ -10,8 +10,9 @@ use std::net::IpAddr;
 use kube_model::IpFamily;
 use nft_model::Value;
 
-use super::{Compiler, FamilyState};
+use super::{Compiler, FamilyState, Update};
 use crate::compile::fragment::ClaimKey;
+use crate::compile::fragment::Fragment;
 use crate::config::NodePortAddrs;
 
 /// A UDP service destination: a ClusterIP, external IP or LoadBalancer IP with the
@@ -99,6 +100,11 @@ impl Compiler {
         self.family_state(d.family())?.udp_serving(&d.key())
     }
 
+    /// The service port owning a UDP frontend in the desired tables.
+    pub fn udp_owner(&self, d: &UdpDest) -> Option<crate::names::PortId> {
+        self.family_state(d.family())?.mirror.owner(&d.key())
+    }
+
     /// Every UDP destination of the desired tables (owned by a port, with or without
     /// serving endpoints).
     pub fn udp_dests(&self) -> BTreeSet<UdpDest> {
@@ -120,5 +126,25 @@ impl Compiler {
         self.family_state(fam)?;
         let primary: Option<&[IpAddr]> = self.node.as_ref().map(|n| n.primary_ips.as_slice());
         Some(self.cfg.node_port_addrs(fam, primary))
+    }
+}
+
+/// The UDP frontends of the service ports of `old` that are no UDP ports in `new`.
+pub(super) fn udp_deleted(old: &[Fragment], new: &[Fragment], fam: IpFamily, out: &mut Update) {
+    let udp = |f: &Fragment| -> Vec<UdpDest> {
+        f.claims
+            .iter()
+            .filter_map(|c| UdpDest::of_key(&c.key, fam))
+            .collect()
+    };
+    for f in old {
+        let keys = udp(f);
+        if keys.is_empty() {
+            continue;
+        }
+        let still = new.iter().any(|n| n.id == f.id && !udp(n).is_empty());
+        if !still {
+            out.udp_deleted.extend(keys);
+        }
     }
 }

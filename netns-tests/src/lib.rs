@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bench_cluster;
 pub mod bulk;
 pub mod churn;
+pub mod cleanup_scenarios;
 pub mod cluster;
 pub mod ct;
 pub mod engine;

@@ -276,3 +276,11 @@ fn our_own_replacement_batch_is_not_taken_for_tampering() {
     assert_eq!(syncs, 2, "a repair after our own replacement: {lines:?}");
     assert!(!lines.iter().any(|l| l == "repaired"), "{lines:?}");
 }
+
+#[test]
+fn deleting_a_service_leaves_the_flows_of_another_to_the_same_pod() {
+    require_root!();
+    netns_tests::cleanup_scenarios::deleting_a_service_leaves_the_flows_of_another_to_the_same_pod(
+        bins!(),
+    );
+}

@@ -6,11 +6,11 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use crate::engine::{
-    cluster_ip_service_doc, config_doc, node, node_doc, slice_doc, Family::V4, Manifest,
-    Runner, UdpServer, CLUSTER_IP, CLUSTER_IP_B,
-};
 use crate::cluster::Bins;
+use crate::engine::{
+    cluster_ip_service_doc, config_doc, node, node_doc, slice_doc, Family::V4, Manifest, Runner,
+    UdpServer, CLUSTER_IP, CLUSTER_IP_B,
+};
 use crate::{scaled, wait_until, Line, Netns};
 
 /// UDP entries whose original destination is `ip`, in the router.
@@ -42,7 +42,10 @@ pub fn deleting_a_service_leaves_the_flows_of_another_to_the_same_pod(bins: Bins
     let l = node();
     let _server = UdpServer::start(&l.server, Line::SERVER4, 5353);
     let a = [cluster_ip_service_doc("a", CLUSTER_IP), slice_doc(V4, "a")];
-    let b = [cluster_ip_service_doc("b", CLUSTER_IP_B), slice_doc(V4, "b")];
+    let b = [
+        cluster_ip_service_doc("b", CLUSTER_IP_B),
+        slice_doc(V4, "b"),
+    ];
     let base = [config_doc(V4), node_doc(V4)];
     let all: Vec<String> = base.iter().chain(&a).chain(&b).cloned().collect();
     let m = Manifest::new(&all);

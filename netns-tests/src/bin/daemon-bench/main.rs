@@ -50,7 +50,7 @@ fn main() {
     let o = match parse_args() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] [--rate N,N..] [--ct-entries N] [--connections N] [--nft-file FILE]... cold|peers|change|e2e|churn|churn-prod|idle|all|fleet|first-packet ...");
+            eprintln!("{e}\nusage: daemon-bench [--bin PATH] [--runs N] [--services N,N..] [--endpoints M] [--seconds S] [--source manifests|api|both] [--daemon-arg ARG]... [--shape uniform|prod] [--seed N] [--nodes N] [--changes K] [--rate N,N..] [--ct-entries N] [--connections N] [--nft-file FILE]... cold|peers|change|e2e|churn|churn-prod|stale|idle|all|fleet|first-packet ...");
             std::process::exit(2);
         }
     };
@@ -94,6 +94,9 @@ fn main() {
     }
     if o.scenarios.iter().any(|s| s == "churn-prod") {
         scenarios::churn_prod::churn_prod(&o);
+    }
+    if o.scenarios.iter().any(|s| s == "stale") {
+        scenarios::stale::stale(&o);
     }
     if want("idle") {
         scenarios::idle::idle(&o, &scratch.0);

@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ct_netlink::testing::SyntheticFlow;
-use ct_netlink::{Config, Conntrack, IPPROTO_UDP};
+use ct_netlink::{Config, Conntrack, SyntheticEntry, IPPROTO_UDP};
 use integration::ApiServer;
 use netns_tests::bench::{field, loadavg};
 use netns_tests::bench_cluster::{api_with, identity_server};
@@ -111,9 +111,9 @@ fn udp_slice(eps: &[Ipv4Addr]) -> serde_json::Value {
 
 /// nf_conntrack_max raised for the run (a global the kernel does not let a child
 /// namespace raise, as ct-bench does); the old value restored on drop.
-struct CtMax(Option<String>);
+pub struct CtMax(Option<String>);
 impl CtMax {
-    fn at_least(n: u64) -> CtMax {
+    pub fn at_least(n: u64) -> CtMax {
         let old = std::fs::read_to_string(MAX_PATH).unwrap_or_default();
         match old.trim().parse::<u64>() {
             Ok(v) if v < n => match std::fs::write(MAX_PATH, n.to_string()) {
@@ -145,27 +145,33 @@ impl Drop for CtMax {
 }
 
 /// The conntrack entries: `n` unrelated UDP flows (to 198.18.244.0/22, no service) and
-/// 50 un-NATed flows to each of the UDP probe's 200 endpoint addresses (reply source =
-/// the endpoint: what a removed endpoint's cleanup deletes).
-fn flows(n: u64) -> Vec<SyntheticFlow> {
-    let bg = (0..n).map(|i| SyntheticFlow {
-        src: IpAddr::V4(Ipv4Addr::from(0xC612_0000 + (i % 65_536) as u32)),
-        dst: IpAddr::V4(Ipv4Addr::from(0xC612_F400 + ((i / 65_536) % 1000) as u32)),
-        proto: IPPROTO_UDP,
-        sport: 1024 + (i % 50_000) as u16,
-        dport: 5000 + ((i / 65_536) / 1000) as u16,
+/// 50 flows to the UDP probe's VIP DNAT'ed to each of its 200 endpoint addresses (what
+/// the cleanup deletes when an endpoint leaves).
+fn flows(n: u64) -> Vec<SyntheticEntry> {
+    let bg = (0..n).map(|i| {
+        SyntheticEntry::from(SyntheticFlow {
+            src: IpAddr::V4(Ipv4Addr::from(0xC612_0000 + (i % 65_536) as u32)),
+            dst: IpAddr::V4(Ipv4Addr::from(0xC612_F400 + ((i / 65_536) % 1000) as u32)),
+            proto: IPPROTO_UDP,
+            sport: 1024 + (i % 50_000) as u16,
+            dport: 5000 + ((i / 65_536) / 1000) as u16,
+        })
     });
-    let eps = (0..UDP_EPS * 50).map(|j| SyntheticFlow {
-        src: IpAddr::V4(Ipv4Addr::new(198, 18, 250, 10 + (j % 200) as u8)),
-        dst: IpAddr::V4(ep_addr(j / 50)),
-        proto: IPPROTO_UDP,
-        sport: 30_000 + (j % 50) as u16 + 50 * (j / 10_000) as u16,
-        dport: 8053,
+    let vip: IpAddr = UDP_VIP.parse().expect("an address");
+    let eps = (0..UDP_EPS * 50).map(move |j| {
+        SyntheticEntry::from(SyntheticFlow {
+            src: IpAddr::V4(Ipv4Addr::new(198, 18, 250, 10 + (j % 200) as u8)),
+            dst: vip,
+            proto: IPPROTO_UDP,
+            sport: 10_000 + (j / 200) as u16,
+            dport: 53,
+        })
+        .dnat(IpAddr::V4(ep_addr(j / 50)), 8053)
     });
     bg.chain(eps).collect()
 }
 
-fn ct_count(ns: &Netns) -> String {
+pub fn ct_count(ns: &Netns) -> String {
     ns.run(|| std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_count"))
         .map(|s| s.trim().to_string())
         .unwrap_or("?".into())

@@ -14,6 +14,7 @@ pub mod fleet_hosts;
 pub mod idle;
 pub mod peers;
 pub mod prod;
+pub mod stale;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -292,6 +292,19 @@ fn sigkill_between_commit_and_cleanup_resumes_the_cleanup() {
 
 #[test]
 #[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
+fn deleting_a_service_leaves_the_flows_of_another_to_the_same_pod() {
+    require_root!();
+    let _t = Timed(
+        "deleting_a_service_leaves_the_flows_of_another_to_the_same_pod",
+        Instant::now(),
+    );
+    netns_tests::cleanup_scenarios::deleting_a_service_leaves_the_flows_of_another_to_the_same_pod(
+        bins!(),
+    );
+}
+
+#[test]
+#[ignore = "kernel suite: netns-tests/kernels/kernel-suite runs it per kernel"]
 fn a_service_port_the_kernel_refuses_is_skipped_and_the_rest_stays_in_sync() {
     require_root!();
     let _t = Timed(

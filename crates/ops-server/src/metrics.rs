@@ -252,28 +252,28 @@ impl Metrics {
             )),
             ct_targets: r.register(Desc::counter(
                 "kubeproxy_conntrack_cleanup_targets_total",
-                "Conntrack cleanup targets (filters) worked on, by outcome (deleted, already-gone, capped, incomplete, failed) and by the strategy that served them (filtered-flush, filtered-dump, port-dump, full-dump; unknown when the call failed as a whole)",
+                "Conntrack cleanup work, by outcome (listed, incomplete: a listing of UDP flows; deleted, already-gone, failed: deletes of flows judged stale) and by where the flows came from (seed: the index's listing of every UDP flow; index: the index fed by conntrack events; kernel-filtered: a listing with kernel-side filters on UDP destination address and port; unknown when the call failed as a whole)",
                 &["outcome", "strategy"],
             )),
             ct_deleted_by_strategy: r.register(Desc::counter(
                 "kubeproxy_conntrack_cleanup_deleted_entries_total",
-                "Conntrack entries deleted by the cleanup, by strategy; entries removed by a filtered flush are not counted: the kernel does not report how many a flush removed (see kubeproxy_conntrack_cleanup_targets_total)",
+                "Conntrack entries deleted by the cleanup (each acknowledged by the kernel), by where they were found (index, kernel-filtered)",
                 &["strategy"],
             )),
             ct_seconds_by_strategy: r.register(Desc::histogram(
                 "kubeproxy_conntrack_cleanup_duration_seconds",
-                "Duration of each conntrack cleanup call in seconds, by the strategy used (full-dump when any family was served by a full dump, else port-dump when any was, else filtered-dump when any filter was, else filtered-flush)",
+                "Duration of each conntrack cleanup job in seconds, by its source (seed, kernel-filtered, index)",
                 &["strategy"],
                 sync_buckets(),
             )),
             ct_pending: r.register(Desc::gauge(
                 "kubeproxy_conntrack_cleanup_pending_targets",
-                "Conntrack cleanup targets not finished yet (retried with a backoff)",
+                "Conntrack cleanup work not finished yet: frontends to list and flows to delete (retried with a backoff)",
                 &[],
             )),
             ct_oldest_pending: r.register(Desc::gauge(
                 "kubeproxy_conntrack_cleanup_oldest_pending_seconds",
-                "Age of the oldest conntrack cleanup target not finished yet",
+                "Age of the oldest conntrack cleanup work not finished yet",
                 &[],
             )),
             ct_available: r.register(Desc::gauge(

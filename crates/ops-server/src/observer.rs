@@ -12,19 +12,19 @@ use crate::metrics::{unix, unix_now, Metrics};
 /// The engine's metrics hooks.
 pub struct MetricsObserver(pub Arc<Metrics>);
 
-/// The strategy a cleanup call is reported under: full-dump if any filter was served by
-/// a full dump, else port-dump, else filtered-dump if any was, else filtered-flush;
-/// `unknown` when no filter says.
+/// The source a cleanup job is reported under: the seed of the index, a listing from the
+/// kernel, or the index; `unknown` when no line says.
 fn call_strategy(filters: &[FilterWork]) -> &'static str {
     let has = |s: &str| filters.iter().any(|f| f.strategy == Some(s));
-    ["full-dump", "port-dump", "filtered-dump", "filtered-flush"]
+    ["seed", "kernel-filtered", "index"]
         .into_iter()
         .find(|s| has(s))
+        .or_else(|| filters.iter().find_map(|f| f.strategy))
         .unwrap_or("unknown")
 }
 
 impl MetricsObserver {
-    /// One conntrack cleanup call (a sync's, or a slice between syncs): kube-proxy's
+    /// One conntrack cleanup job (a sync's, or one between syncs): kube-proxy's
     /// per-family reconcile time and deleted entries, and ours per strategy and outcome.
     fn conntrack(&self, filters: &[FilterWork], took: Duration, every_family: bool) {
         let m = &self.0;

@@ -314,16 +314,16 @@ fn conntrack_metrics_carry_the_strategy_used_and_per_family_counts() {
     obs.synced(&SyncReport {
         conntrack: Duration::from_millis(3),
         conntrack_filters: vec![
-            work(IpFamily::V4, Some("filtered-dump"), "deleted", Some(4)),
-            work(IpFamily::V4, Some("filtered-flush"), "deleted", None),
-            work(IpFamily::V6, Some("filtered-dump"), "capped", Some(2)),
+            work(IpFamily::V4, Some("kernel-filtered"), "listed", Some(0)),
+            work(IpFamily::V4, Some("kernel-filtered"), "deleted", Some(4)),
+            work(IpFamily::V6, Some("kernel-filtered"), "failed", Some(2)),
         ],
         ..Default::default()
     });
     obs.cleaned(&CleanupReport {
         targets: 1,
         took: Duration::from_millis(9),
-        filters: vec![work(IpFamily::V4, Some("full-dump"), "deleted", Some(5))],
+        filters: vec![work(IpFamily::V4, Some("index"), "deleted", Some(5))],
         ..Default::default()
     });
     let t = m.encode(Format::Text);
@@ -333,19 +333,18 @@ fn conntrack_metrics_carry_the_strategy_used_and_per_family_counts() {
         // every sync reconciles both families; a slice between syncs only its own
         ("kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv4\"}", 2.0),
         ("kubeproxy_conntrack_reconciler_sync_duration_seconds_count{ip_family=\"IPv6\"}", 1.0),
-        ("kubeproxy_conntrack_cleanup_deleted_entries_total{strategy=\"filtered-dump\"}", 6.0),
-        ("kubeproxy_conntrack_cleanup_deleted_entries_total{strategy=\"filtered-flush\"}", 0.0),
-        ("kubeproxy_conntrack_cleanup_deleted_entries_total{strategy=\"full-dump\"}", 5.0),
-        ("kubeproxy_conntrack_cleanup_targets_total{outcome=\"deleted\",strategy=\"filtered-flush\"}", 1.0),
-        ("kubeproxy_conntrack_cleanup_targets_total{outcome=\"capped\",strategy=\"filtered-dump\"}", 1.0),
-        ("kubeproxy_conntrack_cleanup_duration_seconds_count{strategy=\"filtered-dump\"}", 1.0),
-        ("kubeproxy_conntrack_cleanup_duration_seconds_count{strategy=\"full-dump\"}", 1.0),
+        ("kubeproxy_conntrack_cleanup_deleted_entries_total{strategy=\"kernel-filtered\"}", 6.0),
+        ("kubeproxy_conntrack_cleanup_deleted_entries_total{strategy=\"index\"}", 5.0),
+        ("kubeproxy_conntrack_cleanup_targets_total{outcome=\"listed\",strategy=\"kernel-filtered\"}", 1.0),
+        ("kubeproxy_conntrack_cleanup_targets_total{outcome=\"failed\",strategy=\"kernel-filtered\"}", 1.0),
+        ("kubeproxy_conntrack_cleanup_duration_seconds_count{strategy=\"kernel-filtered\"}", 1.0),
+        ("kubeproxy_conntrack_cleanup_duration_seconds_count{strategy=\"index\"}", 1.0),
     ] {
         assert_eq!(value(&t, series), Some(v), "{series}:\n{t}");
     }
     assert!(
-        t.contains("filtered flush are not counted"),
-        "the HELP says why"
+        t.contains("each acknowledged by the kernel"),
+        "the HELP says what is counted"
     );
 }
 

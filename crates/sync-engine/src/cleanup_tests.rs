@@ -235,3 +235,50 @@ fn a_deleted_service_leaves_the_flows_of_another_to_the_same_pod() {
     assert!(c.judge().gone().is_empty(), "forgotten once dealt with");
     assert_eq!(c.verdict(&fb), None);
 }
+
+/// From the index, a NodePort's flows are judged on this node's NodePort addresses only:
+/// one to the node address not DNAT'ed is stale, one to another host on the same port
+/// number is not even looked at.
+#[test]
+fn an_indexed_nodeport_is_judged_on_the_nodes_addresses() {
+    let t0 = Instant::now();
+    let node = ip("198.18.5.1");
+    let np = UdpDest::NodePort {
+        v6: false,
+        port: 30053,
+    };
+    let mut c = cleanup(t0);
+    c.events_on(t0);
+    c.next_job(t0);
+    c.committed(
+        Delta {
+            full: true,
+            dests: vec![(np, Frontend::Serving(vec![(ip(X), 5353)]))],
+            nodeports: [Some(NodePortScope::Addrs([node].into())), None],
+        },
+        t0,
+    );
+    let mut to_node = flow(1, X);
+    to_node.dst = node;
+    to_node.dport = 30053;
+    let mut unnated = to_node;
+    unnated.sport = 2;
+    unnated.reply_src = node;
+    unnated.reply_sport = 30053;
+    let mut elsewhere = unnated;
+    elsewhere.sport = 3;
+    elsewhere.dst = ip("198.18.7.7");
+    elsewhere.reply_src = elsewhere.dst;
+    let j = c.seeded(vec![to_node, unnated, elsewhere], true, t0);
+    assert_eq!((j.looked_at, j.stale), (3, 1));
+    c.begin();
+    let j = c.committed(
+        Delta {
+            dests: vec![(np, Frontend::Serving(vec![]))],
+            ..Delta::default()
+        },
+        t0,
+    );
+    assert_eq!(j.looked_at, 2, "the flows to the node address only");
+    assert_eq!(c.doomed().count(), 2);
+}

@@ -575,8 +575,12 @@ fn run(o: &Opts, n: u32, rate: u32) {
             match by_change {
                 Some(s) => {
                     fps.push(ms(t - s));
-                    if let Some(tx) = a.and_then(|a| attribute(&idx, false, a, s)) {
-                        after_commit.push(ms(t.saturating_duration_since(commits[tx])));
+                    // the transaction that consumed the removal: the first after its
+                    // event, or the second when the first was a sync already under
+                    // way (the latest of the two before the move)
+                    let k = commits.partition_point(|c| *c < s);
+                    if let Some(c) = commits[k..].iter().take(2).filter(|c| **c <= t).next_back() {
+                        after_commit.push(ms(t.saturating_duration_since(*c)));
                     }
                 }
                 None => unexplained += 1,
@@ -591,7 +595,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
         .sum();
     let tried: usize = shots.iter().map(Vec::len).sum();
     println!(
-        "   UDP flows: {} moves after their endpoint was removed, event->first packet elsewhere {p50:.1} / {p99:.1} / {pmax:.1} ms (held by minSyncPeriod like any change); the transaction removing the endpoint->first packet elsewhere ({} attributed) {c50:.1} / {c99:.1} / {cmax:.1} ms (target: cleanup <= 500 ms: {}); {unexplained} moves not after a removal; {answered} of {tried} datagrams answered",
+        "   UDP flows: {} moves after their endpoint was removed, event->first packet elsewhere {p50:.1} / {p99:.1} / {pmax:.1} ms (held by minSyncPeriod like any change); the transaction that consumed the removal (the first or second after its event, the latest before the move)->first packet elsewhere ({} attributed) {c50:.1} / {c99:.1} / {cmax:.1} ms (target: cleanup <= 500 ms: {}); {unexplained} moves not after a removal; {answered} of {tried} datagrams answered",
         fps.len(),
         after_commit.len(),
         if fps.is_empty() { "-" } else { verdict(after_commit.len() == fps.len() && cmax <= 500.0) }

@@ -15,7 +15,7 @@ mod cleanup_reference;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
-use cleanup_reference::{compare, engine_config, env_u64, events, Tally};
+use cleanup_reference::{compare, engine_config, env_u64, events, start_seed, Tally};
 use ct_netlink::{Conntrack, Family, SyntheticEntry, SyntheticFlow, IPPROTO_UDP};
 use kube_reference::cleanup::CtFlow;
 use kube_reference::{changes, generate, Case, FlowOrigin, Rng};
@@ -146,12 +146,7 @@ fn run_case(ns: &Netns, s: u64, steps_n: usize, t: &mut Tally) -> Vec<String> {
 #[test]
 fn cleanup_decisions_on_a_kernel_agree_with_kube_proxy_1_38() {
     require_root!();
-    let seed = env_u64("FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1)
-    });
+    let seed = start_seed();
     let cases = env_u64("FUZZ_KERNEL_CASES").unwrap_or(12);
     let steps = env_u64("FUZZ_STEPS").unwrap_or(4) as usize;
     eprintln!("fuzz cleanup kernel: FUZZ_SEED={seed} FUZZ_KERNEL_CASES={cases} FUZZ_STEPS={steps}");

@@ -6,7 +6,6 @@
 //! ([`beside`], under `run`), fed by messages ([`ToCleaner`]): the engine's commits and
 //! the conntrack event stream, read by a third thread (`ct-events`).
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use ct_netlink::{Flow, FlowEvent};
@@ -17,6 +16,7 @@ use proxy_status::{CleanupReport, FilterWork, StatusHandle};
 use crate::cleanup::{Cleanup, Job, Judged, Removal, Scope};
 use crate::kernel::{ConntrackKernel, ConntrackOpener, FlowEvents, Received};
 use crate::stale::Delta;
+use crate::stoppable::Stoppable;
 
 /// A message to a cleaner running beside the engine.
 #[derive(Debug)]
@@ -493,75 +493,32 @@ impl<C: ConntrackKernel + 'static> Cleaner<C> {
 
 /// The event stream on a thread of its own (`ct-events`), forwarding batches of events
 /// to the cleaner's channel. Stopped (and joined) when dropped.
-struct EventThread {
-    stop: OwnedFd,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+struct EventThread(#[allow(dead_code)] Stoppable);
 
 impl EventThread {
     fn start(
         mut stream: Box<dyn FlowEvents>,
         tx: Sender<ToCleaner>,
     ) -> std::io::Result<EventThread> {
-        // SAFETY: eventfd has no memory preconditions; the descriptor is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor this process owns.
-        let stop = unsafe { OwnedFd::from_raw_fd(fd) };
-        let stop_rd = stop.try_clone()?;
-        let thread = std::thread::Builder::new()
-            .name("ct-events".into())
-            .spawn(move || {
-                let mut buf: Vec<FlowEvent> = Vec::new();
-                loop {
-                    let m = match stream.recv(&mut buf, stop_rd.as_fd()) {
-                        Ok(Received::Stopped) => return,
-                        Ok(Received::Lost) => ToCleaner::Lost,
-                        Ok(Received::Events) if buf.is_empty() => continue,
-                        Ok(Received::Events) => ToCleaner::Events(std::mem::take(&mut buf)),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "reading conntrack events");
-                            let _ = tx.send(ToCleaner::EventsEnded);
-                            return;
-                        }
-                    };
-                    if tx.send(m).is_err() {
+        let t = Stoppable::start("ct-events", move |stop| {
+            let mut buf: Vec<FlowEvent> = Vec::new();
+            loop {
+                let m = match stream.recv(&mut buf, stop) {
+                    Ok(Received::Stopped) => return,
+                    Ok(Received::Lost) => ToCleaner::Lost,
+                    Ok(Received::Events) if buf.is_empty() => continue,
+                    Ok(Received::Events) => ToCleaner::Events(std::mem::take(&mut buf)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading conntrack events");
+                        let _ = tx.send(ToCleaner::EventsEnded);
                         return;
                     }
+                };
+                if tx.send(m).is_err() {
+                    return;
                 }
-            })?;
-        Ok(EventThread {
-            stop,
-            thread: Some(thread),
-        })
+            }
+        })?;
+        Ok(EventThread(t))
     }
-}
-
-impl Drop for EventThread {
-    fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe {
-            libc::write(
-                std::os::fd::AsRawFd::as_raw_fd(&self.stop),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Flows of a list, for messages.
-pub fn describe(flows: &[Flow]) -> String {
-    flows
-        .iter()
-        .take(3)
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }

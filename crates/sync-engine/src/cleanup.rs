@@ -332,24 +332,37 @@ impl Cleanup {
         let mut j = Judged::default();
         match &self.index {
             Index::Live(idx) => {
-                let flows: Vec<Flow> = match &again {
-                    Rejudge::All => idx.iter().collect(),
-                    Rejudge::Dests(ds) => ds
-                        .iter()
-                        .flat_map(|d| -> Box<dyn Iterator<Item = Flow> + '_> {
-                            match *d {
-                                UdpDest::Addr { addr, port } => Box::new(idx.to_dst(addr, port)),
-                                UdpDest::NodePort { v6, port } => Box::new(
-                                    idx.to_port(ct_family(v6), port)
-                                        .filter(|f| self.judge.on_node(&f.dst)),
-                                ),
-                            }
-                        })
-                        .collect(),
+                // judged while walking the index; only the stale ones are kept (a full
+                // judgement walks every flow: a million at most, no copy of them)
+                let judge = &self.judge;
+                let mut looked = 0usize;
+                let mut stale: Vec<(Flow, UdpDest)> = Vec::new();
+                let mut take = |f: Flow| {
+                    looked += 1;
+                    if let Some(s) = judge.judge(&f) {
+                        stale.push((f, s.dest()));
+                    }
                 };
-                for f in flows {
-                    j.looked_at += 1;
-                    j.stale += usize::from(self.doom(f, now));
+                match &again {
+                    Rejudge::All => idx.iter().for_each(&mut take),
+                    Rejudge::Dests(ds) => {
+                        for d in ds {
+                            match *d {
+                                UdpDest::Addr { addr, port } => {
+                                    idx.to_dst(addr, port).for_each(&mut take)
+                                }
+                                UdpDest::NodePort { v6, port } => idx
+                                    .to_port(ct_family(v6), port)
+                                    .filter(|f| judge.on_node(&f.dst))
+                                    .for_each(&mut take),
+                            }
+                        }
+                    }
+                }
+                j.looked_at = looked;
+                j.stale = stale.len();
+                for (f, dest) in stale {
+                    self.doom_as(f, dest, now);
                 }
             }
             Index::Want { .. } | Index::Seeding { .. } => {}
@@ -371,7 +384,12 @@ impl Cleanup {
         let Some(why) = self.judge.judge(&f) else {
             return false;
         };
-        let dest = why.dest();
+        self.doom_as(f, why.dest(), now);
+        true
+    }
+
+    /// Queue `f`, judged stale by `dest`, for deletion.
+    fn doom_as(&mut self, f: Flow, dest: UdpDest, now: Instant) {
         self.doomed
             .entry(key(&f))
             .and_modify(|(old, p, d)| {
@@ -380,7 +398,6 @@ impl Cleanup {
                 p.next = p.next.min(now);
             })
             .or_insert((f, Pace::now(now), dest));
-        true
     }
 
     // -- the conntrack event stream ------------------------------------------------

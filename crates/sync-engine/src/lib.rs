@@ -10,17 +10,20 @@
 //! thread) repair our tables when another program changes them. See docs/sync.md.
 //!
 //! Modules, by job (each file imports only those above it in the list):
-//! - [`kernel`], [`targets`], [`backoff`], [`schedule`], [`status`]: the kernel traits,
-//!   cleanup targets, the backoff rule, when the next sync is due, the status;
-//! - [`pending`]: pending cleanup targets and their record in our tables (pure);
-//! - [`slice`]: a cleanup slice, its targets lent with the conntrack kernel (to run on
-//!   `run`'s worker thread);
+//! - [`kernel`], [`backoff`], [`schedule`], [`status`], `stoppable`: the kernel traits,
+//!   the backoff rule, when the next sync is due, the status, a thread stopped by an
+//!   eventfd;
+//! - [`stale`]: which UDP flows are stale, by the committed state (pure);
+//! - [`cleanup`]: the conntrack cleanup's state, one type with named transitions (pure);
+//! - [`cleaner`]: its driver on a conntrack kernel, on the engine's thread or beside it;
 //! - [`compile`]: bringing the compiler up to date with what changed (pure);
-//! - [`plan`]: the planner: the batch, the targets it records and makes, and why (pure);
+//! - [`plan`]: the planner: the batch, the frontends it serves that the tables read back
+//!   did not, and why (pure);
 //! - [`isolate`]: the service ports a refusal is to blame on, the skipped ports (pure);
 //! - [`engine`]: the engine's state and events in;
-//! - `sync` (the executor: [`Engine::sync`]), `cleanup` (conntrack slices), `trials`
-//!   (checking skipped ports), `publish` (status and metrics after a sync);
+//! - `sync` (the executor: [`Engine::sync`]), `conntrack` (telling the cleanup of each
+//!   commit), `trials` (checking skipped ports), `publish` (status and metrics after a
+//!   sync), `ctnetlink` (the conntrack kernel on `ct-netlink`);
 //! - [`run`]: the loop around it.
 
 mod backoff;
@@ -38,6 +41,7 @@ pub mod run;
 pub mod schedule;
 pub mod stale;
 pub mod status;
+mod stoppable;
 mod sync;
 mod trials;
 pub mod watch;

@@ -5,13 +5,13 @@
 //! with its event reader `ct-events`): it is told of every commit and never delays a
 //! sync.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use flume::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::Engine;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel, SystemClock};
+use crate::stoppable::Stoppable;
 use crate::{cleaner, our_tables, watch, CleanupReport, EngineConfig, EngineError, Event};
 
 /// How long the loop sleeps when nothing is due (it wakes for events anyway).
@@ -169,8 +169,7 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
 /// namespace): it blocks on the socket and sends what touched our tables. Stopped
 /// (and joined) when dropped.
 struct WatcherThread {
-    stop: OwnedFd,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: Stoppable,
     /// Its socket's subscription, for the engine (None: the socket could not be
     /// duplicated; our commits are then heard, as before).
     membership: Option<watch::Membership>,
@@ -183,53 +182,25 @@ impl WatcherThread {
             .membership()
             .map_err(|e| tracing::warn!(error = %e, "cannot share the nftables watcher's subscription; our own commits stay heard"))
             .ok();
-        // SAFETY: eventfd has no memory preconditions; the descriptor is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor this process owns.
-        let stop = unsafe { OwnedFd::from_raw_fd(fd) };
-        let stop_rd = stop.try_clone()?;
-        let thread = std::thread::Builder::new()
-            .name("nft-watch".into())
-            .spawn(move || loop {
-                match w.wait(stop_rd.as_fd()) {
-                    Ok(None) => return,
-                    Ok(Some(p)) if p.touches.is_empty() && !p.overflow => {}
-                    Ok(Some(p)) => {
-                        if tx.send(p).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "waiting for nftables events; relying on periodic resyncs");
+        let thread = Stoppable::start("nft-watch", move |stop| loop {
+            match w.wait(stop) {
+                Ok(None) => return,
+                Ok(Some(p)) if p.touches.is_empty() && !p.overflow => {}
+                Ok(Some(p)) => {
+                    if tx.send(p).is_err() {
                         return;
                     }
                 }
-            })?;
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for nftables events; relying on periodic resyncs");
+                    return;
+                }
+            }
+        })?;
         Ok(WatcherThread {
-            stop,
-            thread: Some(thread),
+            _thread: thread,
             membership,
         })
-    }
-}
-
-impl Drop for WatcherThread {
-    fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
-        unsafe {
-            libc::write(
-                std::os::fd::AsRawFd::as_raw_fd(&self.stop),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -111,11 +111,9 @@ fn a_cold_start_sends_the_compilers_elements_packed() {
     );
 }
 
-/// A failed commit deletes nothing, and nothing is deleted before a later commit puts
-/// the rules in (the loop keeps running meanwhile); that commit's cleanup finds the
-/// stale flows.
-#[test]
-fn failed_commit_deletes_nothing_until_a_commit_succeeds() {
+/// The UDP service synced without endpoints, the four stale flows made meanwhile
+/// (before a rule rejects them), and a ready endpoint arriving (not synced yet).
+fn endpoint_after_stale_flows() -> (World, Engine<FakeNft, FakeCt, FakeClock>) {
     let w = World::new();
     let mut e = w.engine(true);
     e.handle(Event::NodeApplied(node()));
@@ -123,13 +121,20 @@ fn failed_commit_deletes_nothing_until_a_commit_succeeds() {
     listed(&mut e);
     e.sync().unwrap();
     w.take();
-    // entries made while the service has no endpoint (before a rule rejects them)
     w.flows(&four_stale());
-
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.2", true, true, false)],
     )));
+    (w, e)
+}
+
+/// A failed commit deletes nothing, and nothing is deleted before a later commit puts
+/// the rules in (the loop keeps running meanwhile); that commit's cleanup finds the
+/// stale flows.
+#[test]
+fn failed_commit_deletes_nothing_until_a_commit_succeeds() {
+    let (w, mut e) = endpoint_after_stale_flows();
     *w.fail_commits.lock().unwrap() = 1;
     w.clock.advance(Duration::from_secs(2));
     assert!(e.sync().is_err());
@@ -168,19 +173,7 @@ fn failed_commit_deletes_nothing_until_a_commit_succeeds() {
 /// commit touches nothing and the flows stay: `left: [], right: [four flows]`.)
 #[test]
 fn an_unknown_commit_outcome_loses_no_stale_flow() {
-    let w = World::new();
-    let mut e = w.engine(true);
-    e.handle(Event::NodeApplied(node()));
-    e.handle(Event::ServiceApplied(udp_lb()));
-    listed(&mut e);
-    e.sync().unwrap();
-    w.take();
-    // entries made while the service has no endpoint (before a rule rejects them)
-    w.flows(&four_stale());
-    e.handle(Event::SliceApplied(slice(
-        "dns-1",
-        &[("198.18.2.2", true, true, false)],
-    )));
+    let (w, mut e) = endpoint_after_stale_flows();
     *w.lose_answers.lock().unwrap() = 1;
     w.clock.advance(Duration::from_secs(2));
     assert!(e.sync().is_err());

@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cleanup_reference::{compare, engine_config, env_u64, events, to_flow, Tally};
+use cleanup_reference::{compare, engine_config, env_u64, events, start_seed, to_flow, Tally};
 use common::*;
 use ct_netlink::Flow;
 use kube_reference::cleanup::CtFlow;
@@ -37,12 +37,7 @@ use sync_engine::*;
 
 #[test]
 fn cleanup_decisions_agree_with_kube_proxy_1_38() {
-    let seed = env_u64("FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1)
-    });
+    let seed = start_seed();
     let cases = env_u64("FUZZ_CASES").unwrap_or(40);
     let steps_n = env_u64("FUZZ_STEPS").unwrap_or(6) as usize;
     eprintln!("fuzz cleanup: FUZZ_SEED={seed} FUZZ_CASES={cases} FUZZ_STEPS={steps_n}");

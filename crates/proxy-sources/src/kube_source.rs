@@ -15,8 +15,9 @@
 //!   version of it was sent before, it is deleted, as an invalid object is.
 //! - A kind with no progress (no list completed, no event, no bookmark, no response
 //!   bytes) for [`Timing::stall_after`] is stalled: logged, reported to the engine
-//!   ([`Event::SourceStalled`], which /healthz counts as a change queued since the last
-//!   progress), and its watcher restarted: a relist from the last resourceVersion synced
+//!   ([`Event::SourceStalled`], kept in the status for information: no health answer
+//!   depends on it, as upstream's health depends only on changes queued and not
+//!   applied), and its watcher restarted: a relist from the last resourceVersion synced
 //!   (kept across restarts, [`list_watch::Memory`]). Progress again: logged, reported
 //!   ([`Event::SourceRecovered`]).
 

@@ -244,10 +244,12 @@ pub struct Status {
 }
 
 impl Status {
-    /// A source that has made no progress for more than 2 x syncPeriod (upstream's
-    /// bound for a queued change), if any: what it delivered may be stale. `/healthz`
-    /// reports unhealthy for it; `/livez` and the health-check node ports do not (an
-    /// API outage would otherwise fail every node's load-balancer checks at once).
+    /// A source that has made no progress for more than 2 x syncPeriod, if any: what it
+    /// delivered may be stale. Informational only: no health answer depends on it
+    /// (`/healthz`, `/livez` and the health-check node ports follow upstream's
+    /// queued-change rule, [`Status::healthy`]; an API outage queues nothing, and
+    /// failing the checks for it would take every node out of its load balancers at
+    /// once while the rules in place keep working).
     pub fn stale_source(&self, now: Instant) -> Option<&str> {
         self.stalled_sources
             .iter()

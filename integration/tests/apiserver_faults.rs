@@ -435,3 +435,93 @@ fn a_kubeconfig_that_runs_a_program_is_refused() {
     }
     assert!(server.requests().is_empty(), "{:?}", server.requests());
 }
+
+/// Neither `--kubeconfig` nor `--master`, and no in-cluster environment: kube-proxy uses
+/// the in-cluster configuration only (`cmd/kube-proxy/app/server.go`, `createClient`:
+/// `rest.InClusterConfig()`), so a `KUBECONFIG` or `~/.kube/config` on the node (often an
+/// admin credential) is never read: the daemon exits 1 with upstream's error and no
+/// request reaches the server those files name.
+///
+/// Negative control (run 2026-12-06, the fallback to the default kubeconfig restored in
+/// `api_client::config`): `the daemon used a kubeconfig it was not given:
+/// ["GET /api/v1/nodes?...`.
+#[test]
+fn without_kubeconfig_or_master_only_the_in_cluster_config_is_used() {
+    let server = ApiServer::start();
+    server.apply(node(NODE, "198.18.0.10"));
+    let dir = TempDir::new("api-no-config");
+    let kc = dir.path("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: k, cluster: {{server: '{}'}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n\
+             users: [{{name: u, user: {{token: admin}}}}]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path("home/.kube")).unwrap();
+    std::fs::copy(&kc, dir.path("home/.kube/config")).unwrap();
+    for kubeconfig_env in [true, false] {
+        let mut cmd = std::process::Command::new(daemon_binary!());
+        cmd.args([
+            "--hostname-override",
+            NODE,
+            "--once",
+            "--render-to",
+            dir.path("r.nft").to_str().unwrap(),
+        ])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", dir.path("home"));
+        if kubeconfig_env {
+            cmd.env("KUBECONFIG", &kc);
+        } else {
+            cmd.env_remove("KUBECONFIG");
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(
+            server.requests().is_empty(),
+            "the daemon used a kubeconfig it was not given: {:?}\n{err}",
+            server.requests()
+        );
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+        assert!(
+            err.contains("Neither kubeconfig file nor master URL was specified"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and \
+                 KUBERNETES_SERVICE_PORT must be defined"
+            ),
+            "{err}"
+        );
+    }
+}

@@ -8,12 +8,12 @@ mod heap;
 mod host;
 mod operate;
 mod sink;
+mod source;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use sync_engine::{EventReceiver as Receiver, EventSender as SyncSender};
 
 use anyhow::{anyhow, Context as _};
@@ -27,9 +27,7 @@ use proxy_config::config;
 use proxy_config::flags::{self, Flags, Parsed};
 use proxy_config::settings::{self, Settings};
 use proxy_sources::events::EventSender;
-use proxy_sources::{
-    api_client, config_watch, kube_source, list_watch, manifests, node_event, rest_metrics,
-};
+use proxy_sources::{config_watch, rest_metrics};
 
 /// Our crates, by crate name: their DEBUG and TRACE lines are klog's verbosity 2 and 4,
 /// a dependency's 6 and 9 (`klog::verbosity`).
@@ -124,10 +122,21 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         cleanup(settings)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // The source of desired state is checked before the host is changed, as kube-proxy
+    // creates its API client before it writes a sysctl: a daemon that cannot run (no
+    // credentials, a missing manifests path) exits without having changed anything.
+    let prepared = source::prepare(flags, settings, &rt)?;
     if touches_kernel(flags) {
         host::apply_conntrack(&settings.conntrack);
         if settings.ruleset.localhost_node_ports_v4() {
             host::apply_route_localnet();
+        } else {
+            host::reset_unguarded_route_localnet();
         }
         settings.ruleset.conntrack_tcp_be_liberal |= host::tcp_be_liberal();
         if let Some(v) = settings.oom_score_adj {
@@ -171,11 +180,6 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let families: Vec<&'static str> = settings
         .ruleset
         .families
@@ -190,7 +194,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     if !flags.dry_run {
         sender = sender.counting(metrics.clone());
     }
-    start_source(flags, settings, &rt, sender)?;
+    source::start(flags, settings, &rt, prepared, sender)?;
 
     if flags.dry_run {
         return dry_run(settings, rx);
@@ -233,60 +237,6 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         None => {
             let engine = sync_engine::real_engine(cfg).context("opening netlink sockets")?;
             drive(engine, flags, &rt, tx, rx, ops)
-        }
-    }
-}
-
-/// Start the source of desired state on its own thread or task: it sends the objects,
-/// the service CIDRs and the "listed" markers to `tx`.
-fn start_source(
-    flags: &Flags,
-    settings: &Settings,
-    rt: &tokio::runtime::Runtime,
-    tx: EventSender,
-) -> anyhow::Result<()> {
-    match &flags.manifests {
-        Some(path) => {
-            let poll = flags.manifests_poll.std().max(Duration::from_millis(10));
-            let reader = manifests::Reader::new(path, &settings.node_name, poll);
-            reader.check()?;
-            let follow = manifests::Follow {
-                poll: (!flags.once && !flags.dry_run).then_some(poll),
-                inotify: flags.manifests_inotify,
-            };
-            std::thread::Builder::new()
-                .name("manifests".into())
-                .spawn(move || manifests::run(reader, follow, tx))
-                .context("starting the manifests watcher")?;
-            Ok(())
-        }
-        None => {
-            let node = settings.node_name.clone();
-            let timing = api_client::Timing::from_watch(flags.api_watch_timeout.std());
-            let progress = std::sync::Arc::new(api_client::Progress::default());
-            let kube = &settings.kube;
-            let cfg = rt.block_on(api_client::config(
-                kube.kubeconfig.as_deref(),
-                kube.master.as_deref(),
-            ))?;
-            let client = {
-                let _guard = rt.enter();
-                api_client::client(cfg, kube.qps, kube.burst, timing, progress.clone())?
-            };
-            if !flags.dry_run {
-                rt.spawn(node_event::post(client.clone(), node.clone()));
-            }
-            let reading = list_watch::Reading {
-                wire: list_watch::Wire::from_content_type(&kube.content_type),
-                // client-go's gate, registered into kube-proxy's (--feature-gates)
-                streaming: settings
-                    .gates
-                    .enabled(proxy_config::gates::WATCH_LIST_CLIENT),
-            };
-            rt.spawn(kube_source::run(
-                client, reading, node, timing, progress, tx,
-            ));
-            Ok(())
         }
     }
 }
@@ -571,10 +521,12 @@ fn explain(
             .build()
             .context("starting the async runtime")?;
         let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
-        start_source(
+        let prepared = source::prepare(flags, &settings, &rt)?;
+        source::start(
             flags,
             &settings,
             &rt,
+            prepared,
             EventSender::new(tx, settings.node_ip_override),
         )?;
         let (cluster, compiled, _) = collect_and_compile(&settings, rx)?

@@ -30,6 +30,9 @@ use tracing::info;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The client [`client`] builds (for callers that hold one without naming kube-rs).
+pub use kube::Client;
+
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

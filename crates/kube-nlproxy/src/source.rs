@@ -95,9 +95,17 @@ pub fn start(
                     .gates
                     .enabled(proxy_config::gates::WATCH_LIST_CLIENT),
             };
-            rt.spawn(kube_source::run(
-                client, reading, node, timing, progress, tx,
-            ));
+            // kube-proxy waits for the node's podCIDRs with detect-local-mode NodeCIDR
+            // and fails its start without them
+            let wait = (settings.config.detect_local_mode == "NodeCIDR")
+                .then(|| flags.pod_cidr_timeout.std());
+            rt.spawn(async move {
+                let run = kube_source::run_with(client, reading, node, wait, timing, progress, tx);
+                if let Err(e) = run.await {
+                    tracing::error!(err = %e, "Error running ProxyServer");
+                    std::process::exit(1);
+                }
+            });
             Ok(())
         }
     }

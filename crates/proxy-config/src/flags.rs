@@ -310,6 +310,11 @@ pub struct Flags {
     #[arg(long, hide = true, default_value = "60s")]
     pub api_watch_timeout: GoDuration,
 
+    /// With detect-local-mode NodeCIDR, how long the node's podCIDRs are waited for
+    /// (kube-proxy's NodeManager: 5 minutes). Hidden: for tests.
+    #[arg(long, hide = true, default_value = "5m")]
+    pub pod_cidr_timeout: GoDuration,
+
     /// The flags given on the command line: clap id and value as written.
     #[arg(skip)]
     pub given: Vec<(String, String)>,
@@ -412,15 +417,15 @@ pub const NO_EFFECT: &[(&str, &str)] = &[
         "show_hidden_metrics_for_version",
         "kube-nlproxy hides no metric",
     ),
-    ("ipvs_scheduler", "kube-nlproxy has no IPVS mode"),
+    ("ipvs_scheduler", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
     (
         "ipvs_exclude_cidrs",
-        "kube-nlproxy has no IPVS mode; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers",
+        "kube-nlproxy has no IPVS proxier; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers",
     ),
-    ("ipvs_strict_arp", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_tcp_timeout", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_tcpfin_timeout", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_udp_timeout", "kube-nlproxy has no IPVS mode"),
+    ("ipvs_strict_arp", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
+    ("ipvs_tcp_timeout", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
+    ("ipvs_tcpfin_timeout", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
+    ("ipvs_udp_timeout", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
     (
         "config_sync_period",
         "the watches keep their cache current; no periodic resync",

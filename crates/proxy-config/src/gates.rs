@@ -151,8 +151,9 @@ pub const PROXY_GATES: &[Gate] = &[
         true,
         false,
         "1.37",
-        "Allows `mode: ipvs`. kube-nlproxy has no IPVS backend (ipvs mode runs its \
-         nftables backend), so the gate changes nothing here.",
+        "Allows `mode: ipvs` (KEP-5495: off in 1.40, locked in 1.43). Honoured: off, \
+         ipvs mode is refused at validation; on, ipvs mode runs the nftables backend \
+         with the iptables proxier's behaviour, and says so.",
     ),
     gate(
         "PreferSameTrafficDistribution",

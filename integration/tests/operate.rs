@@ -133,6 +133,17 @@ fn health_and_metrics_follow_syncs_stalls_and_node_state() {
             "{name} ({kind}) missing:\n{text}"
         );
     }
+    // the Kubernetes version implemented, ours as build metadata
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("kubernetes_build_info{"))
+        .unwrap_or_default();
+    assert!(
+        info.contains("git_version=\"v1.38.0+kube-nlproxy.")
+            && info.contains("major=\"1\"")
+            && info.contains("minor=\"38\""),
+        "{info}"
+    );
     let count = |t: &str| {
         metric(
             t,
@@ -283,4 +294,47 @@ fn explain_shows_path_verdict_and_reason() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--dst"));
+}
+
+/// `--version` and `--version=raw` as component-base's verflag prints them (kube-proxy's
+/// `Kubernetes v1.38.0` and Go's `%#v` of `version.Info`), for the Kubernetes version
+/// implemented, with ours as semver build metadata; a value that is neither a boolean nor
+/// `raw` is pflag's error.
+///
+/// Negative control (run 2026-12-06, before): `kube-nlproxy 0.1.0` for `--version`, and
+/// `--version=raw` refused (`unexpected value 'raw' for '--version' found`).
+#[test]
+fn version_as_upstream_prints_it() {
+    let run = |arg: &str| {
+        let out = std::process::Command::new(daemon_binary!())
+            .arg(arg)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run("--version");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("Kubernetes v1.38.0+kube-nlproxy."), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (code, raw, err) = run("--version=raw");
+    assert_eq!(code, Some(0), "{err}");
+    let git_version = out.trim().strip_prefix("Kubernetes ").unwrap();
+    assert!(
+        raw.starts_with("version.Info{Major:\"1\", Minor:\"38\", EmulationMajor:\"\", ")
+            && raw.contains(&format!("GitVersion:\"{git_version}\", GitCommit:\""))
+            && raw.trim_end().ends_with('}'),
+        "{raw}"
+    );
+    let (code, out, _) = run("--version=false");
+    assert_ne!(code, Some(0), "--version=false runs the daemon: {out}");
+    let (code, _, err) = run("--version=bogus");
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("invalid argument \"bogus\" for \"--version\" flag"),
+        "{err}"
+    );
 }

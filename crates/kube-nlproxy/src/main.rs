@@ -6,6 +6,7 @@
 mod deploy_tests;
 mod heap;
 mod host;
+mod identity;
 mod operate;
 mod sink;
 mod source;
@@ -62,6 +63,9 @@ fn main() -> ExitCode {
         Parsed::Run(f) => f,
         Parsed::Exit { text, code } => return print_and_exit(&text, code),
     };
+    if let Some(req) = flags.version_request() {
+        return print_and_exit(&identity::version_text(req), 0);
+    }
     let mut settings = match settings::load(&flags) {
         Ok(s) => s,
         Err(e) => {
@@ -163,7 +167,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         Ok(a) => settings.ruleset.local_addresses = a,
         Err(e) => warn!(err = %e, "Cannot list the host's addresses"),
     }
-    info!(version = env!("CARGO_PKG_VERSION"), "Version info");
+    info!(version = %identity::git_version(), "Version info");
     info!(
         node = %settings.node_name,
         source = flags.manifests.as_deref().unwrap_or("kubernetes"),
@@ -186,7 +190,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|f| f.k8s_name())
         .collect();
-    let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
+    let metrics = ops_server::Metrics::new(&families, &identity::build_info());
     metrics.record_feature_gates(settings.gates.all());
     rest_metrics::install(Arc::new(metrics.rest_client().clone()));
     let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
@@ -288,7 +292,7 @@ fn proxy_info(settings: &Settings, flags: &Flags) -> ops_server::ProxyInfo {
             component: "kube-proxy".into(),
             started: std::time::SystemTime::now(),
             go_version: "n/a (kube-nlproxy is written in Rust)".into(),
-            binary_version: env!("CARGO_PKG_VERSION").into(),
+            binary_version: identity::git_version().trim_start_matches('v').to_string(),
             emulation_version: Some(EMULATED_VERSION.into()),
         });
     let flagz = settings

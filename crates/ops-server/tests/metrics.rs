@@ -396,7 +396,11 @@ fn status_gauges_per_family_and_ours() {
         .find(|l| l.starts_with("kubernetes_build_info{"))
         .unwrap();
     assert!(
-        info.contains(&format!("git_version=\"v{}\"", env!("CARGO_PKG_VERSION"))),
+        info.contains(&format!(
+            "git_version=\"v1.38.0+kube-nlproxy.{}\"",
+            env!("CARGO_PKG_VERSION")
+        )) && info.contains("major=\"1\"")
+            && info.contains("minor=\"38\""),
         "{info}"
     );
     assert!(info.ends_with("} 1"), "{info}");

@@ -20,7 +20,6 @@ const OURS: &str = "kube-nlproxy flags";
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
     name = "kube-nlproxy",
-    version,
     about = "Kubernetes Service proxy: Services and EndpointSlices to one atomic nftables netlink \
              batch per sync, stale UDP conntrack entries cleared over ctnetlink. A drop-in for \
              kube-proxy: same flags, same KubeProxyConfiguration, same ports.",
@@ -161,6 +160,10 @@ pub struct Flags {
     pub oom_score_adj: Option<i32>,
 
     // --- logging (component-base's logging flags) ---
+    /// Print version information and quit (component-base's verflag): `--version` the
+    /// version line, `--version=raw` every field.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "version")]
+    pub version: Option<String>,
     /// Log verbosity: 0 start-up, configuration and errors; 2 each sync; 4 and above
     /// details.
     #[arg(short = 'v', long = "v", help_heading = LOG)]
@@ -485,6 +488,30 @@ pub fn normalize(args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// What `--version` asks for (component-base's `verflag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionRequest {
+    /// `--version`, `--version=true`: `Kubernetes <git version>`.
+    Line,
+    /// `--version=raw`: every field of the version information.
+    Raw,
+}
+
+/// `--version`'s value as verflag reads it: `raw`, or a boolean in Go's spellings
+/// (`strconv.ParseBool`).
+fn version_request(v: &str) -> Result<Option<VersionRequest>, String> {
+    match v {
+        "raw" => Ok(Some(VersionRequest::Raw)),
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Some(VersionRequest::Line)),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(None),
+        other => Err(format!(
+            "invalid argument {} for \"--version\" flag: strconv.ParseBool: parsing {}: invalid syntax\n",
+            klog::go_quote(other),
+            klog::go_quote(other)
+        )),
+    }
+}
+
 /// What parsing the command line gave: flags, or help/version text (exit 0), or an
 /// error (exit 1, as kube-proxy exits on a flag error).
 #[derive(Debug)]
@@ -516,6 +543,9 @@ impl Flags {
                 }
             }
         };
+        if let Some(Err(text)) = flags.version.as_deref().map(version_request) {
+            return Parsed::Exit { text, code: 1 };
+        }
         flags.given = m
             .ids()
             .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
@@ -530,6 +560,13 @@ impl Flags {
             })
             .collect();
         Parsed::Run(Box::new(flags))
+    }
+
+    /// What `--version` asks for, if anything (the value was checked when parsed).
+    pub fn version_request(&self) -> Option<VersionRequest> {
+        self.version
+            .as_deref()
+            .and_then(|v| version_request(v).ok().flatten())
     }
 
     /// Whether flag `id` (clap id, `snake_case`) was on the command line.

@@ -525,3 +525,30 @@ fn without_kubeconfig_or_master_only_the_in_cluster_config_is_used() {
         );
     }
 }
+
+/// A request that gets no answer (nothing listens at the server's address: connection
+/// refused) is logged as a failed request, not as the server refusing the streamed list
+/// (which it did not answer).
+///
+/// Negative control (run 2026-12-06, before): `"the streamed list was refused; listing
+/// instead" path="/api/v1/nodes" err="ServiceError: client error (Connect)"` (the reason
+/// itself, kube-rs' error source, was not logged either: now `...: Connection refused`).
+#[test]
+fn an_unanswered_streamed_list_is_not_called_refused() {
+    let dir = TempDir::new("api-conn-refused");
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let mut args = vec!["--api-watch-timeout", "2s", "--kube-api-qps=-1"];
+    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
+    let d = start_against_api(daemon_binary!(), &url, NODE, &dir, &args);
+    assert!(
+        wait_for(WAIT, || d
+            .log_text()
+            .contains("the streamed list request failed; listing instead")),
+        "{}",
+        d.log_text()
+    );
+    let log = d.log_text();
+    assert!(log.contains("Connection refused"), "the reason: {log}");
+    assert!(!log.contains("refused the streamed list"), "{log}");
+    assert!(!log.contains("the streamed list was refused"), "{log}");
+}

@@ -87,10 +87,25 @@ fn main() -> ExitCode {
     match run(&flags, &mut settings) {
         Ok(code) => code,
         Err(e) => {
-            error!(err = format!("{e:#}"), "Error running ProxyServer");
+            error!(err = error_text(&e), "Error running ProxyServer");
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error with its causes, each cause once: many of our errors already name their
+/// source in their own text (`manifests PATH: No such file or directory`), which
+/// anyhow's `{:#}` would print a second time.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// Help, version or a flag error: to stdout (exit 0) or stderr (exit 1).
@@ -500,7 +515,7 @@ fn explain_main(args: Vec<String>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("kube-nlproxy explain: {e:#}");
+            eprintln!("kube-nlproxy explain: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }

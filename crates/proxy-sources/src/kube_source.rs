@@ -443,7 +443,7 @@ async fn pump<K>(
                     }
                 }
                 Err(e) => {
-                    let msg = e.to_string();
+                    let msg = crate::error_chain(&e);
                     if kind.optional && known.lists == 0 {
                         if last_error.is_none() {
                             info!(kind = kind.name, error = %msg, "not available; retrying in the background");

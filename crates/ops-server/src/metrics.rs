@@ -358,6 +358,7 @@ impl Metrics {
         );
         m.registry
             .collector(|| crate::process::snapshots(&crate::process::read_self()));
+        m.registry.register_meta_metrics();
         // series that exist from the start (so that rates and dashboards have a zero)
         for f in &m.families {
             for fam in [

@@ -602,3 +602,58 @@ fn localhost_accepted_packets_are_read_at_scrape_time() {
     );
     assert_eq!(value(&text, NAME), Some(40.0), "{text}");
 }
+
+/// component-base's meta metrics (`RegisterMetaMetrics`), as upstream's registry
+/// serves them in kube-proxy: `registered_metrics_total` by stability level (the
+/// families registered with one, counted at the scrape), `disabled_metrics_total`,
+/// `hidden_metrics_total` (BETA, 0: none is disabled or hidden) and
+/// `cardinality_enforcement_unexpected_categorizations_total` (ALPHA, 0).
+///
+/// Negative control (run 2026-12-06, before): `registered_metrics_total: HELP/TYPE
+/// differ from upstream` (not served).
+#[test]
+fn component_base_meta_metrics() {
+    let m = metrics();
+    m.record_feature_gates([("X", "BETA", true)]);
+    let t = m.encode(Format::Text);
+    check_families(
+        &t,
+        &[
+            (
+                "registered_metrics_total",
+                "counter",
+                "[BETA] The count of registered metrics broken by stability level and deprecation version.",
+                "deprecated_version,stability_level",
+            ),
+            ("disabled_metrics_total", "counter", "[BETA] The count of disabled metrics.", ""),
+            ("hidden_metrics_total", "counter", "[BETA] The count of hidden metrics.", ""),
+            (
+                "cardinality_enforcement_unexpected_categorizations_total",
+                "counter",
+                "[ALPHA] The count of unexpected categorizations during cardinality enforcement.",
+                "",
+            ),
+        ],
+    );
+    assert_eq!(value(&t, "disabled_metrics_total"), Some(0.0), "{t}");
+    assert_eq!(value(&t, "hidden_metrics_total"), Some(0.0), "{t}");
+    let beta = value(
+        &t,
+        "registered_metrics_total{deprecated_version=\"\",stability_level=\"BETA\"}",
+    );
+    // kubernetes_feature_enabled and the three BETA meta counters themselves
+    assert_eq!(beta, Some(4.0), "{t}");
+    let alpha = value(
+        &t,
+        "registered_metrics_total{deprecated_version=\"\",stability_level=\"ALPHA\"}",
+    )
+    .unwrap_or(0.0);
+    let alpha_families = t
+        .lines()
+        .filter(|l| l.starts_with("# HELP ") && l.contains(" [ALPHA] "))
+        .count() as f64;
+    assert!(
+        alpha >= alpha_families,
+        "every ALPHA family served is registered: {alpha} < {alpha_families}\n{t}"
+    );
+}

@@ -313,7 +313,7 @@ fn proxy_info(settings: &Settings, flags: &Flags) -> ops_server::ProxyInfo {
     let flagz = settings
         .gates
         .enabled(COMPONENT_FLAGZ)
-        .then(|| flags.given_flags());
+        .then(|| proxy_config::flagz::all(flags));
     ops_server::ProxyInfo {
         mode: settings.config.mode.clone(),
         config_json,

@@ -169,14 +169,25 @@ async fn configz(State(ctx): State<Arc<Ctx>>) -> Response {
         .into_response()
 }
 
-fn zpage(headers: &HeaderMap, kind: &str, body: impl FnOnce() -> String) -> Response {
+fn zpage(
+    headers: &HeaderMap,
+    kind: &str,
+    body: impl FnOnce() -> String,
+    json: impl FnOnce(&str) -> String,
+) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    match crate::zpages::negotiate(accept, "v1alpha1", kind) {
+    match crate::zpages::negotiate(accept, kind) {
         Some(crate::zpages::Media::TextPlain) => text(StatusCode::OK, body()),
-        // the structured form is not served: as a request upstream cannot serve
-        Some(crate::zpages::Media::Json) | None => {
-            text(StatusCode::NOT_ACCEPTABLE, "not acceptable\n".into())
-        }
+        Some(crate::zpages::Media::Json(v)) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                format!("application/json;v={v};g=config.k8s.io;as={kind}"),
+            )],
+            json(v),
+        )
+            .into_response(),
+        None => text(StatusCode::NOT_ACCEPTABLE, "not acceptable\n".into()),
     }
 }
 
@@ -184,15 +195,23 @@ async fn statusz(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
     let Some(s) = ctx.info.statusz.as_ref() else {
         return not_found().await;
     };
-    zpage(&headers, "Statusz", || {
-        crate::zpages::statusz_text(
-            s,
-            std::time::SystemTime::now(),
-            crate::zpages::random_delimiter(),
-        )
-    })
+    let now = std::time::SystemTime::now();
+    zpage(
+        &headers,
+        "Statusz",
+        || crate::zpages::statusz_text(s, now, crate::zpages::random_delimiter()),
+        |v| crate::zpages::statusz_json(s, now, v),
+    )
 }
 
 async fn flagz(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
-    zpage(&headers, "Flagz", || ctx.flagz_body.clone())
+    zpage(
+        &headers,
+        "Flagz",
+        || ctx.flagz_body.clone(),
+        |v| {
+            let flags = ctx.info.flagz.as_deref().unwrap_or_default();
+            crate::zpages::flagz_json("kube-proxy", flags, v)
+        },
+    )
 }

@@ -488,6 +488,14 @@ pub fn normalize(args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// The ids of the command's arguments (not of its groups).
+fn cmd_args() -> Vec<String> {
+    Flags::command()
+        .get_arguments()
+        .map(|a| a.get_id().as_str().to_string())
+        .collect()
+}
+
 /// What `--version` asks for (component-base's `verflag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VersionRequest {
@@ -546,8 +554,12 @@ impl Flags {
         if let Some(Err(text)) = flags.version.as_deref().map(version_request) {
             return Parsed::Exit { text, code: 1 };
         }
+        // the arguments only: clap's derive also names a group after the struct
+        // (`Flags`), whose raw values are every argument's (a stray `/flagz` line)
+        let args: Vec<String> = cmd_args();
         flags.given = m
             .ids()
+            .filter(|id| args.iter().any(|a| a == id.as_str()))
             .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
             .map(|id| {
                 let raw: Vec<String> = m

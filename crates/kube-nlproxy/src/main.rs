@@ -314,11 +314,20 @@ fn proxy_info(settings: &Settings, flags: &Flags) -> ops_server::ProxyInfo {
         .gates
         .enabled(COMPONENT_FLAGZ)
         .then(|| proxy_config::flagz::all(flags));
+    // kube-proxy installs its debug paths with enableProfiling
+    let debug = settings
+        .config
+        .enable_profiling
+        .then_some(ops_server::debug::DebugHandlers {
+            set_verbosity: klog::set_verbosity,
+            heap_stats: heap::stats,
+        });
     ops_server::ProxyInfo {
         mode: settings.config.mode.clone(),
         config_json,
         statusz,
         flagz,
+        debug,
     }
 }
 

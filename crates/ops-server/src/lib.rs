@@ -12,6 +12,7 @@
 //! 5 s per server. Everything reads the engine's status through [`StatusSource`];
 //! nothing here touches the kernel.
 
+pub mod debug;
 pub mod expo;
 pub mod hcport;
 pub mod health;

@@ -2,9 +2,8 @@
 //! (`cmd/kube-proxy/app/server.go`): `/metrics` (format negotiated from `Accept`),
 //! component-base's `/healthz` and `/healthz/ping` (`ok`), `/metrics/slis` (the health
 //! checks' SLI metrics), `/proxyMode`, `/configz`, `/statusz` and `/flagz` (when their
-//! gates are on, [`crate::zpages`]); anything else is Go's
-//! `404 page not found`. (`/debug/pprof` and `/debug/flags/v` exist upstream only with
-//! `enableProfiling`, which kube-nlproxy does not offer.)
+//! gates are on, [`crate::zpages`]), `/debug/pprof/...` and `/debug/flags/v` with
+//! `enableProfiling` ([`crate::debug`]); anything else is Go's `404 page not found`.
 
 use std::sync::Arc;
 
@@ -28,6 +27,9 @@ pub struct ProxyInfo {
     pub statusz: Option<crate::zpages::Statusz>,
     /// `/flagz` (gate ComponentFlagz): the flags, name and value; `None`: unregistered.
     pub flagz: Option<Vec<(String, String)>>,
+    /// `--profiling` / `enableProfiling`: `/debug/pprof/...` and `/debug/flags/v`
+    /// ([`crate::debug`]); `None` leaves them unregistered (404).
+    pub debug: Option<crate::debug::DebugHandlers>,
 }
 
 struct Ctx {
@@ -80,6 +82,7 @@ pub fn metrics_router(metrics: Arc<Metrics>, info: ProxyInfo) -> Router {
         crate::zpages::flagz_text("kube-proxy", f, crate::zpages::random_delimiter())
     });
     let (has_statusz, has_flagz) = (info.statusz.is_some(), info.flagz.is_some());
+    let debug = info.debug;
     let ctx = Arc::new(Ctx {
         metrics,
         info,
@@ -94,6 +97,9 @@ pub fn metrics_router(metrics: Arc<Metrics>, info: ProxyInfo) -> Router {
     }
     if has_flagz {
         r = r.route("/flagz", any(flagz));
+    }
+    if let Some(h) = debug {
+        r = r.merge(crate::debug::router(h).with_state(()));
     }
     r.route("/metrics", any(serve_metrics))
         .route("/metrics/slis", any(serve_slis))

@@ -172,10 +172,13 @@ pub struct Flags {
     #[arg(long, help_heading = LOG)]
     pub logging_format: Option<String>,
 
-    // --- accepted, without effect ---
-    /// Serve /debug/pprof: not offered.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = NONE)]
+    /// Serve /debug/pprof (what a Rust process can: the command line, allocator
+    /// statistics, threads) and /debug/flags/v (set -v at run time) on the metrics
+    /// server.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = KP)]
     pub profiling: Option<bool>,
+
+    // --- accepted, without effect ---
     /// Show metrics hidden since that version: no metric is hidden.
     #[arg(long, help_heading = NONE)]
     pub show_hidden_metrics_for_version: Option<String>,
@@ -415,7 +418,6 @@ fn ip_port_var(s: &str) -> Result<String, FlagValueError> {
 
 /// The flags without effect, and what happens to them; logged once when given.
 pub const NO_EFFECT: &[(&str, &str)] = &[
-    ("profiling", "kube-nlproxy serves no /debug/pprof"),
     (
         "show_hidden_metrics_for_version",
         "kube-nlproxy hides no metric",
@@ -670,13 +672,7 @@ mod tests {
 
     #[test]
     fn no_effect_flags_are_accepted_and_named() {
-        let f = parse(&[
-            "--ipvs-scheduler",
-            "rr",
-            "--profiling",
-            "--log_dir=/tmp",
-            "--v=1",
-        ]);
+        let f = parse(&["--ipvs-scheduler", "rr", "--log_dir=/tmp", "--v=1"]);
         let names: Vec<(String, String)> = f
             .no_effect_given()
             .into_iter()
@@ -685,8 +681,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                ("profiling".to_string(), "true".to_string()),
-                ("ipvs-scheduler".into(), "rr".into()),
+                ("ipvs-scheduler".to_string(), "rr".to_string()),
                 ("log-dir".into(), "/tmp".into())
             ]
         );

@@ -502,13 +502,6 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
             reason,
         })
     };
-    if c.enable_profiling {
-        push(
-            "enableProfiling",
-            "true".into(),
-            "kube-nlproxy serves no /debug/pprof",
-        );
-    }
     if !c.show_hidden_metrics_for_version.is_empty() {
         push(
             "showHiddenMetricsForVersion",

@@ -14,6 +14,7 @@
 
 pub mod debug;
 pub mod expo;
+pub mod go_runtime;
 pub mod hcport;
 pub mod health;
 pub mod metrics;

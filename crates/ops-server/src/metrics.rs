@@ -358,6 +358,8 @@ impl Metrics {
         );
         m.registry
             .collector(|| crate::process::snapshots(&crate::process::read_self()));
+        m.registry
+            .collector(|| crate::go_runtime::snapshots(&crate::go_runtime::read_self()));
         m.registry.register_meta_metrics();
         // series that exist from the start (so that rates and dashboards have a zero)
         for f in &m.families {

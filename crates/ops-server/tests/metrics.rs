@@ -657,3 +657,47 @@ fn component_base_meta_metrics() {
         "every ALPHA family served is registered: {alpha} < {alpha_families}\n{t}"
     );
 }
+
+/// The `go_*` families with an honest counterpart (threads for goroutines, the
+/// kernel's resident memory), as client_golang's Go collector names them (no stability
+/// prefix); the kubernetes-mixin "Proxy" dashboard plots `go_goroutines`.
+///
+/// Negative control (run 2026-12-06, before): `go_goroutines: HELP/TYPE differ from
+/// upstream` (not served).
+#[test]
+fn go_runtime_families_with_honest_values() {
+    let t = metrics().encode(Format::Text);
+    check_families(
+        &t,
+        &[
+            (
+                "go_goroutines",
+                "gauge",
+                "Number of goroutines that currently exist.",
+                "",
+            ),
+            ("go_threads", "gauge", "Number of OS threads created.", ""),
+            (
+                "go_info",
+                "gauge",
+                "Information about the Go environment.",
+                "version",
+            ),
+            (
+                "go_memstats_sys_bytes",
+                "gauge",
+                "Number of bytes obtained from system. Equals to /memory/classes/total:byte.",
+                "",
+            ),
+        ],
+    );
+    assert!(value(&t, "go_goroutines").is_some_and(|n| n >= 1.0), "{t}");
+    assert!(
+        value(&t, "go_memstats_sys_bytes").is_some_and(|n| n > 0.0),
+        "{t}"
+    );
+    assert!(
+        !t.contains("go_gc_duration_seconds"),
+        "no GC, no GC metrics"
+    );
+}

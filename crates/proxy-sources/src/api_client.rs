@@ -378,6 +378,7 @@ impl<S> tower_layer::Layer<S> for RateLimitLayer {
             last: Instant::now(),
             ready: false,
             sleep: None,
+            waiting_since: None,
         }
     }
 }
@@ -390,17 +391,27 @@ pub struct RateLimit<S> {
     last: Instant,
     ready: bool,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the current request started waiting for a token.
+    waiting_since: Option<Instant>,
 }
 
-impl<S, R> tower_service::Service<R> for RateLimit<S>
+/// How long a request waited for a token (a request extension, for the metrics layer
+/// inside: `rest_client_rate_limiter_duration_seconds`).
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimited(pub Duration);
+
+impl<S, B> tower_service::Service<http::Request<B>> for RateLimit<S>
 where
-    S: tower_service::Service<R>,
+    S: tower_service::Service<http::Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
     type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.ready && self.waiting_since.is_none() {
+            self.waiting_since = Some(Instant::now());
+        }
         while !self.ready {
             if let Some(s) = self.sleep.as_mut() {
                 if s.as_mut().poll(cx).is_pending() {
@@ -425,8 +436,13 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: R) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         self.ready = false;
+        let waited = self
+            .waiting_since
+            .take()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        req.extensions_mut().insert(RateLimited(waited));
         self.inner.call(req)
     }
 }

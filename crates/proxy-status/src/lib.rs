@@ -116,6 +116,12 @@ pub trait RestObserver: Send + Sync {
     fn latency(&self, verb: &str, host: &str, took: Duration);
     fn request_size(&self, verb: &str, host: &str, bytes: u64);
     fn response_size(&self, verb: &str, host: &str, bytes: u64);
+    /// How long a request waited in the client-side rate limiter (`--kube-api-qps`,
+    /// `--kube-api-burst`; zero when a token was there), as client-go times its
+    /// `tryThrottle`. Not called without a rate limiter (negative QPS).
+    fn rate_limiter(&self, verb: &str, host: &str, waited: Duration) {
+        let _ = (verb, host, waited);
+    }
 }
 
 /// A program that changed our tables, as the kernel names it (`NFT_MSG_NEWGEN`).

@@ -13,7 +13,7 @@ use proxy_sources::{api_client, kube_source, list_watch, manifests, node_event};
 
 /// A source whose configuration was found usable.
 pub enum Prepared {
-    Manifests(manifests::Reader),
+    Manifests(Box<manifests::Reader>),
     Api {
         client: api_client::Client,
         timing: api_client::Timing,
@@ -34,7 +34,7 @@ pub fn prepare(
             let poll = flags.manifests_poll.std().max(Duration::from_millis(10));
             let reader = manifests::Reader::new(path, &settings.node_name, poll);
             reader.check()?;
-            Ok(Prepared::Manifests(reader))
+            Ok(Prepared::Manifests(Box::new(reader)))
         }
         None => {
             let timing = api_client::Timing::from_watch(flags.api_watch_timeout.std());
@@ -75,7 +75,7 @@ pub fn start(
             };
             std::thread::Builder::new()
                 .name("manifests".into())
-                .spawn(move || manifests::run(reader, follow, tx))
+                .spawn(move || manifests::run(*reader, follow, tx))
                 .context("starting the manifests watcher")?;
             Ok(())
         }

@@ -291,3 +291,52 @@ fn outage_leaves_rules_unchanged() {
         known(t, "198.18.100.5", 80) && has_service(t, "198.18.100.1", 80)
     });
 }
+
+/// `rest_client_rate_limiter_duration_seconds{host,verb}`: every request through the
+/// client-side rate limiter is timed there, as client-go times its `tryThrottle`; with a
+/// burst of 1 and 1 QPS the requests of the start (five kinds' lists and watches and the
+/// node's event) wait, some for most of a second. Without a rate limiter (negative QPS)
+/// there is no series, as client-go has no limiter to time then.
+///
+/// Negative control (run 2026-12-06, before): no `rest_client_rate_limiter_duration_seconds`
+/// series at all.
+#[test]
+fn the_rate_limiter_is_timed() {
+    let server = seeded();
+    for (limited, args) in [
+        (true, vec!["--kube-api-qps", "1", "--kube-api-burst", "1"]),
+        (false, vec!["--kube-api-qps=-1"]),
+    ] {
+        let dir = TempDir::new("rate-limiter");
+        let mp = free_port();
+        let mz = format!("127.0.0.1:{mp}");
+        let mut all = args.clone();
+        all.extend(["--metrics-bind-address", &mz]);
+        all.extend(content_type_args(env!("CARGO_CRATE_NAME")));
+        let d = start_against_api(daemon_binary!(), &server.url(), NODE, &dir, &all);
+        wait_rules(&d, &dir, "the service", |t| {
+            has_service(t, "198.18.100.1", 80)
+        });
+        let text = http_get(mp, "/metrics").map(|x| x.2).unwrap_or_default();
+        let count: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("rest_client_rate_limiter_duration_seconds_count{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        let sum: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("rest_client_rate_limiter_duration_seconds_sum{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if limited {
+            assert!(
+                text.contains("# HELP rest_client_rate_limiter_duration_seconds [ALPHA] Client side rate limiter latency in seconds. Broken down by verb, and host."),
+                "{text}"
+            );
+            assert!(count >= 4.0, "requests timed: {count}\n{text}");
+            assert!(sum >= 1.0, "time waited: {sum} s\n{text}");
+        } else {
+            assert_eq!(count, 0.0, "no limiter, no series:\n{text}");
+        }
+    }
+}

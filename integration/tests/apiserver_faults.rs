@@ -6,8 +6,8 @@
 //!
 //! Time bounds (`--api-watch-timeout 2s`, see api_client::Timing): response headers
 //! within 1 s, no byte for 3 s ends a connection, backoff at most 1 s, a kind without
-//! progress for 4 s is stalled and relisted; `--iptables-sync-period 2s`, so /healthz
-//! turns 503 4 s after the last progress.
+//! progress for 4 s is stalled and relisted; `--iptables-sync-period 2s` (a stall changes
+//! no health answer: `apiserver_outage_health.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -73,8 +73,9 @@ fn has_service(text: &str, ip: &str) -> bool {
 }
 
 /// Requests accepted and never answered (and open connections silent for good): the
-/// stall is logged, /healthz turns 503, rules stay; once the server answers new
-/// connections, the daemon catches up within response + backoff + a list (bound: 5 s).
+/// stall is logged, /healthz stays 200 (nothing is queued: upstream's rule, see
+/// `apiserver_outage_health.rs`), rules stay; once the server answers new connections,
+/// the daemon catches up within response + backoff + a list (bound: 5 s).
 #[test]
 fn a_hung_api_is_given_up_and_the_daemon_recovers() {
     let server = seeded();
@@ -92,11 +93,8 @@ fn a_hung_api_is_given_up_and_the_daemon_recovers() {
         "no stall logged:\n{}",
         r.d.log_text()
     );
-    assert!(
-        wait_for(WAIT, || r.health() == Some(503)),
-        "healthz stayed healthy:\n{}",
-        r.d.log_text()
-    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(r.health(), Some(200), "{}", r.d.log_text());
     let during = r.rules();
     assert!(has_service(&during, "198.18.100.1") && !during.contains("198.18.100.3"));
     server.set_hang(false);
@@ -436,4 +434,121 @@ fn a_kubeconfig_that_runs_a_program_is_refused() {
         assert!(err.contains("runs a program") && err.contains("tokenFile"), "{err}");
     }
     assert!(server.requests().is_empty(), "{:?}", server.requests());
+}
+
+/// Neither `--kubeconfig` nor `--master`, and no in-cluster environment: kube-proxy uses
+/// the in-cluster configuration only (`cmd/kube-proxy/app/server.go`, `createClient`:
+/// `rest.InClusterConfig()`), so a `KUBECONFIG` or `~/.kube/config` on the node (often an
+/// admin credential) is never read: the daemon exits 1 with upstream's error and no
+/// request reaches the server those files name.
+///
+/// Negative control (run 2026-12-06, the fallback to the default kubeconfig restored in
+/// `api_client::config`): `the daemon used a kubeconfig it was not given:
+/// ["GET /api/v1/nodes?...`.
+#[test]
+fn without_kubeconfig_or_master_only_the_in_cluster_config_is_used() {
+    let server = ApiServer::start();
+    server.apply(node(NODE, "198.18.0.10"));
+    let dir = TempDir::new("api-no-config");
+    let kc = dir.path("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+             clusters: [{{name: k, cluster: {{server: '{}'}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n\
+             users: [{{name: u, user: {{token: admin}}}}]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path("home/.kube")).unwrap();
+    std::fs::copy(&kc, dir.path("home/.kube/config")).unwrap();
+    for kubeconfig_env in [true, false] {
+        let mut cmd = std::process::Command::new(daemon_binary!());
+        cmd.args([
+            "--hostname-override",
+            NODE,
+            "--once",
+            "--render-to",
+            dir.path("r.nft").to_str().unwrap(),
+        ])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", dir.path("home"));
+        if kubeconfig_env {
+            cmd.env("KUBECONFIG", &kc);
+        } else {
+            cmd.env_remove("KUBECONFIG");
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(
+            server.requests().is_empty(),
+            "the daemon used a kubeconfig it was not given: {:?}\n{err}",
+            server.requests()
+        );
+        assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+        assert!(
+            err.contains("Neither kubeconfig file nor master URL was specified"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and \
+                 KUBERNETES_SERVICE_PORT must be defined"
+            ),
+            "{err}"
+        );
+    }
+}
+
+/// A request that gets no answer (nothing listens at the server's address: connection
+/// refused) is logged as a failed request, not as the server refusing the streamed list
+/// (which it did not answer).
+///
+/// Negative control (run 2026-12-06, before): `"the streamed list was refused; listing
+/// instead" path="/api/v1/nodes" err="ServiceError: client error (Connect)"` (the reason
+/// itself, kube-rs' error source, was not logged either: now `...: Connection refused`).
+#[test]
+fn an_unanswered_streamed_list_is_not_called_refused() {
+    let dir = TempDir::new("api-conn-refused");
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let mut args = vec!["--api-watch-timeout", "2s", "--kube-api-qps=-1"];
+    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
+    let d = start_against_api(daemon_binary!(), &url, NODE, &dir, &args);
+    assert!(
+        wait_for(WAIT, || d
+            .log_text()
+            .contains("the streamed list request failed; listing instead")),
+        "{}",
+        d.log_text()
+    );
+    let log = d.log_text();
+    assert!(log.contains("Connection refused"), "the reason: {log}");
+    assert!(!log.contains("refused the streamed list"), "{log}");
+    assert!(!log.contains("the streamed list was refused"), "{log}");
 }

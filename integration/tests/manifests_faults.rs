@@ -367,3 +367,36 @@ fn rename_latency(tag: &str, extra: &[&str]) -> Duration {
     eprintln!("{tag}: the rename reached the rendered ruleset in {took:?}");
     took
 }
+
+/// A `--manifests` path that does not exist: one error line naming the path and the
+/// reason once, exit 1.
+///
+/// Negative control (run 2026-12-06, anyhow's `{:#}` as before): `manifests /...: No such
+/// file or directory (os error 2): No such file or directory (os error 2)`.
+#[test]
+fn a_missing_manifests_path_is_reported_once() {
+    let dir = TempDir::new("manifests-missing");
+    let missing = dir.path("nothing-here.yaml");
+    let out = std::process::Command::new(daemon_binary!())
+        .args([
+            "--manifests",
+            missing.to_str().unwrap(),
+            "--hostname-override",
+            "node-a",
+            "--dry-run",
+        ])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("Error running ProxyServer"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains(missing.to_str().unwrap()), "{line}");
+    assert_eq!(
+        line.matches("No such file or directory").count(),
+        1,
+        "the reason twice: {line}"
+    );
+}

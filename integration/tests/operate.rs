@@ -133,6 +133,17 @@ fn health_and_metrics_follow_syncs_stalls_and_node_state() {
             "{name} ({kind}) missing:\n{text}"
         );
     }
+    // the Kubernetes version implemented, ours as build metadata
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("kubernetes_build_info{"))
+        .unwrap_or_default();
+    assert!(
+        info.contains("git_version=\"v1.38.0+kube-nlproxy.")
+            && info.contains("major=\"1\"")
+            && info.contains("minor=\"38\""),
+        "{info}"
+    );
     let count = |t: &str| {
         metric(
             t,
@@ -283,4 +294,175 @@ fn explain_shows_path_verdict_and_reason() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--dst"));
+}
+
+/// `--version` and `--version=raw` as component-base's verflag prints them (kube-proxy's
+/// `Kubernetes v1.38.0` and Go's `%#v` of `version.Info`), for the Kubernetes version
+/// implemented, with ours as semver build metadata; a value that is neither a boolean nor
+/// `raw` is pflag's error.
+///
+/// Negative control (run 2026-12-06, before): `kube-nlproxy 0.1.0` for `--version`, and
+/// `--version=raw` refused (`unexpected value 'raw' for '--version' found`).
+#[test]
+fn version_as_upstream_prints_it() {
+    let run = |arg: &str| {
+        let out = std::process::Command::new(daemon_binary!())
+            .arg(arg)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run("--version");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("Kubernetes v1.38.0+kube-nlproxy."), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (code, raw, err) = run("--version=raw");
+    assert_eq!(code, Some(0), "{err}");
+    let git_version = out.trim().strip_prefix("Kubernetes ").unwrap();
+    assert!(
+        raw.starts_with("version.Info{Major:\"1\", Minor:\"38\", EmulationMajor:\"\", ")
+            && raw.contains(&format!("GitVersion:\"{git_version}\", GitCommit:\""))
+            && raw.trim_end().ends_with('}'),
+        "{raw}"
+    );
+    let (code, out, _) = run("--version=false");
+    assert_ne!(code, Some(0), "--version=false runs the daemon: {out}");
+    let (code, _, err) = run("--version=bogus");
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("invalid argument \"bogus\" for \"--version\" flag"),
+        "{err}"
+    );
+}
+
+/// An HTTP request of `method` with `body` to 127.0.0.1:`port`: (status, body).
+fn http_do(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n")?;
+    Some((
+        head.split_whitespace().nth(1)?.parse().ok()?,
+        rest.to_string(),
+    ))
+}
+
+/// With `--profiling`, as kube-proxy with `enableProfiling`: `/debug/flags/v` changes `-v`
+/// at run time (`PUT`), `/debug/pprof/` serves what a Rust process can (the command
+/// line, memory, threads) and says what it cannot (a CPU profile: 501); without it,
+/// none of these paths exists.
+///
+/// Negative control (run 2026-12-06, before): `/debug/flags/v` answered 404 (and
+/// `--profiling` was logged as without effect).
+#[test]
+fn profiling_serves_debug_flags_v_and_pprof() {
+    let dir = TempDir::new("profiling");
+    let file = dir.path("all.yaml");
+    std::fs::write(
+        &file,
+        yaml(&[
+            node("node-a", "198.18.0.10"),
+            service("demo", "web", "198.18.128.10", 80),
+        ]),
+    )
+    .unwrap();
+    let mp = free_port();
+    let mz = format!("127.0.0.1:{mp}");
+    let out = dir.path("ruleset.nft");
+    let start = |profiling: bool| {
+        let mut args = vec![
+            "--manifests",
+            file.to_str().unwrap(),
+            "--hostname-override",
+            "node-a",
+            "--iptables-sync-period",
+            "1s",
+            "--metrics-bind-address",
+            &mz,
+            "--render-to",
+            out.to_str().unwrap(),
+            "--v=0",
+        ];
+        if profiling {
+            args.push("--profiling");
+        }
+        Daemon::start(daemon_binary!(), &args, dir.path("daemon.log"))
+    };
+    let d = start(true);
+    assert!(
+        wait_for(WAIT, || http_get(mp, "/healthz").is_some()),
+        "{}",
+        d.log_text()
+    );
+    // -v 0: no sync lines; PUT 2: the periodic syncs log theirs
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!d.log_text().contains("\"synced\""), "{}", d.log_text());
+    assert_eq!(
+        http_do(mp, "GET", "/debug/flags/v", ""),
+        Some((406, "unsupported http method\n".into()))
+    );
+    let (code, body) = http_do(mp, "PUT", "/debug/flags/v", "x").unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.starts_with("failed set klog.logging.verbosity x: "),
+        "{body}"
+    );
+    assert_eq!(
+        http_do(mp, "PUT", "/debug/flags/v", "2"),
+        Some((200, "successfully set klog.logging.verbosity to 2\n".into()))
+    );
+    assert!(
+        wait_for(WAIT, || d.log_text().contains("\"synced\"")),
+        "no sync logged at -v 2:\n{}",
+        d.log_text()
+    );
+    // pprof: what can be served
+    let (code, _, cmdline) = http_get(mp, "/debug/pprof/cmdline").unwrap();
+    assert_eq!(code, 200);
+    assert!(cmdline.contains("--profiling\0"), "{cmdline:?}");
+    let (code, _, threads) = http_get(mp, "/debug/pprof/goroutine").unwrap();
+    assert_eq!(code, 200);
+    assert!(threads.starts_with("threads: "), "{threads}");
+    let (code, _, heap) = http_get(mp, "/debug/pprof/heap").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        heap.contains("VmRSS:") && heap.contains("jemalloc"),
+        "{heap}"
+    );
+    let (code, _, index) = http_get(mp, "/debug/pprof/").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        index.contains("cmdline") && index.contains("perf record"),
+        "{index}"
+    );
+    assert_eq!(http_get(mp, "/debug/pprof/profile").map(|x| x.0), Some(501));
+    assert!(
+        !d.log_text().contains("Flag has no effect"),
+        "{}",
+        d.log_text()
+    );
+    drop(d);
+    // without --profiling: not there
+    let d = start(false);
+    assert!(
+        wait_for(WAIT, || http_get(mp, "/healthz").is_some()),
+        "{}",
+        d.log_text()
+    );
+    for p in ["/debug/flags/v", "/debug/pprof/", "/debug/pprof/cmdline"] {
+        assert_eq!(http_get(mp, p).map(|x| x.0), Some(404), "{p}");
+    }
 }

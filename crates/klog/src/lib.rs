@@ -433,20 +433,43 @@ impl<S: Subscriber> Layer<S> for KlogLayer {
     }
 }
 
+/// Changes the verbosity of the installed logger ([`init`]); unset before it, or when
+/// `RUST_LOG` chose the filter.
+type SetVerbosity = Box<dyn Fn(u32) -> Result<(), String> + Send + Sync>;
+static SET_VERBOSITY: std::sync::OnceLock<SetVerbosity> = std::sync::OnceLock::new();
+
 /// Install the logger for the process: `format` at verbosity `v` (`ours`: the program's
-/// own crates, by crate name), or the `RUST_LOG` filter when that is set.
+/// own crates, by crate name), or the `RUST_LOG` filter when that is set. The
+/// verbosity can be changed later ([`set_verbosity`]).
 pub fn init(format: Format, v: u32, ours: &'static [&'static str]) {
     use tracing_subscriber::prelude::*;
     let layer = KlogLayer::new(format, ours);
     let registry = tracing_subscriber::registry();
     let result = match tracing_subscriber::EnvFilter::try_from_default_env() {
         Ok(env) => registry.with(layer.with_filter(env)).try_init(),
-        Err(_) => registry
-            .with(layer.with_filter(targets(v, ours)))
-            .try_init(),
+        Err(_) => {
+            let (filter, handle) = tracing_subscriber::reload::Layer::new(targets(v, ours));
+            let r = registry.with(layer.with_filter(filter)).try_init();
+            if r.is_ok() {
+                let _ = SET_VERBOSITY.set(Box::new(move |v| {
+                    handle.reload(targets(v, ours)).map_err(|e| e.to_string())
+                }));
+            }
+            r
+        }
     };
     if let Err(e) = result {
         eprintln!("klog: logging already initialised: {e}");
+    }
+}
+
+/// klog's `-v` changed at run time (component-base's `/debug/flags/v`): what is logged
+/// from now on is what `init` at verbosity `v` would log. An error when the logger was
+/// not installed by [`init`] with its own filter (`RUST_LOG` set).
+pub fn set_verbosity(v: u32) -> Result<(), String> {
+    match SET_VERBOSITY.get() {
+        Some(set) => set(v),
+        None => Err("the log filter is RUST_LOG's; -v cannot change it".into()),
     }
 }
 

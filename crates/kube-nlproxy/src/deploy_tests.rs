@@ -60,17 +60,24 @@ fn configmap_kubeconfig_names_the_control_plane() {
 #[test]
 fn image_answers_to_kube_proxys_entrypoint() {
     let recipe = deploy("Containerfile");
-    // online: compiled in the build stage, laid out in /out
-    assert!(recipe.contains("cp target/release/kube-nlproxy /out/usr/local/bin/kube-nlproxy"));
+    // online: compiled in the build stage, its debug info split off, laid out in /out
+    assert!(recipe.contains(
+        r#"--strip-debug --add-gnu-debuglink=/debug/kube-nlproxy.debug "target/$triple/release/kube-nlproxy" /out/usr/local/bin/kube-nlproxy"#
+    ));
     assert!(recipe.contains("ln -s kube-nlproxy /out/usr/local/bin/kube-proxy"));
+    assert!(recipe.contains("FROM scratch AS debug\nCOPY --from=build /debug/ /\n"));
     // offline: the same layout from the build context build-offline makes
     assert!(recipe.contains("FROM scratch AS prebuilt\nCOPY out/ /out/\n"));
     let offline = deploy("build-offline");
-    assert!(offline.contains(r#"cp "$binary" "$ctx/out/usr/local/bin/kube-nlproxy""#));
+    assert!(offline.contains(
+        r#""$objcopy" --strip-debug --add-gnu-debuglink="$debug_out" "$binary" "$ctx/out/usr/local/bin/kube-nlproxy""#
+    ));
     assert!(offline.contains(r#"ln -s kube-nlproxy "$ctx/out/usr/local/bin/kube-proxy""#));
     assert!(offline.contains("--build-arg BINARY=prebuilt"));
-    // online by default; one final stage for both
+    assert!(offline.contains(r#"max_bytes="${MAX_IMAGE_BYTES:-40000000}""#));
+    // online by default; one final stage for both; cross-compiled, not emulated
     assert!(recipe.contains("ARG BASE=gcr.io/distroless/cc-debian12\n"));
+    assert!(recipe.contains("FROM --platform=$BUILDPLATFORM ${BUILDER} AS build\n"));
     assert!(recipe.contains("ARG BINARY=build\n"));
     assert!(recipe.contains("FROM ${BINARY} AS binary\n"));
     let last = &recipe[recipe.rfind("\nFROM ").expect("a final stage")..];

@@ -17,8 +17,56 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[export_name = "_rjem_malloc_conf"]
 static MALLOC_CONF: &[u8; 44] = b"narenas:1,dirty_decay_ms:0,muzzy_decay_ms:0\0";
 
+/// The process's memory as text, for `/debug/pprof/heap` with `--profiling`: the
+/// kernel's view (`/proc/self/status`: `VmRSS`, `VmHWM`, `RssAnon`, ...), then
+/// jemalloc's own report (`malloc_stats_print`). jemalloc is built without its
+/// statistics counters (tikv-jemalloc-sys' `stats` feature is off: no cost on every
+/// allocation), so that report gives its version and options, not allocated bytes.
+pub fn stats() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mut out: String = status
+        .lines()
+        .filter(|l| l.starts_with("Vm") || l.starts_with("Rss") || l.starts_with("Threads"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    out.push('\n');
+    out.push_str(&jemalloc_report());
+    out
+}
+
+fn jemalloc_report() -> String {
+    unsafe extern "C" fn write(out: *mut std::ffi::c_void, msg: *const std::ffi::c_char) {
+        if out.is_null() || msg.is_null() {
+            return;
+        }
+        // SAFETY: `out` is the `String` passed below, alive for the call; jemalloc
+        // passes a NUL-terminated message.
+        let (out, msg) = unsafe { (&mut *out.cast::<String>(), std::ffi::CStr::from_ptr(msg)) };
+        out.push_str(&msg.to_string_lossy());
+    }
+    let mut out = String::new();
+    // SAFETY: the callback only appends to `out`, which outlives the call; the options
+    // string is NUL-terminated.
+    unsafe {
+        tikv_jemalloc_sys::malloc_stats_print(
+            Some(write),
+            (&mut out as *mut String).cast(),
+            c"blx".as_ptr(),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    /// The kernel's memory lines and jemalloc's report.
+    #[test]
+    fn stats_are_jemallocs() {
+        let s = super::stats();
+        assert!(s.contains("jemalloc statistics"), "{s}");
+        assert!(s.contains("VmRSS:"), "{s}");
+    }
+
     /// jemalloc serves this process and took the options above.
     #[test]
     fn jemalloc_takes_the_options() {

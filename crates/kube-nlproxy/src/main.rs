@@ -6,14 +6,15 @@
 mod deploy_tests;
 mod heap;
 mod host;
+mod identity;
 mod operate;
 mod sink;
+mod source;
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use sync_engine::{EventReceiver as Receiver, EventSender as SyncSender};
 
 use anyhow::{anyhow, Context as _};
@@ -27,9 +28,7 @@ use proxy_config::config;
 use proxy_config::flags::{self, Flags, Parsed};
 use proxy_config::settings::{self, Settings};
 use proxy_sources::events::EventSender;
-use proxy_sources::{
-    api_client, config_watch, kube_source, list_watch, manifests, node_event, rest_metrics,
-};
+use proxy_sources::{config_watch, rest_metrics};
 
 /// Our crates, by crate name: their DEBUG and TRACE lines are klog's verbosity 2 and 4,
 /// a dependency's 6 and 9 (`klog::verbosity`).
@@ -64,6 +63,9 @@ fn main() -> ExitCode {
         Parsed::Run(f) => f,
         Parsed::Exit { text, code } => return print_and_exit(&text, code),
     };
+    if let Some(req) = flags.version_request() {
+        return print_and_exit(&identity::version_text(req), 0);
+    }
     let mut settings = match settings::load(&flags) {
         Ok(s) => s,
         Err(e) => {
@@ -85,10 +87,25 @@ fn main() -> ExitCode {
     match run(&flags, &mut settings) {
         Ok(code) => code,
         Err(e) => {
-            error!(err = format!("{e:#}"), "Error running ProxyServer");
+            error!(err = error_text(&e), "Error running ProxyServer");
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error with its causes, each cause once: many of our errors already name their
+/// source in their own text (`manifests PATH: No such file or directory`), which
+/// anyhow's `{:#}` would print a second time.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// Help, version or a flag error: to stdout (exit 0) or stderr (exit 1).
@@ -124,10 +141,21 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         cleanup(settings)?;
         return Ok(ExitCode::SUCCESS);
     }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // The source of desired state is checked before the host is changed, as kube-proxy
+    // creates its API client before it writes a sysctl: a daemon that cannot run (no
+    // credentials, a missing manifests path) exits without having changed anything.
+    let prepared = source::prepare(flags, settings, &rt)?;
     if touches_kernel(flags) {
         host::apply_conntrack(&settings.conntrack);
         if settings.ruleset.localhost_node_ports_v4() {
             host::apply_route_localnet();
+        } else {
+            host::reset_unguarded_route_localnet();
         }
         settings.ruleset.conntrack_tcp_be_liberal |= host::tcp_be_liberal();
         if let Some(v) = settings.oom_score_adj {
@@ -154,7 +182,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         Ok(a) => settings.ruleset.local_addresses = a,
         Err(e) => warn!(err = %e, "Cannot list the host's addresses"),
     }
-    info!(version = env!("CARGO_PKG_VERSION"), "Version info");
+    info!(version = %identity::git_version(), "Version info");
     info!(
         node = %settings.node_name,
         source = flags.manifests.as_deref().unwrap_or("kubernetes"),
@@ -171,18 +199,13 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let families: Vec<&'static str> = settings
         .ruleset
         .families
         .iter()
         .map(|f| f.k8s_name())
         .collect();
-    let metrics = ops_server::Metrics::new(&families, &ops_server::BuildInfo::ours());
+    let metrics = ops_server::Metrics::new(&families, &identity::build_info());
     metrics.record_feature_gates(settings.gates.all());
     rest_metrics::install(Arc::new(metrics.rest_client().clone()));
     let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
@@ -190,7 +213,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
     if !flags.dry_run {
         sender = sender.counting(metrics.clone());
     }
-    start_source(flags, settings, &rt, sender)?;
+    source::start(flags, settings, &rt, prepared, sender)?;
 
     if flags.dry_run {
         return dry_run(settings, rx);
@@ -233,60 +256,6 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         None => {
             let engine = sync_engine::real_engine(cfg).context("opening netlink sockets")?;
             drive(engine, flags, &rt, tx, rx, ops)
-        }
-    }
-}
-
-/// Start the source of desired state on its own thread or task: it sends the objects,
-/// the service CIDRs and the "listed" markers to `tx`.
-fn start_source(
-    flags: &Flags,
-    settings: &Settings,
-    rt: &tokio::runtime::Runtime,
-    tx: EventSender,
-) -> anyhow::Result<()> {
-    match &flags.manifests {
-        Some(path) => {
-            let poll = flags.manifests_poll.std().max(Duration::from_millis(10));
-            let reader = manifests::Reader::new(path, &settings.node_name, poll);
-            reader.check()?;
-            let follow = manifests::Follow {
-                poll: (!flags.once && !flags.dry_run).then_some(poll),
-                inotify: flags.manifests_inotify,
-            };
-            std::thread::Builder::new()
-                .name("manifests".into())
-                .spawn(move || manifests::run(reader, follow, tx))
-                .context("starting the manifests watcher")?;
-            Ok(())
-        }
-        None => {
-            let node = settings.node_name.clone();
-            let timing = api_client::Timing::from_watch(flags.api_watch_timeout.std());
-            let progress = std::sync::Arc::new(api_client::Progress::default());
-            let kube = &settings.kube;
-            let cfg = rt.block_on(api_client::config(
-                kube.kubeconfig.as_deref(),
-                kube.master.as_deref(),
-            ))?;
-            let client = {
-                let _guard = rt.enter();
-                api_client::client(cfg, kube.qps, kube.burst, timing, progress.clone())?
-            };
-            if !flags.dry_run {
-                rt.spawn(node_event::post(client.clone(), node.clone()));
-            }
-            let reading = list_watch::Reading {
-                wire: list_watch::Wire::from_content_type(&kube.content_type),
-                // client-go's gate, registered into kube-proxy's (--feature-gates)
-                streaming: settings
-                    .gates
-                    .enabled(proxy_config::gates::WATCH_LIST_CLIENT),
-            };
-            rt.spawn(kube_source::run(
-                client, reading, node, timing, progress, tx,
-            ));
-            Ok(())
         }
     }
 }
@@ -338,18 +307,27 @@ fn proxy_info(settings: &Settings, flags: &Flags) -> ops_server::ProxyInfo {
             component: "kube-proxy".into(),
             started: std::time::SystemTime::now(),
             go_version: "n/a (kube-nlproxy is written in Rust)".into(),
-            binary_version: env!("CARGO_PKG_VERSION").into(),
+            binary_version: identity::git_version().trim_start_matches('v').to_string(),
             emulation_version: Some(EMULATED_VERSION.into()),
         });
     let flagz = settings
         .gates
         .enabled(COMPONENT_FLAGZ)
-        .then(|| flags.given_flags());
+        .then(|| proxy_config::flagz::all(flags));
+    // kube-proxy installs its debug paths with enableProfiling
+    let debug = settings
+        .config
+        .enable_profiling
+        .then_some(ops_server::debug::DebugHandlers {
+            set_verbosity: klog::set_verbosity,
+            heap_stats: heap::stats,
+        });
     ops_server::ProxyInfo {
         mode: settings.config.mode.clone(),
         config_json,
         statusz,
         flagz,
+        debug,
     }
 }
 
@@ -546,7 +524,7 @@ fn explain_main(args: Vec<String>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("kube-nlproxy explain: {e:#}");
+            eprintln!("kube-nlproxy explain: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
@@ -571,10 +549,12 @@ fn explain(
             .build()
             .context("starting the async runtime")?;
         let (tx, rx) = sync_engine::channel(EVENT_QUEUE);
-        start_source(
+        let prepared = source::prepare(flags, &settings, &rt)?;
+        source::start(
             flags,
             &settings,
             &rt,
+            prepared,
             EventSender::new(tx, settings.node_ip_override),
         )?;
         let (cluster, compiled, _) = collect_and_compile(&settings, rx)?

@@ -52,6 +52,46 @@ fn repo() -> PathBuf {
 
 /// The daemon to put in the image: `KUBE_NLPROXY_BIN` (CI's release build) or the one
 /// cargo built for this test.
+/// The most an image may weigh, uncompressed (kube-proxy's is about 30 MB).
+const MAX_IMAGE_BYTES: u64 = 40_000_000;
+
+/// The section names of an ELF64 little-endian file (empty if it is not one).
+fn elf_sections(path: &Path) -> Vec<String> {
+    let Ok(b) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let u16_at = |o: usize| {
+        b.get(o..o + 2)
+            .map(|s| u16::from_le_bytes([s[0], s[1]]) as usize)
+    };
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|s| u32::from_le_bytes(s.try_into().unwrap()) as usize)
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap()) as usize)
+    };
+    if b.get(..5) != Some(b"\x7fELF\x02".as_slice()) {
+        return Vec::new();
+    }
+    let (Some(shoff), Some(size), Some(num), Some(strndx)) =
+        (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e))
+    else {
+        return Vec::new();
+    };
+    let Some(strtab) = u64_at(shoff + strndx * size + 0x18) else {
+        return Vec::new();
+    };
+    (0..num)
+        .filter_map(|i| {
+            let name = strtab + u32_at(shoff + i * size)?;
+            let end = b.get(name..)?.iter().position(|&c| c == 0)?;
+            Some(String::from_utf8_lossy(&b[name..name + end]).into_owned())
+        })
+        .collect()
+}
+
 fn binary() -> PathBuf {
     std::env::var_os("KUBE_NLPROXY_BIN")
         .map(PathBuf::from)
@@ -679,6 +719,15 @@ fn the_image_runs_as_kubeadms_and_our_daemonsets_run_it() {
     let bin = binary();
     let t0 = Instant::now();
     let label = pm.label();
+    // the size limit holds for a release build (KUBE_NLPROXY_BIN, as CI sets it); the
+    // binary cargo built for this test is a dev build, larger without its debug info
+    let release = std::env::var_os("KUBE_NLPROXY_BIN").is_some();
+    let max_bytes = if release {
+        MAX_IMAGE_BYTES.to_string()
+    } else {
+        i64::MAX.to_string()
+    };
+    let debug_out = scratch.path("kube-nlproxy.debug");
     let out = Command::new("bash")
         .arg(repo().join("docs/deploy/build-offline"))
         .arg(&bin)
@@ -686,6 +735,8 @@ fn the_image_runs_as_kubeadms_and_our_daemonsets_run_it() {
         .args(["--", "--label", &label])
         .env("CONTAINERS_CONF", &pm.conf)
         .env("BASE_TAG", pm.base())
+        .env("MAX_IMAGE_BYTES", &max_bytes)
+        .env("DEBUG_OUT", &debug_out)
         .output()
         .expect("docs/deploy/build-offline");
     let build_log = text(&out);
@@ -709,7 +760,18 @@ fn the_image_runs_as_kubeadms_and_our_daemonsets_run_it() {
     let link = std::fs::read_link(root.join("usr/local/bin/kube-proxy"));
     let shell = root.join("bin/sh").exists();
     let binary_in_image = root.join("usr/local/bin/kube-nlproxy").is_file();
+    let sections = elf_sections(&root.join("usr/local/bin/kube-nlproxy"));
     pm.ok(&["image", "unmount", &image]);
+    // no debug info in the image's binary (`.debug_gdb_scripts`, 34 loaded bytes that
+    // name Rust's pretty-printers, is no debug info); it names its separate debug file
+    let debug: Vec<&String> = sections
+        .iter()
+        .filter(|n| n.starts_with(".debug_") && *n != ".debug_gdb_scripts")
+        .collect();
+    assert!(
+        debug.is_empty() && sections.iter().any(|n| n == ".gnu_debuglink"),
+        "the image's binary: debug sections {debug:?}, sections {sections:?}"
+    );
     assert_eq!(
         link.as_ref().ok().map(|p| p.as_path()),
         Some(Path::new("kube-nlproxy")),
@@ -729,8 +791,18 @@ fn the_image_runs_as_kubeadms_and_our_daemonsets_run_it() {
     assert_eq!(entrypoint, r#"["/usr/local/bin/kube-nlproxy"]"#);
     let size = pm.ok(&["image", "inspect", "--format", "{{.Size}}", &image]);
     pm.note(&format!(
-        "== image {image}: {size} bytes, /usr/local/bin/kube-proxy -> kube-nlproxy, entrypoint {entrypoint}, no /bin/sh"
+        "== image {image}: {size} bytes, /usr/local/bin/kube-proxy -> kube-nlproxy, entrypoint {entrypoint}, no /bin/sh, no debug info in the binary"
     ));
+    // the size CI holds the image to (uncompressed; build-offline checks it too): a
+    // release build (KUBE_NLPROXY_BIN, as .ci/run sets it); a debug build's code alone
+    // is larger
+    if release {
+        let bytes: u64 = size.trim().parse().expect("a size");
+        assert!(
+            bytes <= MAX_IMAGE_BYTES,
+            "the image is {bytes} bytes, over {MAX_IMAGE_BYTES}"
+        );
+    }
 
     // an image swap of kubeadm's DaemonSet, with the config.conf kubeadm writes
     let kubeadm = std::fs::read_to_string(
@@ -756,5 +828,16 @@ fn the_image_runs_as_kubeadms_and_our_daemonsets_run_it() {
     assert!(
         left.0.is_empty() && left.1.is_empty(),
         "left behind: {left:?}"
+    );
+}
+
+/// The section reader the image check relies on, on the binary cargo built (no root).
+#[test]
+fn elf_sections_names_the_sections() {
+    let s = elf_sections(Path::new(env!("CARGO_BIN_EXE_kube-nlproxy")));
+    assert!(s.iter().any(|n| n == ".text"), "{s:?}");
+    assert!(
+        s.iter().any(|n| n == ".debug_info"),
+        "a dev build has debug info: {s:?}"
     );
 }

@@ -213,6 +213,15 @@ impl Family {
         });
     }
 
+    /// Set a counter to a value counted elsewhere (a count read at scrape time).
+    pub fn set_counter(&self, labels: &[&str], to: f64) {
+        self.with(labels, |v| {
+            if let Value::Counter(c) = v {
+                *c = to;
+            }
+        });
+    }
+
     /// Record one observation in a histogram.
     pub fn observe(&self, labels: &[&str], x: f64) {
         let i = self
@@ -254,7 +263,16 @@ type Collect = Box<dyn Fn() -> Vec<Snapshot> + Send + Sync>;
 pub struct Registry {
     families: Mutex<Vec<Arc<Family>>>,
     collectors: Mutex<Vec<Collect>>,
+    /// component-base's meta metrics, when registered ([`Registry::register_meta_metrics`]).
+    meta: Mutex<Option<Meta>>,
 }
+
+/// component-base's `RegisterMetaMetrics`: the registry's bookkeeping of itself.
+struct Meta {
+    registered: Arc<Family>,
+}
+
+const REGISTERED: &str = "registered_metrics_total";
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -274,6 +292,47 @@ impl Registry {
         f
     }
 
+    /// component-base's meta metrics (`RegisterMetaMetrics`, BETA but the last):
+    /// `registered_metrics_total{stability_level, deprecated_version}`, the families
+    /// registered with a stability level (counted at each scrape; a raw collector's, as
+    /// `process_*`, are not, as upstream's `RawMustRegister` does not count them; none of
+    /// ours is deprecated), `disabled_metrics_total` and `hidden_metrics_total` (no
+    /// metric is disabled (`--disabled-metrics` does not exist in kube-proxy) or hidden
+    /// (none is deprecated)), `cardinality_enforcement_unexpected_categorizations_total`
+    /// (ALPHA; no label allow-list is configured). The last three are 0, as upstream's
+    /// are in kube-proxy.
+    pub fn register_meta_metrics(&self) {
+        let registered = self.register(
+            Desc::counter(
+                REGISTERED,
+                "The count of registered metrics broken by stability level and deprecation version.",
+                &["deprecated_version", "stability_level"],
+            )
+            .stability(Stability::Beta),
+        );
+        for (name, help, stability) in [
+            (
+                "disabled_metrics_total",
+                "The count of disabled metrics.",
+                Stability::Beta,
+            ),
+            (
+                "hidden_metrics_total",
+                "The count of hidden metrics.",
+                Stability::Beta,
+            ),
+            (
+                "cardinality_enforcement_unexpected_categorizations_total",
+                "The count of unexpected categorizations during cardinality enforcement.",
+                Stability::Alpha,
+            ),
+        ] {
+            self.register(Desc::counter(name, help, &[]).stability(stability))
+                .touch(&[]);
+        }
+        *self.meta.lock().unwrap_or_else(|e| e.into_inner()) = Some(Meta { registered });
+    }
+
     /// A collector called at every scrape (for values read from the system).
     pub fn collector(&self, f: impl Fn() -> Vec<Snapshot> + Send + Sync + 'static) {
         self.collectors
@@ -284,6 +343,23 @@ impl Registry {
 
     /// Every family with at least one series, sorted by name.
     pub fn gather(&self) -> Vec<Snapshot> {
+        if let Some(m) = self.meta.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let fams = self.families.lock().unwrap_or_else(|e| e.into_inner());
+            let mut by: BTreeMap<&'static str, f64> = BTreeMap::new();
+            for f in fams.iter() {
+                let level = match f.desc.stability {
+                    Stability::Alpha => "ALPHA",
+                    Stability::Beta => "BETA",
+                    Stability::Stable => "STABLE",
+                    Stability::Raw => continue,
+                };
+                *by.entry(level).or_default() += 1.0;
+            }
+            drop(fams);
+            for (level, n) in by {
+                m.registered.set_counter(&["", level], n);
+            }
+        }
         let mut out: Vec<Snapshot> = self
             .families
             .lock()

@@ -5,7 +5,8 @@
 //! {"lastUpdated", "healthy"}}}` (`status` once a family has synced); `/healthz` adds
 //! `"nodeEligible"`. Unhealthy (503) when a change has been queued for more than
 //! 2 x syncPeriod without being applied; `/healthz` is also 503 while the node is being
-//! deleted or carries the `ToBeDeletedByClusterAutoscaler` taint. As in kube-proxy, the
+//! deleted or carries the `ToBeDeletedByClusterAutoscaler` taint. Nothing else: an API
+//! server that hangs or fails queues no change and changes neither. As in kube-proxy, the
 //! top-level `lastUpdated` is the current time when healthy (older clients read it as
 //! "the sync loop ran recently"), else the last sync.
 
@@ -89,9 +90,11 @@ pub fn health_router<S: StatusSource>(
 fn answer<S: StatusSource>(ctx: &Ctx<S>, with_node: bool) -> (StatusCode, Body) {
     let status = ctx.source.snapshot();
     let now: Instant = ctx.source.now();
-    // /healthz also fails for a source stalled beyond the same bound (see
-    // `Status::stale_source`); /livez follows upstream's rule alone.
-    let healthy = status.healthy(now) && (!with_node || status.stale_source(now).is_none());
+    // Upstream's rule alone, for both: a change queued and not applied within the
+    // health timeout. A source that stalled (the API server hangs or fails) queues
+    // nothing: the rules in place are still right, so an outage of the control plane
+    // does not take every node out of its load balancers at once.
+    let healthy = status.healthy(now);
     let wall_now = SystemTime::now();
     let last = status.last_sync_wall.map(rfc3339);
     let eligible = status.node.as_ref().is_none_or(|n| n.eligible());

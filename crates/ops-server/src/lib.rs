@@ -12,7 +12,9 @@
 //! 5 s per server. Everything reads the engine's status through [`StatusSource`];
 //! nothing here touches the kernel.
 
+pub mod debug;
 pub mod expo;
+pub mod go_runtime;
 pub mod hcport;
 pub mod health;
 pub mod metrics;

@@ -50,13 +50,20 @@ pub struct BuildInfo {
 }
 
 impl BuildInfo {
-    /// This build: the crate version, the commit and date when the build sets
-    /// `KUBE_NLPROXY_GIT_COMMIT`, `KUBE_NLPROXY_GIT_TREE_STATE`, `KUBE_NLPROXY_BUILD_DATE`
-    /// (else upstream's defaults for an unstamped build), `rustc` as the compiler, no Go
-    /// version, and the platform in Go's names.
-    pub fn ours() -> BuildInfo {
-        let version = env!("CARGO_PKG_VERSION");
-        let mut parts = version.split('.');
+    /// A build that implements Kubernetes `kubernetes_version` (`v1.38.0`): that is the
+    /// `git_version`, `major` and `minor` (so that dashboards and kubernetes-mixin's
+    /// `KubeVersionMismatch` read it as kube-proxy's), with our own version as semver
+    /// build metadata (`v1.38.0+kube-nlproxy.0.1.0-g...`); `rustc` as the compiler, no Go
+    /// version, the platform in Go's names.
+    pub fn new(
+        kubernetes_version: &str,
+        own_version: &str,
+        git_commit: &str,
+        git_tree_state: &str,
+        build_date: &str,
+    ) -> BuildInfo {
+        let k = kubernetes_version.trim_start_matches('v');
+        let mut parts = k.split('.');
         let arch = match std::env::consts::ARCH {
             "x86_64" => "amd64",
             "aarch64" => "arm64",
@@ -67,20 +74,26 @@ impl BuildInfo {
         BuildInfo {
             major: parts.next().unwrap_or("0").to_string(),
             minor: parts.next().unwrap_or("0").to_string(),
-            git_version: format!("v{version}"),
-            git_commit: option_env!("KUBE_NLPROXY_GIT_COMMIT")
-                .unwrap_or("")
-                .to_string(),
-            git_tree_state: option_env!("KUBE_NLPROXY_GIT_TREE_STATE")
-                .unwrap_or("")
-                .to_string(),
-            build_date: option_env!("KUBE_NLPROXY_BUILD_DATE")
-                .unwrap_or("1970-01-01T00:00:00Z")
-                .to_string(),
+            git_version: format!("v{k}+kube-nlproxy.{own_version}"),
+            git_commit: git_commit.to_string(),
+            git_tree_state: git_tree_state.to_string(),
+            build_date: build_date.to_string(),
             go_version: String::new(),
             compiler: "rustc".into(),
             platform: format!("{}/{arch}", std::env::consts::OS),
         }
+    }
+
+    /// An unstamped build of this crate's version implementing Kubernetes 1.38, for
+    /// tests (the daemon stamps its own: `kube-nlproxy`'s `identity`).
+    pub fn ours() -> BuildInfo {
+        BuildInfo::new(
+            "v1.38.0",
+            env!("CARGO_PKG_VERSION"),
+            "",
+            "",
+            "1970-01-01T00:00:00Z",
+        )
     }
 }
 
@@ -345,6 +358,9 @@ impl Metrics {
         );
         m.registry
             .collector(|| crate::process::snapshots(&crate::process::read_self()));
+        m.registry
+            .collector(|| crate::go_runtime::snapshots(&crate::go_runtime::read_self()));
+        m.registry.register_meta_metrics();
         // series that exist from the start (so that rates and dashboards have a zero)
         for f in &m.families {
             for fam in [

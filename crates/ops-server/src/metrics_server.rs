@@ -2,9 +2,8 @@
 //! (`cmd/kube-proxy/app/server.go`): `/metrics` (format negotiated from `Accept`),
 //! component-base's `/healthz` and `/healthz/ping` (`ok`), `/metrics/slis` (the health
 //! checks' SLI metrics), `/proxyMode`, `/configz`, `/statusz` and `/flagz` (when their
-//! gates are on, [`crate::zpages`]); anything else is Go's
-//! `404 page not found`. (`/debug/pprof` and `/debug/flags/v` exist upstream only with
-//! `enableProfiling`, which kube-nlproxy does not offer.)
+//! gates are on, [`crate::zpages`]), `/debug/pprof/...` and `/debug/flags/v` with
+//! `enableProfiling` ([`crate::debug`]); anything else is Go's `404 page not found`.
 
 use std::sync::Arc;
 
@@ -28,6 +27,9 @@ pub struct ProxyInfo {
     pub statusz: Option<crate::zpages::Statusz>,
     /// `/flagz` (gate ComponentFlagz): the flags, name and value; `None`: unregistered.
     pub flagz: Option<Vec<(String, String)>>,
+    /// `--profiling` / `enableProfiling`: `/debug/pprof/...` and `/debug/flags/v`
+    /// ([`crate::debug`]); `None` leaves them unregistered (404).
+    pub debug: Option<crate::debug::DebugHandlers>,
 }
 
 struct Ctx {
@@ -80,6 +82,7 @@ pub fn metrics_router(metrics: Arc<Metrics>, info: ProxyInfo) -> Router {
         crate::zpages::flagz_text("kube-proxy", f, crate::zpages::random_delimiter())
     });
     let (has_statusz, has_flagz) = (info.statusz.is_some(), info.flagz.is_some());
+    let debug = info.debug;
     let ctx = Arc::new(Ctx {
         metrics,
         info,
@@ -94,6 +97,9 @@ pub fn metrics_router(metrics: Arc<Metrics>, info: ProxyInfo) -> Router {
     }
     if has_flagz {
         r = r.route("/flagz", any(flagz));
+    }
+    if let Some(h) = debug {
+        r = r.merge(crate::debug::router(h).with_state(()));
     }
     r.route("/metrics", any(serve_metrics))
         .route("/metrics/slis", any(serve_slis))
@@ -169,14 +175,25 @@ async fn configz(State(ctx): State<Arc<Ctx>>) -> Response {
         .into_response()
 }
 
-fn zpage(headers: &HeaderMap, kind: &str, body: impl FnOnce() -> String) -> Response {
+fn zpage(
+    headers: &HeaderMap,
+    kind: &str,
+    body: impl FnOnce() -> String,
+    json: impl FnOnce(&str) -> String,
+) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    match crate::zpages::negotiate(accept, "v1alpha1", kind) {
+    match crate::zpages::negotiate(accept, kind) {
         Some(crate::zpages::Media::TextPlain) => text(StatusCode::OK, body()),
-        // the structured form is not served: as a request upstream cannot serve
-        Some(crate::zpages::Media::Json) | None => {
-            text(StatusCode::NOT_ACCEPTABLE, "not acceptable\n".into())
-        }
+        Some(crate::zpages::Media::Json(v)) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                format!("application/json;v={v};g=config.k8s.io;as={kind}"),
+            )],
+            json(v),
+        )
+            .into_response(),
+        None => text(StatusCode::NOT_ACCEPTABLE, "not acceptable\n".into()),
     }
 }
 
@@ -184,15 +201,23 @@ async fn statusz(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
     let Some(s) = ctx.info.statusz.as_ref() else {
         return not_found().await;
     };
-    zpage(&headers, "Statusz", || {
-        crate::zpages::statusz_text(
-            s,
-            std::time::SystemTime::now(),
-            crate::zpages::random_delimiter(),
-        )
-    })
+    let now = std::time::SystemTime::now();
+    zpage(
+        &headers,
+        "Statusz",
+        || crate::zpages::statusz_text(s, now, crate::zpages::random_delimiter()),
+        |v| crate::zpages::statusz_json(s, now, v),
+    )
 }
 
 async fn flagz(State(ctx): State<Arc<Ctx>>, headers: HeaderMap) -> Response {
-    zpage(&headers, "Flagz", || ctx.flagz_body.clone())
+    zpage(
+        &headers,
+        "Flagz",
+        || ctx.flagz_body.clone(),
+        |v| {
+            let flags = ctx.info.flagz.as_deref().unwrap_or_default();
+            crate::zpages::flagz_json("kube-proxy", flags, v)
+        },
+    )
 }

@@ -1,6 +1,7 @@
 //! The API client's metrics as client-go records them and component-base registers
 //! them (`k8s.io/component-base/metrics/prometheus/restclient`): requests by status code,
-//! method and host; latency, request and response sizes by verb and host. The daemon's
+//! method and host; latency, request and response sizes, and the time spent in the
+//! client-side rate limiter, by verb and host. The daemon's
 //! tower layer on its kube client calls these through [`proxy_status::RestObserver`]
 //! (see `proxy_sources::rest_metrics`).
 
@@ -26,6 +27,7 @@ pub struct RestClient {
     latency: Arc<Family>,
     request_size: Arc<Family>,
     response_size: Arc<Family>,
+    rate_limiter: Arc<Family>,
 }
 
 impl RestClient {
@@ -54,6 +56,12 @@ impl RestClient {
                 &["host", "verb"],
                 SIZE.to_vec(),
             )),
+            rate_limiter: r.register(Desc::histogram(
+                "rest_client_rate_limiter_duration_seconds",
+                "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+                &["host", "verb"],
+                LATENCY.to_vec(),
+            )),
         }
     }
 }
@@ -74,5 +82,10 @@ impl proxy_status::RestObserver for RestClient {
 
     fn response_size(&self, verb: &str, host: &str, bytes: u64) {
         self.response_size.observe(&[host, verb], bytes as f64);
+    }
+
+    fn rate_limiter(&self, verb: &str, host: &str, waited: Duration) {
+        self.rate_limiter
+            .observe(&[host, verb], waited.as_secs_f64());
     }
 }

@@ -5,8 +5,12 @@
 //! ` ` so nobody scrapes them), and the `Accept` negotiation of `zpages/httputil`
 //! (none, `*/*`, `text/*`, `text/plain` give text; anything else 406 `not acceptable`).
 //!
-//! Not done: the structured JSON form (`application/json;v=...;g=config.k8s.io;as=Statusz`)
-//! is answered 406, as a request upstream cannot serve.
+//! The structured form (1.35+, KEP-4827/4828): `Accept:
+//! application/json;v=v1alpha1;g=config.k8s.io;as=Statusz` (or `v=v1beta1`, the beta
+//! of 1.36; `as=Flagz` for `/flagz`) gives the versioned JSON object (`kind`,
+//! `apiVersion: config.k8s.io/<v>`, `metadata.name`, then `startTime`, `uptimeSeconds`,
+//! `goVersion`, `binaryVersion`, `emulationVersion` (and `paths`, none for kube-proxy);
+//! or `flags`, name to value); `application/json` without all three parameters is 406.
 //!
 //! The formatting is pure ([`statusz_text`], [`flagz_text`], [`negotiate`]); the router
 //! only reads the clock.
@@ -37,9 +41,13 @@ pub struct Statusz {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Media {
     TextPlain,
-    /// Acceptable upstream (the structured form), not served here.
-    Json,
+    /// The structured form, in this version of `config.k8s.io`.
+    Json(&'static str),
 }
+
+/// The versions of the structured form served (upstream: v1alpha1 in 1.35, v1beta1
+/// from 1.36).
+pub const VERSIONS: [&str; 2] = ["v1alpha1", "v1beta1"];
 
 struct Clause<'a> {
     ty: &'a str,
@@ -92,7 +100,7 @@ fn parse_accept(accept: &str) -> Vec<Clause<'_>> {
 /// JSON: the clauses in preference order, the first that text/plain or a complete JSON
 /// request (`v`, `g=config.k8s.io`, `as`) satisfies wins; a JSON clause without them is
 /// passed over. `None` means 406 `not acceptable`.
-pub fn negotiate(accept: Option<&str>, version: &str, kind: &str) -> Option<Media> {
+pub fn negotiate(accept: Option<&str>, kind: &str) -> Option<Media> {
     let accept = accept.unwrap_or("");
     if accept.trim().is_empty() || accept == "*/*" {
         return Some(Media::TextPlain);
@@ -107,11 +115,9 @@ pub fn negotiate(accept: Option<&str>, version: &str, kind: &str) -> Option<Medi
             }
             let json = c.ty == "application" && c.sub == "json";
             let param = |k: &str| c.params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-            (json
-                && param("v") == Some(version)
-                && param("g") == Some("config.k8s.io")
-                && param("as") == Some(kind))
-            .then_some(Media::Json)
+            let version = VERSIONS.into_iter().find(|v| param("v") == Some(*v))?;
+            (json && param("g") == Some("config.k8s.io") && param("as") == Some(kind))
+                .then_some(Media::Json(version))
         })
 }
 
@@ -189,6 +195,65 @@ pub fn statusz_text(s: &Statusz, now: SystemTime, delim: &str) -> String {
         html_escape(&s.go_version),
         html_escape(&s.binary_version),
     )
+}
+
+/// RFC 3339 in UTC to the second, as `metav1.Time` marshals.
+fn rfc3339_seconds(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+/// The structured `/statusz` body (`config.k8s.io/<version>`, kind `Statusz`) at `now`.
+pub fn statusz_json(s: &Statusz, now: SystemTime, version: &str) -> String {
+    let up = now.duration_since(s.started).unwrap_or(Duration::ZERO);
+    let mut o = serde_json::json!({
+        "kind": "Statusz",
+        "apiVersion": format!("config.k8s.io/{version}"),
+        "metadata": {"name": s.component},
+        "startTime": rfc3339_seconds(s.started),
+        "uptimeSeconds": up.as_secs(),
+        "goVersion": s.go_version,
+        "binaryVersion": s.binary_version,
+    });
+    if let Some(e) = &s.emulation_version {
+        o["emulationVersion"] = serde_json::Value::String(e.clone());
+    }
+    o.to_string()
+}
+
+/// The structured `/flagz` body (`config.k8s.io/<version>`, kind `Flagz`): every flag,
+/// name to value.
+pub fn flagz_json(component: &str, flags: &[(String, String)], version: &str) -> String {
+    let flags: serde_json::Map<String, serde_json::Value> = flags
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    serde_json::json!({
+        "kind": "Flagz",
+        "apiVersion": format!("config.k8s.io/{version}"),
+        "metadata": {"name": component},
+        "flags": flags,
+    })
+    .to_string()
 }
 
 /// The text `/flagz` body: every flag `name<sep>value`, sorted by name.

@@ -279,6 +279,55 @@ fn statusz_and_flagz_follow_their_gates() {
     }
 }
 
+/// The structured z-pages (component-base 1.35+): with `Accept:
+/// application/json;v=v1alpha1|v1beta1;g=config.k8s.io;as=Statusz|Flagz`, the versioned
+/// JSON objects; `application/json` alone stays 406.
+///
+/// Negative control (2026-12-06): run against the router before this change (its
+/// `zpage` with the text body only), `/statusz` with the structured Accept answered
+/// `406 not acceptable` (`left: 406, right: 200`).
+#[test]
+fn statusz_and_flagz_in_their_structured_form() {
+    use ops_server::zpages::Statusz;
+    let rt = rt();
+    let metrics = Metrics::new(&["IPv4"], &BuildInfo::ours());
+    let info = ProxyInfo {
+        statusz: Some(Statusz {
+            component: "kube-proxy".into(),
+            started: SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600),
+            go_version: "n/a".into(),
+            binary_version: "1.38.0+kube-nlproxy.0.1.0".into(),
+            emulation_version: Some("1.38".into()),
+        }),
+        flagz: Some(vec![("v".into(), "2".into()), ("config".into(), "".into())]),
+        ..proxy_info()
+    };
+    let on = serve(&rt, metrics_router(metrics, info));
+    for v in ["v1alpha1", "v1beta1"] {
+        let accept = format!("application/json;v={v};g=config.k8s.io;as=Statusz");
+        let (code, ctype, body) = get_with(&format!("{on}/statusz"), "content-type", Some(&accept));
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(ctype.as_deref(), Some(accept.as_str()));
+        let j: serde_json::Value = serde_json::from_str(&body).expect(&body);
+        assert_eq!(j["kind"], "Statusz");
+        assert_eq!(j["apiVersion"], format!("config.k8s.io/{v}"));
+        assert_eq!(j["metadata"]["name"], "kube-proxy");
+        assert_eq!(j["startTime"], "2026-01-01T00:00:00Z");
+        assert!(j["uptimeSeconds"].as_u64().is_some(), "{j}");
+        assert_eq!(j["binaryVersion"], "1.38.0+kube-nlproxy.0.1.0");
+        assert_eq!(j["emulationVersion"], "1.38");
+        let accept = format!("application/json;v={v};g=config.k8s.io;as=Flagz");
+        let (code, _, body) = get_with(&format!("{on}/flagz"), "x", Some(&accept));
+        assert_eq!(code, 200, "{body}");
+        let j: serde_json::Value = serde_json::from_str(&body).expect(&body);
+        assert_eq!(j["kind"], "Flagz");
+        assert_eq!(j["flags"]["v"], "2");
+        assert_eq!(j["flags"]["config"], "");
+    }
+    let (code, _, _) = get_with(&format!("{on}/statusz"), "x", Some("application/json"));
+    assert_eq!(code, 406);
+}
+
 #[test]
 fn metrics_port_serves_kube_proxys_paths() {
     let rt = rt();

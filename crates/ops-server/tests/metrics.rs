@@ -395,7 +395,11 @@ fn status_gauges_per_family_and_ours() {
         .find(|l| l.starts_with("kubernetes_build_info{"))
         .unwrap();
     assert!(
-        info.contains(&format!("git_version=\"v{}\"", env!("CARGO_PKG_VERSION"))),
+        info.contains(&format!(
+            "git_version=\"v1.38.0+kube-nlproxy.{}\"",
+            env!("CARGO_PKG_VERSION")
+        )) && info.contains("major=\"1\"")
+            && info.contains("minor=\"38\""),
         "{info}"
     );
     assert!(info.ends_with("} 1"), "{info}");
@@ -596,4 +600,103 @@ fn localhost_accepted_packets_are_read_at_scrape_time() {
         )],
     );
     assert_eq!(value(&text, NAME), Some(40.0), "{text}");
+}
+
+/// component-base's meta metrics (`RegisterMetaMetrics`), as upstream's registry
+/// serves them in kube-proxy: `registered_metrics_total` by stability level (the
+/// families registered with one, counted at the scrape), `disabled_metrics_total`,
+/// `hidden_metrics_total` (BETA, 0: none is disabled or hidden) and
+/// `cardinality_enforcement_unexpected_categorizations_total` (ALPHA, 0).
+///
+/// Negative control (run 2026-12-06, before): `registered_metrics_total: HELP/TYPE
+/// differ from upstream` (not served).
+#[test]
+fn component_base_meta_metrics() {
+    let m = metrics();
+    m.record_feature_gates([("X", "BETA", true)]);
+    let t = m.encode(Format::Text);
+    check_families(
+        &t,
+        &[
+            (
+                "registered_metrics_total",
+                "counter",
+                "[BETA] The count of registered metrics broken by stability level and deprecation version.",
+                "deprecated_version,stability_level",
+            ),
+            ("disabled_metrics_total", "counter", "[BETA] The count of disabled metrics.", ""),
+            ("hidden_metrics_total", "counter", "[BETA] The count of hidden metrics.", ""),
+            (
+                "cardinality_enforcement_unexpected_categorizations_total",
+                "counter",
+                "[ALPHA] The count of unexpected categorizations during cardinality enforcement.",
+                "",
+            ),
+        ],
+    );
+    assert_eq!(value(&t, "disabled_metrics_total"), Some(0.0), "{t}");
+    assert_eq!(value(&t, "hidden_metrics_total"), Some(0.0), "{t}");
+    let beta = value(
+        &t,
+        "registered_metrics_total{deprecated_version=\"\",stability_level=\"BETA\"}",
+    );
+    // kubernetes_feature_enabled and the three BETA meta counters themselves
+    assert_eq!(beta, Some(4.0), "{t}");
+    let alpha = value(
+        &t,
+        "registered_metrics_total{deprecated_version=\"\",stability_level=\"ALPHA\"}",
+    )
+    .unwrap_or(0.0);
+    let alpha_families = t
+        .lines()
+        .filter(|l| l.starts_with("# HELP ") && l.contains(" [ALPHA] "))
+        .count() as f64;
+    assert!(
+        alpha >= alpha_families,
+        "every ALPHA family served is registered: {alpha} < {alpha_families}\n{t}"
+    );
+}
+
+/// The `go_*` families with an honest counterpart (threads for goroutines, the
+/// kernel's resident memory), as client_golang's Go collector names them (no stability
+/// prefix); the kubernetes-mixin "Proxy" dashboard plots `go_goroutines`.
+///
+/// Negative control (run 2026-12-06, before): `go_goroutines: HELP/TYPE differ from
+/// upstream` (not served).
+#[test]
+fn go_runtime_families_with_honest_values() {
+    let t = metrics().encode(Format::Text);
+    check_families(
+        &t,
+        &[
+            (
+                "go_goroutines",
+                "gauge",
+                "Number of goroutines that currently exist.",
+                "",
+            ),
+            ("go_threads", "gauge", "Number of OS threads created.", ""),
+            (
+                "go_info",
+                "gauge",
+                "Information about the Go environment.",
+                "version",
+            ),
+            (
+                "go_memstats_sys_bytes",
+                "gauge",
+                "Number of bytes obtained from system. Equals to /memory/classes/total:byte.",
+                "",
+            ),
+        ],
+    );
+    assert!(value(&t, "go_goroutines").is_some_and(|n| n >= 1.0), "{t}");
+    assert!(
+        value(&t, "go_memstats_sys_bytes").is_some_and(|n| n > 0.0),
+        "{t}"
+    );
+    assert!(
+        !t.contains("go_gc_duration_seconds"),
+        "no GC, no GC metrics"
+    );
 }

@@ -20,7 +20,6 @@ const OURS: &str = "kube-nlproxy flags";
 #[derive(Debug, Clone, Default, Parser)]
 #[command(
     name = "kube-nlproxy",
-    version,
     about = "Kubernetes Service proxy: Services and EndpointSlices to one atomic nftables netlink \
              batch per sync, stale UDP conntrack entries cleared over ctnetlink. A drop-in for \
              kube-proxy: same flags, same KubeProxyConfiguration, same ports.",
@@ -161,6 +160,10 @@ pub struct Flags {
     pub oom_score_adj: Option<i32>,
 
     // --- logging (component-base's logging flags) ---
+    /// Print version information and quit (component-base's verflag): `--version` the
+    /// version line, `--version=raw` every field.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "version")]
+    pub version: Option<String>,
     /// Log verbosity: 0 start-up, configuration and errors; 2 each sync; 4 and above
     /// details.
     #[arg(short = 'v', long = "v", help_heading = LOG)]
@@ -169,10 +172,13 @@ pub struct Flags {
     #[arg(long, help_heading = LOG)]
     pub logging_format: Option<String>,
 
-    // --- accepted, without effect ---
-    /// Serve /debug/pprof: not offered.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = NONE)]
+    /// Serve /debug/pprof (what a Rust process can: the command line, allocator
+    /// statistics, threads) and /debug/flags/v (set -v at run time) on the metrics
+    /// server.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", help_heading = KP)]
     pub profiling: Option<bool>,
+
+    // --- accepted, without effect ---
     /// Show metrics hidden since that version: no metric is hidden.
     #[arg(long, help_heading = NONE)]
     pub show_hidden_metrics_for_version: Option<String>,
@@ -310,6 +316,11 @@ pub struct Flags {
     #[arg(long, hide = true, default_value = "60s")]
     pub api_watch_timeout: GoDuration,
 
+    /// With detect-local-mode NodeCIDR, how long the node's podCIDRs are waited for
+    /// (kube-proxy's NodeManager: 5 minutes). Hidden: for tests.
+    #[arg(long, hide = true, default_value = "5m")]
+    pub pod_cidr_timeout: GoDuration,
+
     /// The flags given on the command line: clap id and value as written.
     #[arg(skip)]
     pub given: Vec<(String, String)>,
@@ -407,20 +418,19 @@ fn ip_port_var(s: &str) -> Result<String, FlagValueError> {
 
 /// The flags without effect, and what happens to them; logged once when given.
 pub const NO_EFFECT: &[(&str, &str)] = &[
-    ("profiling", "kube-nlproxy serves no /debug/pprof"),
     (
         "show_hidden_metrics_for_version",
         "kube-nlproxy hides no metric",
     ),
-    ("ipvs_scheduler", "kube-nlproxy has no IPVS mode"),
+    ("ipvs_scheduler", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
     (
         "ipvs_exclude_cidrs",
-        "kube-nlproxy has no IPVS mode; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers",
+        "kube-nlproxy has no IPVS proxier; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers",
     ),
-    ("ipvs_strict_arp", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_tcp_timeout", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_tcpfin_timeout", "kube-nlproxy has no IPVS mode"),
-    ("ipvs_udp_timeout", "kube-nlproxy has no IPVS mode"),
+    ("ipvs_strict_arp", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
+    ("ipvs_tcp_timeout", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
+    ("ipvs_tcpfin_timeout", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
+    ("ipvs_udp_timeout", "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)"),
     (
         "config_sync_period",
         "the watches keep their cache current; no periodic resync",
@@ -480,6 +490,38 @@ pub fn normalize(args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
+/// The ids of the command's arguments (not of its groups).
+fn cmd_args() -> Vec<String> {
+    Flags::command()
+        .get_arguments()
+        .map(|a| a.get_id().as_str().to_string())
+        .collect()
+}
+
+/// What `--version` asks for (component-base's `verflag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VersionRequest {
+    /// `--version`, `--version=true`: `Kubernetes <git version>`.
+    Line,
+    /// `--version=raw`: every field of the version information.
+    Raw,
+}
+
+/// `--version`'s value as verflag reads it: `raw`, or a boolean in Go's spellings
+/// (`strconv.ParseBool`).
+fn version_request(v: &str) -> Result<Option<VersionRequest>, String> {
+    match v {
+        "raw" => Ok(Some(VersionRequest::Raw)),
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(Some(VersionRequest::Line)),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(None),
+        other => Err(format!(
+            "invalid argument {} for \"--version\" flag: strconv.ParseBool: parsing {}: invalid syntax\n",
+            klog::go_quote(other),
+            klog::go_quote(other)
+        )),
+    }
+}
+
 /// What parsing the command line gave: flags, or help/version text (exit 0), or an
 /// error (exit 1, as kube-proxy exits on a flag error).
 #[derive(Debug)]
@@ -511,8 +553,15 @@ impl Flags {
                 }
             }
         };
+        if let Some(Err(text)) = flags.version.as_deref().map(version_request) {
+            return Parsed::Exit { text, code: 1 };
+        }
+        // the arguments only: clap's derive also names a group after the struct
+        // (`Flags`), whose raw values are every argument's (a stray `/flagz` line)
+        let args: Vec<String> = cmd_args();
         flags.given = m
             .ids()
+            .filter(|id| args.iter().any(|a| a == id.as_str()))
             .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
             .map(|id| {
                 let raw: Vec<String> = m
@@ -525,6 +574,13 @@ impl Flags {
             })
             .collect();
         Parsed::Run(Box::new(flags))
+    }
+
+    /// What `--version` asks for, if anything (the value was checked when parsed).
+    pub fn version_request(&self) -> Option<VersionRequest> {
+        self.version
+            .as_deref()
+            .and_then(|v| version_request(v).ok().flatten())
     }
 
     /// Whether flag `id` (clap id, `snake_case`) was on the command line.
@@ -616,13 +672,7 @@ mod tests {
 
     #[test]
     fn no_effect_flags_are_accepted_and_named() {
-        let f = parse(&[
-            "--ipvs-scheduler",
-            "rr",
-            "--profiling",
-            "--log_dir=/tmp",
-            "--v=1",
-        ]);
+        let f = parse(&["--ipvs-scheduler", "rr", "--log_dir=/tmp", "--v=1"]);
         let names: Vec<(String, String)> = f
             .no_effect_given()
             .into_iter()
@@ -631,8 +681,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                ("profiling".to_string(), "true".to_string()),
-                ("ipvs-scheduler".into(), "rr".into()),
+                ("ipvs-scheduler".to_string(), "rr".to_string()),
                 ("log-dir".into(), "/tmp".into())
             ]
         );

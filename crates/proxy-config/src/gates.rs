@@ -6,7 +6,7 @@
 //!
 //! [`PROXY_GATES`] are the gates that change kube-proxy between 1.33 and 1.38, each with
 //! what it does here (docs/feature-gates.md is the same table in prose). Every other gate
-//! upstream knows is accepted and changes nothing ([`known-1.37.txt`](gates/known-1.37.txt)).
+//! upstream knows is accepted and changes nothing ([`known-1.38.txt`](gates/known-1.38.txt)).
 //!
 //! Pure: no I/O.
 
@@ -83,6 +83,8 @@ pub const KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS: &str = "KubeProxyNFTablesLoc
 pub const COMPONENT_STATUSZ: &str = "ComponentStatusz";
 pub const COMPONENT_FLAGZ: &str = "ComponentFlagz";
 pub const WATCH_LIST_CLIENT: &str = "WatchListClient";
+pub const NFTABLES_NETLINK: &str = "NFTablesNetlink";
+pub const KUBE_PROXY_IPVS: &str = "KubeProxyIPVS";
 
 /// The gates that change kube-proxy's behaviour between 1.33 and 1.38 (read in
 /// `pkg/proxy/...` or `cmd/kube-proxy`), at 1.38.
@@ -134,13 +136,24 @@ pub const PROXY_GATES: &[Gate] = &[
         "/flagz on the metrics server. Honoured.",
     ),
     gate(
-        "KubeProxyIPVS",
+        NFTABLES_NETLINK,
+        Stage::Beta,
+        true,
+        false,
+        "1.37",
+        "kubernetes PR #137536: nftables mode reads its table back over netlink \
+         (knftables) instead of running and parsing `nft`. kube-nlproxy always speaks \
+         netlink and never runs `nft`, so off changes nothing here; accepted either way.",
+    ),
+    gate(
+        KUBE_PROXY_IPVS,
         Stage::Deprecated,
         true,
         false,
         "1.37",
-        "Allows `mode: ipvs`. kube-nlproxy has no IPVS backend (ipvs mode runs its \
-         nftables backend), so the gate changes nothing here.",
+        "Allows `mode: ipvs` (KEP-5495: off in 1.40, locked in 1.43). Honoured: off, \
+         ipvs mode is refused at validation; on, ipvs mode runs the nftables backend \
+         with the iptables proxier's behaviour, and says so.",
     ),
     gate(
         "PreferSameTrafficDistribution",
@@ -176,15 +189,6 @@ pub const PROXY_GATES: &[Gate] = &[
         "kube-proxy watches ServiceCIDRs (traffic to unallocated service IPs is \
          rejected). kube-nlproxy always watches them.",
     ),
-    gate(
-        "WatchListClient",
-        Stage::Beta,
-        true,
-        false,
-        "1.35",
-        "client-go streams the initial list as watch events. No effect: kube-nlproxy's \
-         client lists, then watches.",
-    ),
 ];
 
 /// A known gate: one of [`PROXY_GATES`] or one from the rest of upstream's set.
@@ -198,7 +202,7 @@ struct Known {
 const ALL_ALPHA: &str = "AllAlpha";
 const ALL_BETA: &str = "AllBeta";
 
-const OTHER_GATES: &str = include_str!("gates/known-1.37.txt");
+const OTHER_GATES: &str = include_str!("gates/known-1.38.txt");
 
 fn lookup(name: &str) -> Option<Known> {
     if let Some(g) = PROXY_GATES.iter().find(|g| g.name == name) {

@@ -11,6 +11,7 @@ pub mod config;
 pub mod conntrack;
 pub mod duration;
 pub mod flags;
+pub mod flagz;
 pub mod gates;
 pub mod localhost;
 pub mod settings;

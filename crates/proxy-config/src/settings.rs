@@ -93,7 +93,26 @@ pub enum Notice {
     IncompleteConfig { err: &'static str },
     /// component-base's warning for setting a deprecated or GA feature gate.
     FeatureGate { msg: String },
+    /// ipvs mode (warning): deprecated upstream, and served here without IPVS.
+    IpvsMode,
+    /// detect-local-mode ClusterCIDR without a cluster CIDR (info, upstream's line): no
+    /// traffic is told local by its source.
+    NoClusterCidr,
 }
+
+/// kube-proxy's line (`getLocalDetectors`) when detect-local-mode is ClusterCIDR and no
+/// cluster CIDR is given (logged once, here whatever the primary family: none is given).
+pub const NO_CLUSTER_CIDR: &str =
+    "Detect-local-mode set to ClusterCIDR, but no cluster CIDR specified for primary IP family";
+
+/// Upstream's deprecation warning of ipvs mode (1.35, KEP-5495), and what kube-nlproxy
+/// runs instead of an IPVS proxier.
+pub const IPVS_MODE: &str = "The ipvs proxier is deprecated (Kubernetes 1.35; off by default \
+from 1.40 through the KubeProxyIPVS feature gate, removed in 1.43): use nftables. \
+kube-nlproxy has no IPVS proxier: in ipvs mode it programs its nftables rules with the \
+iptables proxier's behaviour and the ipvs section's sync periods, creates no IPVS virtual \
+service, no kube-ipvs0 link and no ipset (it removes kube-proxy's), and the IPVS-only \
+settings (scheduler, strictARP, timeouts) have no effect";
 
 impl std::fmt::Display for Notice {
     /// One line: the severity letter, the message, the key/values (for tests and docs).
@@ -127,6 +146,8 @@ impl std::fmt::Display for Notice {
                 go_quote(err)
             ),
             Notice::FeatureGate { msg } => write!(f, "W {msg}"),
+            Notice::IpvsMode => write!(f, "W {IPVS_MODE}"),
+            Notice::NoClusterCidr => write!(f, "I {NO_CLUSTER_CIDR} clusterCIDRs=[]"),
         }
     }
 }
@@ -169,6 +190,8 @@ impl Notice {
                 "Kube-proxy configuration may be incomplete or incorrect"
             ),
             Notice::FeatureGate { msg } => warn!("{msg}"),
+            Notice::IpvsMode => warn!("{IPVS_MODE}"),
+            Notice::NoClusterCidr => info!(clusterCIDRs = "[]", "{NO_CLUSTER_CIDR}"),
         }
     }
 }
@@ -479,13 +502,6 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
             reason,
         })
     };
-    if c.enable_profiling {
-        push(
-            "enableProfiling",
-            "true".into(),
-            "kube-nlproxy serves no /debug/pprof",
-        );
-    }
     if !c.show_hidden_metrics_for_version.is_empty() {
         push(
             "showHiddenMetricsForVersion",
@@ -494,8 +510,8 @@ fn field_notices(c: &KubeProxyConfig, notices: &mut Vec<Notice>) {
         );
     }
     let ipvs = &c.ipvs;
-    const NO_IPVS: &str = "kube-nlproxy has no IPVS mode";
-    const EXCLUDE_CIDRS: &str = "kube-nlproxy has no IPVS mode; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers";
+    const NO_IPVS: &str = "kube-nlproxy has no IPVS proxier (ipvs mode runs its nftables rules)";
+    const EXCLUDE_CIDRS: &str = "kube-nlproxy has no IPVS proxier; only keeps the IPVS services in these CIDRs when it removes kube-proxy's IPVS-mode leftovers";
     if !ipvs.scheduler.is_empty() {
         push("ipvs.scheduler", ipvs.scheduler.clone(), NO_IPVS);
     }
@@ -574,10 +590,7 @@ pub fn derive(
     }
     let mode = c.mode.clone();
     if mode == MODE_IPVS {
-        notices.push(Notice::Note {
-            msg: "ipvs mode runs kube-nlproxy's nftables backend with the ipvs section's sync periods",
-            detail: String::new(),
-        });
+        notices.push(Notice::IpvsMode);
     }
     if mode == MODE_IPVS && c.iptables.localhost_node_ports == Some(true) {
         notices.push(Notice::Note {
@@ -591,6 +604,10 @@ pub fn derive(
         "InterfaceNamePrefix" => DetectLocalMode::InterfaceNamePrefix,
         _ => DetectLocalMode::ClusterCIDR,
     };
+    if detect_local_mode == DetectLocalMode::ClusterCIDR && c.detect_local.cluster_cidrs.is_empty()
+    {
+        notices.push(Notice::NoClusterCidr);
+    }
     let mut node_port_addresses = Vec::new();
     for a in c.node_port_addresses.iter().flatten() {
         match a.as_str() {

@@ -1,6 +1,7 @@
-//! The Kubernetes API client: configuration (kubeconfig, `--master`, in-cluster), vetted
-//! so that nothing in it can make the product run a program, and a transport whose every
-//! request is bounded in time.
+//! The Kubernetes API client: configuration (kubeconfig, `--master`, or, with neither,
+//! the in-cluster configuration only, as kube-proxy: never the default kubeconfig),
+//! vetted so that nothing in it can make the product run a program, and a transport
+//! whose every request is bounded in time.
 //!
 //! - **No `exec`, no `auth-provider`**: kube-rs would run `users[].user.exec.command` or
 //!   an auth provider's `cmd-path`; a kubeconfig whose selected user has either is refused
@@ -25,9 +26,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tracing::{debug, info};
+use tracing::info;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The client [`client`] builds (for callers that hold one without naming kube-rs).
+pub use kube::Client;
 
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +55,17 @@ pub enum ClientError {
     },
     #[error("--master {0}: not a URL")]
     Master(String),
-    #[error("no in-cluster configuration and no kubeconfig (use --kubeconfig, --master or --manifests): {0}")]
-    NoConfig(String),
+    /// Neither `--kubeconfig` nor `--master` and no in-cluster environment: upstream's
+    /// `rest.ErrNotInCluster`, and what it means here.
+    #[error(
+        "unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and \
+         KUBERNETES_SERVICE_PORT must be defined (without --kubeconfig or --master only the \
+         in-cluster configuration is used, as by kube-proxy: KUBECONFIG and ~/.kube/config \
+         are not read; give --kubeconfig, --master or --manifests)"
+    )]
+    NotInCluster,
+    #[error("in-cluster configuration: {0}")]
+    InCluster(String),
     #[error("API client: {0}")]
     Build(#[from] kube::Error),
 }
@@ -168,16 +181,17 @@ pub async fn config(
             Ok(c)
         }
         (None, Some(m)) => Ok(kube::Config::new(master_url(m)?)),
-        (None, None) => match kube::Config::incluster() {
-            Ok(c) => Ok(c),
-            Err(e) => {
-                debug!(error = %e, "not in a cluster; trying the default kubeconfig");
-                let kc = Kubeconfig::read().map_err(|e2| {
-                    ClientError::NoConfig(format!("in-cluster: {e}; kubeconfig: {e2}"))
-                })?;
-                from_kubeconfig(kc, "(default)").await
+        // kube-proxy's createClient: the in-cluster configuration only, never the
+        // default kubeconfig (KUBECONFIG, ~/.kube/config), which on a node can be an
+        // admin credential.
+        (None, None) => {
+            info!("Neither kubeconfig file nor master URL was specified, falling back to in-cluster config");
+            let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+            if !set("KUBERNETES_SERVICE_HOST") || !set("KUBERNETES_SERVICE_PORT") {
+                return Err(ClientError::NotInCluster);
             }
-        },
+            kube::Config::incluster().map_err(|e| ClientError::InCluster(e.to_string()))
+        }
     }
 }
 
@@ -364,6 +378,7 @@ impl<S> tower_layer::Layer<S> for RateLimitLayer {
             last: Instant::now(),
             ready: false,
             sleep: None,
+            waiting_since: None,
         }
     }
 }
@@ -376,17 +391,27 @@ pub struct RateLimit<S> {
     last: Instant,
     ready: bool,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the current request started waiting for a token.
+    waiting_since: Option<Instant>,
 }
 
-impl<S, R> tower_service::Service<R> for RateLimit<S>
+/// How long a request waited for a token (a request extension, for the metrics layer
+/// inside: `rest_client_rate_limiter_duration_seconds`).
+#[derive(Debug, Clone, Copy)]
+pub struct RateLimited(pub Duration);
+
+impl<S, B> tower_service::Service<http::Request<B>> for RateLimit<S>
 where
-    S: tower_service::Service<R>,
+    S: tower_service::Service<http::Request<B>>,
 {
     type Response = S::Response;
     type Error = S::Error;
     type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.ready && self.waiting_since.is_none() {
+            self.waiting_since = Some(Instant::now());
+        }
         while !self.ready {
             if let Some(s) = self.sleep.as_mut() {
                 if s.as_mut().poll(cx).is_pending() {
@@ -411,8 +436,13 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: R) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         self.ready = false;
+        let waited = self
+            .waiting_since
+            .take()
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        req.extensions_mut().insert(RateLimited(waited));
         self.inner.call(req)
     }
 }

@@ -15,8 +15,9 @@
 //!   version of it was sent before, it is deleted, as an invalid object is.
 //! - A kind with no progress (no list completed, no event, no bookmark, no response
 //!   bytes) for [`Timing::stall_after`] is stalled: logged, reported to the engine
-//!   ([`Event::SourceStalled`], which /healthz counts as a change queued since the last
-//!   progress), and its watcher restarted: a relist from the last resourceVersion synced
+//!   ([`Event::SourceStalled`], kept in the status for information: no health answer
+//!   depends on it, as upstream's health depends only on changes queued and not
+//!   applied), and its watcher restarted: a relist from the last resourceVersion synced
 //!   (kept across restarts, [`list_watch::Memory`]). Progress again: logged, reported
 //!   ([`Event::SourceRecovered`]).
 
@@ -442,7 +443,7 @@ async fn pump<K>(
                     }
                 }
                 Err(e) => {
-                    let msg = e.to_string();
+                    let msg = crate::error_chain(&e);
                     if kind.optional && known.lists == 0 {
                         if last_error.is_none() {
                             info!(kind = kind.name, error = %msg, "not available; retrying in the background");
@@ -465,6 +466,18 @@ async fn pump<K>(
     }
 }
 
+/// Why the source stopped for good (the daemon exits 1, as kube-proxy's NodeManager
+/// fails its start).
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// `detectLocalMode: NodeCIDR` and the node got no podCIDRs in time.
+    #[error("timeout waiting for PodCIDR allocation on node {0:?}")]
+    NoPodCidrs(String),
+    /// `detectLocalMode: NodeCIDR` and the node does not exist.
+    #[error("timeout waiting for node {0:?} to exist")]
+    NoNode(String),
+}
+
 /// Watch this node, the ServiceCIDRs, then Services and EndpointSlices, forwarding
 /// everything to `tx`. The node's and the ServiceCIDRs' first lists complete before the
 /// others start, so the engine knows the node (addresses, labels, podCIDRs) and the
@@ -478,7 +491,33 @@ pub async fn run(
     progress: Arc<Progress>,
     tx: EventSender,
 ) {
+    let _ = run_with(client, reading, node_name, None, t, progress, tx).await;
+}
+
+/// The node's podCIDRs (its `spec.podCIDRs`), if any.
+fn has_pod_cidrs(n: &Option<Node>) -> bool {
+    n.as_ref()
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.pod_cidrs.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+/// [`run`], and with `wait_pod_cidrs` (`detectLocalMode: NodeCIDR`) Services and
+/// EndpointSlices are not listed before the node has podCIDRs, as kube-proxy's
+/// NodeManager waits for them (`pkg/proxy/nodemanager`, 5 minutes, polled every second)
+/// before its proxier starts: no sync runs without local-traffic detection. None
+/// within the bound: [`SourceError`].
+pub async fn run_with(
+    client: Client,
+    reading: Reading,
+    node_name: String,
+    wait_pod_cidrs: Option<Duration>,
+    t: Timing,
+    progress: Arc<Progress>,
+    tx: EventSender,
+) -> Result<(), SourceError> {
     let node_last: Arc<std::sync::Mutex<Option<Node>>> = Arc::default();
+    let watched = node_last.clone();
     let (n1, n2) = (node_last.clone(), node_last);
     let node_kind = Kind::<Node> {
         name: "node",
@@ -542,7 +581,23 @@ pub async fn run(
         Some(first_tx),
     ));
     if first_rx.await.is_err() {
-        return;
+        return Ok(());
+    }
+    let node_now = || watched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(bound) = wait_pod_cidrs.filter(|_| !has_pod_cidrs(&node_now())) {
+        info!(node = %node_name, "Waiting for the node's PodCIDRs (detect-local-mode NodeCIDR)");
+        let deadline = tokio::time::Instant::now() + bound;
+        while !has_pod_cidrs(&node_now()) {
+            if tokio::time::Instant::now() >= deadline {
+                node_task.abort();
+                return Err(match node_now() {
+                    None => SourceError::NoNode(node_name),
+                    Some(_) => SourceError::NoPodCidrs(node_name),
+                });
+            }
+            tokio::time::sleep(Duration::from_secs(1).min(bound)).await;
+        }
+        info!(node = %node_name, "The node's PodCIDRs are allocated");
     }
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     let cidr_task = tokio::spawn(pump(
@@ -577,4 +632,5 @@ pub async fn run(
         None,
     ));
     let _ = futures::join!(node_task, cidr_task, svc_task, slice_task);
+    Ok(())
 }

@@ -17,3 +17,20 @@ pub mod manifests;
 pub mod node_event;
 pub mod node_ip;
 pub mod rest_metrics;
+
+/// An error and its causes, each once (`watch stream failed: ServiceError: client error
+/// (Connect): tcp connect error: Connection refused (os error 111)`): kube-rs' errors
+/// keep the reason in their sources, which `Display` alone leaves out.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
+}

@@ -483,7 +483,7 @@ where
     }
 
     fn list_failed(&mut self, e: kube::Error) -> Phase<K> {
-        debug!(path = %self.path, error = %e, "list failed");
+        debug!(path = %self.path, error = %crate::error_chain(&e), "list failed");
         if unavailable_version(&e) {
             self.unavailable();
         }

@@ -69,6 +69,18 @@ enum Key {
     ServiceCidr(String),
 }
 
+/// As an operator names it: `Service demo/web`, `Node node-a` (not Rust's `Debug`).
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Node(n) => write!(f, "Node {n}"),
+            Key::Service(k) => write!(f, "Service {k}"),
+            Key::Slice(k) => write!(f, "EndpointSlice {k}"),
+            Key::ServiceCidr(n) => write!(f, "ServiceCIDR {n}"),
+        }
+    }
+}
+
 impl Key {
     fn of(e: &Entry<'_>, node_name: &str) -> Option<Key> {
         match e.kind.as_str() {
@@ -385,7 +397,7 @@ impl Reader {
                     if let Some(k) = Key::of(&e, &self.node_name).map(Arc::new) {
                         let h = hash(e.raw);
                         if objects.insert(k.clone(), h).is_some() {
-                            let msg = format!("{name}: {k:?} defined twice; the last one wins");
+                            let msg = format!("{name}: {k} defined twice; the last one wins");
                             self.note(p, msg, "duplicate manifest object");
                         }
                         entries = entries.and_then(|mut v| {
@@ -436,7 +448,7 @@ impl Reader {
             for (k, h) in &st.objects {
                 if let Some((other, _)) = want.insert(k.clone(), (p.clone(), *h)) {
                     dups.push(format!(
-                        "{}: {k:?} also defined in {}; the last file wins",
+                        "{}: {k} also defined in {}; the last file wins",
                         p.display(),
                         other.display()
                     ));
@@ -539,7 +551,8 @@ impl Reader {
         if self.cidrs_sent.as_ref() != Some(&cidrs)
             && (self.cidrs_sent.is_some() || !cidrs.is_empty())
         {
-            info!(cidrs = ?cidrs.iter().map(ToString::to_string).collect::<Vec<_>>(), "service CIDRs");
+            let list: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+            info!(cidrs = %list.join(","), "service CIDRs");
             if ok {
                 send(Event::ServiceCidrs(cidrs.clone()));
             }

@@ -102,8 +102,15 @@ where
         let watch = is_watch(req.uri());
         let host = self.host.clone();
         let size = req.body().size_hint();
+        let throttled = req
+            .extensions()
+            .get::<crate::api_client::RateLimited>()
+            .map(|w| w.0);
         if let Some(r) = rest() {
             r.request_size(&verb, &host, size.exact().unwrap_or(size.lower()));
+            if let Some(waited) = throttled {
+                r.rate_limiter(&verb, &host, waited);
+            }
         }
         let start = Instant::now();
         let fut = self.inner.call(req);

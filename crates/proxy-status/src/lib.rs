@@ -116,6 +116,12 @@ pub trait RestObserver: Send + Sync {
     fn latency(&self, verb: &str, host: &str, took: Duration);
     fn request_size(&self, verb: &str, host: &str, bytes: u64);
     fn response_size(&self, verb: &str, host: &str, bytes: u64);
+    /// How long a request waited in the client-side rate limiter (`--kube-api-qps`,
+    /// `--kube-api-burst`; zero when a token was there), as client-go times its
+    /// `tryThrottle`. Not called without a rate limiter (negative QPS).
+    fn rate_limiter(&self, verb: &str, host: &str, waited: Duration) {
+        let _ = (verb, host, waited);
+    }
 }
 
 /// A program that changed our tables, as the kernel names it (`NFT_MSG_NEWGEN`).
@@ -244,10 +250,12 @@ pub struct Status {
 }
 
 impl Status {
-    /// A source that has made no progress for more than 2 x syncPeriod (upstream's
-    /// bound for a queued change), if any: what it delivered may be stale. `/healthz`
-    /// reports unhealthy for it; `/livez` and the health-check node ports do not (an
-    /// API outage would otherwise fail every node's load-balancer checks at once).
+    /// A source that has made no progress for more than 2 x syncPeriod, if any: what it
+    /// delivered may be stale. Informational only: no health answer depends on it
+    /// (`/healthz`, `/livez` and the health-check node ports follow upstream's
+    /// queued-change rule, [`Status::healthy`]; an API outage queues nothing, and
+    /// failing the checks for it would take every node out of its load balancers at
+    /// once while the rules in place keep working).
     pub fn stale_source(&self, now: Instant) -> Option<&str> {
         self.stalled_sources
             .iter()

@@ -95,7 +95,8 @@ pub enum Event {
     /// transactions that touched our tables, and whether notifications were lost.
     Nftables(watch::Poll),
     /// A source (e.g. `"service"`) has made no progress since `since`: what it last
-    /// delivered may be stale. Counts as a change queued at `since` for the health check.
+    /// delivered may be stale. Kept in the status (`stalled_sources`) for information;
+    /// it is no queued change and no health answer depends on it (upstream's rule).
     SourceStalled {
         source: String,
         since: Instant,

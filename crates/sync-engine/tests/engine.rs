@@ -720,9 +720,9 @@ fn service_cidr_changes_reach_the_compile_config() {
     assert!(!e.is_dirty(), "the same list again is no change");
 }
 
-/// A stalled source is stale (for `/healthz`) once it made no progress for more than
-/// 2 x syncPeriod; upstream's queued-change rule (`healthy`, also behind `/livez` and the
-/// health-check node ports) is not affected.
+/// A stalled source is reported stale once it made no progress for more than
+/// 2 x syncPeriod (information only); upstream's queued-change rule (`healthy`, behind
+/// `/healthz`, `/livez` and the health-check node ports) is not affected.
 #[test]
 fn a_stalled_source_is_stale_after_twice_the_sync_period() {
     let w = World::new();
@@ -742,7 +742,7 @@ fn a_stalled_source_is_stale_after_twice_the_sync_period() {
     assert_eq!(st.stale_source(later), Some("service"));
     assert!(
         st.healthy(later),
-        "livez and health-check node ports stay up"
+        "a stalled source queues nothing: healthz, livez and health-check node ports stay up"
     );
     e.handle(Event::SourceRecovered {
         source: "service".into(),

@@ -109,7 +109,15 @@ fn accept_negotiation_is_upstreams() {
         (Some("application/json;v=v1alpha1;g=config.k8s.io"), None),
         (
             Some("application/json;v=v1alpha1;g=config.k8s.io;as=Statusz"),
-            Some(Json),
+            Some(Json("v1alpha1")),
+        ),
+        (
+            Some("application/json;v=v1beta1;g=config.k8s.io;as=Statusz"),
+            Some(Json("v1beta1")),
+        ),
+        (
+            Some("application/json;v=v1beta1;g=config.k8s.io;as=Flagz"),
+            None,
         ),
         (
             Some("application/json;v=foo;g=config.k8s.io;as=Statusz,*/*"),
@@ -119,10 +127,6 @@ fn accept_negotiation_is_upstreams() {
         (Some("application/xml, text/plain;q=0.5"), Some(TextPlain)),
     ];
     for (accept, want) in cases {
-        assert_eq!(
-            negotiate(*accept, "v1alpha1", "Statusz"),
-            *want,
-            "{accept:?}"
-        );
+        assert_eq!(negotiate(*accept, "Statusz"), *want, "{accept:?}");
     }
 }

@@ -155,3 +155,66 @@ fn all_lists_every_gate_with_upstreams_stage_names() {
     assert_eq!(find("AllAlpha"), Some(("AllAlpha", "ALPHA", false)));
     assert_eq!(find("AllBeta"), Some(("AllBeta", "BETA", false)));
 }
+
+/// `NFTablesNetlink` (kubernetes PR #137536: beta and on by default since 1.37) is a
+/// gate kube-proxy knows: a ConfigMap that turns it off must not stop the daemon.
+///
+/// Negative control (run 2026-12-06, the gate list before it was added):
+/// `unrecognized feature gate: NFTablesNetlink`.
+#[test]
+fn nftables_netlink_is_known_beta_and_on() {
+    let (g, w) = ok(&[("NFTablesNetlink", false)]);
+    assert!(w.is_empty(), "a beta gate set warns nothing: {w:?}");
+    assert!(!g.enabled("NFTablesNetlink"));
+    let (g, _) = ok(&[]);
+    assert!(g.enabled("NFTablesNetlink"), "on by default since 1.37");
+    let (g, _) = ok(&[("AllBeta", false)]);
+    assert!(!g.enabled("NFTablesNetlink"), "a beta gate follows AllBeta");
+}
+
+/// Gates that are new in 1.38 (alpha) or changed stage in 1.38 are known with their 1.38
+/// stage and default.
+///
+/// Negative control (run 2026-12-06, the 1.37 list): `unrecognized feature gate:
+/// ContainerUlimits`.
+#[test]
+fn gates_of_1_38_are_known() {
+    for name in [
+        "ContainerUlimits",
+        "MutableContainerProbes",
+        "PodDefaultNetwork",
+        "SecurityProfileOCI",
+    ] {
+        let (g, _) = ok(&[(name, true)]);
+        assert!(g.enabled(name), "{name}");
+        let (g, _) = ok(&[]);
+        assert!(!g.enabled(name), "{name} is alpha, off by default");
+    }
+    let (g, _) = ok(&[]);
+    assert!(
+        g.enabled("WindowsCPUAndMemoryAffinity"),
+        "beta and on in 1.38 (alpha until 1.37)"
+    );
+}
+
+/// Every gate is listed once in `kubernetes_feature_enabled` (one series per gate).
+///
+/// Negative control (run 2026-12-06, with `WatchListClient` twice in `PROXY_GATES`):
+/// `WatchListClient listed 2 times`.
+#[test]
+fn every_gate_is_listed_once() {
+    let (g, _) = ok(&[]);
+    let all = g.all();
+    for (name, _, _) in &all {
+        let n = all.iter().filter(|(x, _, _)| x == name).count();
+        assert_eq!(n, 1, "{name} listed {n} times");
+    }
+    let mut names: Vec<&str> = PROXY_GATES.iter().map(|g| g.name).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(
+        names.len(),
+        PROXY_GATES.len(),
+        "a gate twice in PROXY_GATES"
+    );
+}

@@ -137,10 +137,37 @@ fn ipvs_mode_uses_its_own_periods() {
     ]))
     .unwrap();
     assert_eq!(s.sync_period, Duration::from_secs(10));
-    assert!(s
-        .notices
+}
+
+/// ipvs mode is not silent: a warning says that it is deprecated upstream (1.35) and that
+/// kube-nlproxy serves it without IPVS (nftables rules with the iptables proxier's
+/// behaviour), and each IPVS-only setting given is named as without effect.
+///
+/// Negative control (run 2026-12-06, before): the only notice was an info line, `I ipvs
+/// mode runs kube-nlproxy's nftables backend with the ipvs section's sync periods`.
+#[test]
+fn ipvs_mode_warns_that_it_runs_no_ipvs() {
+    let s = load(&flags(&[
+        "--hostname-override=a",
+        "--proxy-mode=ipvs",
+        "--ipvs-scheduler=mh",
+    ]))
+    .unwrap();
+    let lines: Vec<String> = s.notices.iter().map(ToString::to_string).collect();
+    let w = lines
         .iter()
-        .any(|n| n.to_string().contains("ipvs mode")));
+        .find(|l| l.starts_with("W ") && l.contains("ipvs proxier is deprecated"))
+        .unwrap_or_else(|| panic!("no ipvs mode warning: {lines:#?}"));
+    assert!(
+        w.contains("no IPVS proxier") && w.contains("iptables proxier's behaviour"),
+        "{w}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("W Flag has no effect") && l.contains("--ipvs-scheduler")),
+        "{lines:#?}"
+    );
 }
 
 /// `--feature-gates` / `featureGates` go through component-base's SetFromMap: an unknown

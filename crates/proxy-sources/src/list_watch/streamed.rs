@@ -40,8 +40,15 @@ where
                 self.unavailable();
                 return Phase::Stream;
             }
+            // the server answered with an error status (no WatchList: 422, ...)
+            Err(kube::Error::Api(status)) => {
+                info!(path = %self.path, code = status.code, reason = %status.reason, message = %status.message,
+                    "the server refused the streamed list; listing instead");
+                return Phase::List { r#continue: None };
+            }
+            // no answer (connection refused, timeout, reset): not a refusal
             Err(e) => {
-                info!(path = %self.path, error = %e, "the streamed list was refused; listing instead");
+                info!(path = %self.path, error = %crate::error_chain(&e), "the streamed list request failed; listing instead");
                 return Phase::List { r#continue: None };
             }
         };

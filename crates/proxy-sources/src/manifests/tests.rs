@@ -334,3 +334,25 @@ fn later_files_win_and_losing_the_winner_restores_the_other() {
     .unwrap();
     assert_eq!(last_ip, "198.18.100.1");
 }
+
+/// Log lines name objects as an operator does (`Service ns/a`), never with Rust's
+/// `Debug` (`Service(ServiceKey { .. })`).
+///
+/// Negative control (run 2026-12-06, `{k:?}` as before): `Service(ServiceKey { .. })`
+/// in the duplicate's line.
+#[test]
+fn duplicates_are_named_without_debug_dumps() {
+    let d = Dir::new("dup-names");
+    let svc = r#"{"kind":"Service","apiVersion":"v1","metadata":{"name":"a","namespace":"ns"},"spec":{"clusterIP":"198.18.100.1","ports":[{"port":80}]}}"#;
+    std::fs::write(d.join("1.json"), svc).unwrap();
+    std::fs::write(d.join("2.json"), svc).unwrap();
+    let mut r = reader(&d.0);
+    r.poll(&mut |_| true).unwrap();
+    let dup = r
+        .duplicates
+        .iter()
+        .find(|m| m.contains("also defined in"))
+        .unwrap_or_else(|| panic!("{:?}", r.duplicates));
+    assert!(dup.contains("Service ns/a also defined in"), "{dup}");
+    assert!(!dup.contains("ServiceKey"), "{dup}");
+}

@@ -176,7 +176,16 @@ impl Conntrack {
             self.delete_targets(&targets, filters, &mut rep);
         }
         rep.finish();
-        tracing::debug!(?rep, "conntrack delete done");
+        tracing::debug!(
+            filters = rep.per_filter.len(),
+            deleted = rep.deleted,
+            exact = rep.exact,
+            capped = rep.capped,
+            incomplete = rep.incomplete,
+            walks = rep.walks,
+            plans = %crate::plans_text(&rep.plans),
+            "conntrack delete done"
+        );
         Ok(rep)
     }
 

@@ -354,7 +354,7 @@ pub(crate) fn count_ack(errno: Option<i32>, r: &mut FilterReport, f: Option<&Fil
         Some(errno) => {
             r.failed += 1;
             r.errno = Some(errno);
-            tracing::warn!(filter = ?f.map(|f| f.to_string()), errno, "kernel refused a conntrack delete");
+            tracing::warn!(filter = %f.map(|f| f.to_string()).unwrap_or_default(), errno, "kernel refused a conntrack delete");
         }
         None => {
             r.failed += 1;

@@ -74,7 +74,7 @@ pub use index::FlowIndex;
 pub use list::{ListOutcome, ListReport};
 pub use plan::{CostModel, TableSize};
 pub use probe::PROBE_FILTER;
-pub use report::{DeleteReport, FamilyPlan, FilterReport, Outcome};
+pub use report::{plans_text, DeleteReport, FamilyPlan, FilterReport, Outcome};
 pub use wire::{SyntheticEntry, SyntheticFlow};
 
 use nl_core::{NlSocket, ReadError, SockConfig, NETLINK_NETFILTER};

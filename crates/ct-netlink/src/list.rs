@@ -198,7 +198,7 @@ impl Conntrack {
         tracing::debug!(
             flows = report.flows.len(),
             walks = report.walks,
-            plans = ?report.plans,
+            plans = %crate::plans_text(&report.plans),
             "conntrack list done"
         );
         report
@@ -238,7 +238,13 @@ impl Conntrack {
                 flows = flows.len(),
                 failed,
                 unacked = count(FlowOutcome::Unacked),
-                first_failure = ?out.iter().find(|o| matches!(o, FlowOutcome::Failed(_))),
+                first_errno = out
+                    .iter()
+                    .find_map(|o| match o {
+                        FlowOutcome::Failed(e) => Some(*e),
+                        _ => None,
+                    })
+                    .unwrap_or(0),
                 "conntrack deletes by flow not all answered"
             );
         }

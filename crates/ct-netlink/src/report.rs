@@ -96,6 +96,25 @@ pub struct FamilyPlan {
     pub filters: usize,
 }
 
+/// The plans of a call as text for a log line (`ipv4 full-dump 12 filters, ...`).
+pub fn plans_text(plans: &[FamilyPlan]) -> String {
+    plans
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {} {} filters",
+                match p.family {
+                    Family::V4 => "ipv4",
+                    Family::V6 => "ipv6",
+                },
+                p.strategy,
+                p.filters
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The result of one [`crate::Conntrack::delete`] call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteReport {

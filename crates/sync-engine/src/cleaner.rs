@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use ct_netlink::{Flow, FlowEvent};
+use ct_netlink::FlowEvent;
 use flume::{Receiver, Sender};
 use kube_model::IpFamily;
 use proxy_status::{CleanupReport, FilterWork, StatusHandle};

@@ -489,7 +489,8 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             }
             Event::HostAddresses(addrs) => {
                 if self.cfg.ruleset.local_addresses != addrs {
-                    tracing::info!(addresses = ?addrs, "host addresses changed");
+                    let text: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+                    tracing::info!(addresses = %text.join(","), "host addresses changed");
                     self.cfg.ruleset.local_addresses = addrs;
                     self.queue();
                 }

@@ -208,23 +208,19 @@ pub fn apply_route_localnet() {
     write_sysctl("net.ipv4.conf.all.route_localnet", 1);
 }
 
-/// `net.ipv4.conf.all.route_localnet` back to 0 when it is 1 and this run's rules do not
-/// guard 127.0.0.0/8 (every mode but iptables mode with localhost NodePorts): left by
-/// iptables mode, it would let a neighbour reach programs listening on the node's
-/// loopback (CVE-2020-8558). Upstream keeps its iptables mode's `KUBE-FIREWALL` chain in
-/// every mode (shared with kubelet, never deleted); ours lived in our table and went with
-/// iptables mode's rules, so the kernel's own martian check is restored instead.
-pub fn reset_unguarded_route_localnet() {
-    let path = "/proc/sys/net/ipv4/conf/all/route_localnet";
-    if read_u64(path) != Some(1) {
-        return;
+/// Whether `net.ipv4.conf.all.route_localnet` is 1 although this mode does not serve
+/// localhost NodePorts (another program set it, or iptables mode did before a move to
+/// nftables mode): the kernel then routes packets to 127.0.0.0/8 from other hosts, so the
+/// rules guard loopback as kube-proxy's `KUBE-FIREWALL` chain does
+/// (`ruleset::ParsedConfig::route_localnet`, CVE-2020-8558). Upstream keeps that chain,
+/// shared with kubelet, in every mode; the sysctl, which is not this mode's, is left
+/// alone.
+pub fn route_localnet_set() -> bool {
+    let on = read_u64("/proc/sys/net/ipv4/conf/all/route_localnet") == Some(1);
+    if on {
+        info!("route_localnet=1 on this node; guarding 127.0.0.0/8 against other hosts as kube-proxy's KUBE-FIREWALL rule does");
     }
-    warn!(
-        "route_localnet=1 (left by iptables mode?) and no rule of this mode guards 127.0.0.0/8 \
-         from other hosts; setting route_localnet=0 so that the kernel drops such packets \
-         (CVE-2020-8558)"
-    );
-    write_sysctl("net.ipv4.conf.all.route_localnet", 0);
+    on
 }
 
 /// Whether `net.netfilter.nf_conntrack_tcp_be_liberal` is set (read as kube-proxy's

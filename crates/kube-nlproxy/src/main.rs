@@ -155,7 +155,7 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         if settings.ruleset.localhost_node_ports_v4() {
             host::apply_route_localnet();
         } else {
-            host::reset_unguarded_route_localnet();
+            settings.ruleset.route_localnet = host::route_localnet_set();
         }
         settings.ruleset.conntrack_tcp_be_liberal |= host::tcp_be_liberal();
         if let Some(v) = settings.oom_score_adj {

@@ -159,13 +159,14 @@ fn neighbour_reaches(client: &Netns, dst: SocketAddr) -> bool {
 /// stayed 1: the loopback-only listener answered the neighbour (CVE-2020-8558). Upstream
 /// leaves no such gap: its iptables mode writes `KUBE-FIREWALL` into the iptables filter
 /// table, and its nftables mode never deletes that chain (it is shared with kubelet,
-/// which writes the same rule). Fixed here by taking back what only iptables mode
-/// needed: in nftables mode a `route_localnet` of 1 is set to 0 (logged), so the kernel
-/// itself drops such packets as martians.
+/// which writes the same rule). Fixed as upstream stays safe: whenever the daemon finds
+/// `route_localnet=1` on the node, its rules carry the same guard in every mode; the
+/// sysctl, which is not nftables mode's, is left alone (another program may need it).
 ///
-/// Negative control (run 2026-12-06, nftables mode leaving `route_localnet` alone, as
-/// before): `after the move to nftables mode: route_localnet 1, a neighbour reached the
-/// node's loopback-only listener on 127.0.0.5:7771`.
+/// Negative control (run 2026-12-06, without the guard when `route_localnet` is found
+/// set, `ParsedConfig::route_localnet` ignored by the skeleton): `after the move to
+/// nftables mode: route_localnet 1, a neighbour reached the node's loopback-only
+/// listener on 127.0.0.5:7771`.
 #[test]
 fn a_node_moved_from_iptables_to_nftables_mode_keeps_loopback_unreachable_from_outside() {
     require_root!();
@@ -229,7 +230,7 @@ fn a_node_moved_from_iptables_to_nftables_mode_keeps_loopback_unreachable_from_o
     let localnet = sysctl(&l.router, "net.ipv4.conf.all.route_localnet");
     let reached = neighbour_reaches(&l.client, dst);
     assert!(
-        !reached && localnet == "0",
+        !reached && localnet == "1",
         "after the move to nftables mode: route_localnet {localnet}, {} the node's \
          loopback-only listener on {dst}\n{err}",
         if reached {
@@ -239,8 +240,8 @@ fn a_node_moved_from_iptables_to_nftables_mode_keeps_loopback_unreachable_from_o
         }
     );
     assert!(
-        err.contains("route_localnet"),
-        "the reset is logged:\n{err}"
+        err.contains("route_localnet=1 on this node"),
+        "the guard is logged:\n{err}"
     );
     // the node itself still reaches its loopback
     let local = l

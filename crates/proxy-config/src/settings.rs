@@ -661,6 +661,8 @@ pub fn derive(
         conntrack_tcp_be_liberal: c.linux.conntrack.tcp_be_liberal,
         nftables_localhost_node_ports: mode == MODE_NFTABLES
             && gates.enabled(KUBE_PROXY_NFTABLES_LOCALHOST_NODE_PORTS),
+        // The host's, read by the daemon at start (not configuration).
+        route_localnet: false,
         allow_external_ips: gates.enabled(ALLOW_SERVICE_EXTERNAL_IPS),
     }
     .parse()?;

@@ -80,6 +80,12 @@ pub struct Config {
     /// counted ([`ParsedConfig::localhost_rejects`]).
     #[serde(rename = "nftablesLocalhostNodePorts")]
     pub nftables_localhost_node_ports: bool,
+    /// The host's `net.ipv4.conf.all.route_localnet` is 1 (set by another program, or by
+    /// iptables mode before a move to nftables mode; the daemon reads it): the kernel
+    /// then routes packets to 127.0.0.0/8 from other hosts, and the table drops them as
+    /// kube-proxy's `KUBE-FIREWALL` rule does (CVE-2020-8558), whatever the mode.
+    #[serde(rename = "routeLocalnet")]
+    pub route_localnet: bool,
     /// The `AllowServiceExternalIPs` feature gate (KEP-5707; on by default): off, a
     /// Service's `spec.externalIPs` are not programmed at all.
     #[serde(rename = "allowExternalIPs")]
@@ -105,6 +111,7 @@ impl Default for Config {
             localhost_node_ports: false,
             conntrack_tcp_be_liberal: false,
             nftables_localhost_node_ports: false,
+            route_localnet: false,
             allow_external_ips: true,
         }
     }
@@ -141,6 +148,8 @@ pub struct ParsedConfig {
     pub conntrack_tcp_be_liberal: bool,
     /// `KubeProxyNFTablesLocalhostNodePorts` (see [`Config`]).
     pub nftables_localhost_node_ports: bool,
+    /// The host's `route_localnet` is 1 (see [`Config`]).
+    pub route_localnet: bool,
     /// `AllowServiceExternalIPs`: program `spec.externalIPs` (see [`Config`]).
     pub allow_external_ips: bool,
 }
@@ -226,6 +235,7 @@ impl Config {
             localhost_node_ports: self.localhost_node_ports,
             conntrack_tcp_be_liberal: self.conntrack_tcp_be_liberal,
             nftables_localhost_node_ports: self.nftables_localhost_node_ports,
+            route_localnet: self.route_localnet,
             allow_external_ips: self.allow_external_ips,
         })
     }
@@ -251,6 +261,7 @@ impl Default for ParsedConfig {
             localhost_node_ports: false,
             conntrack_tcp_be_liberal: false,
             nftables_localhost_node_ports: false,
+            route_localnet: false,
             allow_external_ips: true,
         }
     }

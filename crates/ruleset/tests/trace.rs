@@ -661,6 +661,12 @@ fn localhost_node_ports_in_iptables_mode() {
     let c = case("node-ports-all");
     let t = c.trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30080).from_host());
     assert!(t.targets().is_empty(), "{t}");
+    // nftables mode on a node whose route_localnet is 1: the same guard, no loopback NodePorts
+    let c = case("route-localnet-nftables");
+    let t = c.trace(&Packet::tcp(OUTSIDE, "127.0.0.1", 22));
+    assert_eq!(t.fate(), Some(Fate::Drop), "martian to loopback: {t}");
+    let t = c.trace(&Packet::tcp("127.0.0.1", "127.0.0.1", 30040).from_host());
+    assert!(t.targets().is_empty(), "no NodePort on loopback: {t}");
 }
 
 #[test]

@@ -250,9 +250,11 @@ fn localhost_reject_rule(family: Family, proto: u8) -> Rule {
 
 /// The rules a base chain has before its entries, as upstream's proxier of the
 /// configured mode has them in the hook's chain:
-/// - localhost NodePorts (iptables mode): the iptables proxier's `KUBE-FIREWALL` rule
-///   in input and output (CVE-2020-8558: with `route_localnet` the node would accept
-///   packets to 127.0.0.0/8 from its neighbours): packets to 127.0.0.0/8 from elsewhere
+/// - localhost NodePorts (iptables mode), or `route_localnet` found set on the host
+///   (another program's, or an earlier iptables mode's): the iptables proxier's
+///   `KUBE-FIREWALL` rule in input and output (CVE-2020-8558: with `route_localnet` the
+///   node would accept packets to 127.0.0.0/8 from its neighbours; upstream keeps that
+///   chain, shared with kubelet, in every mode): packets to 127.0.0.0/8 from elsewhere
 ///   are dropped unless they belong to an established or related connection or were
 ///   DNATed (`! --ctstate RELATED,ESTABLISHED,DNAT`; the invalid and untracked ones,
 ///   which have no conntrack status to test, by a rule of their own);
@@ -262,7 +264,9 @@ fn base_chain_guards(ctx: &Ctx, chain: &str) -> Vec<Rule> {
     use nft_model::{ct_state, ct_status};
     let family = ctx.family;
     let mut rules = Vec::new();
-    if ctx.localhost_node_ports() && (chain == FILTER_INPUT || chain == FILTER_OUTPUT) {
+    let guard = ctx.localhost_node_ports()
+        || (ctx.cfg.route_localnet && ctx.fam == kube_model::IpFamily::V4);
+    if guard && (chain == FILTER_INPUT || chain == FILTER_OUTPUT) {
         let lo = Value::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 0));
         let martian = || {
             vec![

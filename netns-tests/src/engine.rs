@@ -824,6 +824,11 @@ pub fn sigkill_between_commit_and_cleanup_resumes_the_cleanup(bins: Bins) {
     runner
         .wait_line(scaled(Duration::from_secs(10)), |l| l == "cleanup-pause")
         .unwrap_or_else(|| panic!("no pause before the cleanup: {:?}", runner.lines()));
+    // (the paused call may be the index's seed listing, made beside the engine before
+    // its first commit: the cleanup stays paused while the engine commits)
+    runner
+        .wait_line(scaled(Duration::from_secs(10)), |l| l.starts_with("synced"))
+        .unwrap_or_else(|| panic!("no commit while the cleanup waits: {:?}", runner.lines()));
     let table = listing(&l.router).expect("our table is committed");
     assert!(table.contains(CLUSTER_IP), "the rules are in:\n{table}");
     std::thread::sleep(scaled(Duration::from_millis(300)));

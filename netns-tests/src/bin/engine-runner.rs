@@ -26,8 +26,9 @@
 //! port's elements are refused).
 //!
 //! `--pause-before-cleanup-ms N`: the first conntrack cleanup call prints
-//! `cleanup-pause` and waits N ms first (after the batch that made the targets was
-//! committed), so a test can kill the engine between the commit and the cleanup.
+//! `cleanup-pause` and waits N ms first (the cleanup's thread waits; the engine goes on
+//! committing; the call may be the index's seed listing, before the first commit), so a
+//! test can kill the engine between the commit and the cleanup.
 //!
 //! After a failed sync it retries after 200 ms, doubling up to 2 s, both times
 //! `NLP_TIME_SCALE` (see `netns_tests::time_scale`).

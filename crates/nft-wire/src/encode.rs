@@ -389,15 +389,21 @@ pub fn encode_set(w: &mut NlaWriter, table: &TableRef, s: &Set, id: u32) {
     if let Some(t) = s.timeout_ms {
         w.be64(NFTA_SET_TIMEOUT, t);
     }
-    if s.needs_concat_desc() {
+    if s.size.is_some() || s.needs_concat_desc() {
+        // as libnftnl writes it: the size, then the field lengths
         let d = w.begin(NFTA_SET_DESC);
-        let c = w.begin(NFTA_SET_DESC_CONCAT);
-        for f in &s.key {
-            let e = w.begin(NFTA_LIST_ELEM);
-            w.be32(NFTA_SET_FIELD_LEN, f.len() as u32);
-            w.end(e);
+        if let Some(n) = s.size {
+            w.be32(NFTA_SET_DESC_SIZE, n);
         }
-        w.end(c);
+        if s.needs_concat_desc() {
+            let c = w.begin(NFTA_SET_DESC_CONCAT);
+            for f in &s.key {
+                let e = w.begin(NFTA_LIST_ELEM);
+                w.be32(NFTA_SET_FIELD_LEN, f.len() as u32);
+                w.end(e);
+            }
+            w.end(c);
+        }
         w.end(d);
     }
     w.be32(NFTA_SET_ID, id);
@@ -421,14 +427,23 @@ fn typeof_udata(s: &Set) -> Vec<u8> {
     };
     let mut u = Vec::new();
     udata::put(&mut u, UDATA_SET_KEYBYTEORDER, &order(&s.key).to_ne_bytes());
-    let data_order = match &s.data {
-        Some(SetData::Values(t)) => order(t),
-        _ => 0,
-    };
-    udata::put(&mut u, UDATA_SET_DATABYTEORDER, &data_order.to_ne_bytes());
-    udata::put(&mut u, UDATA_SET_KEY_TYPEOF, &typeof_tlv(&s.key));
+    // a map's data byte order (nft writes none for a set)
     match &s.data {
-        Some(SetData::Values(t)) => udata::put(&mut u, UDATA_SET_DATA_TYPEOF, &typeof_tlv(t)),
+        Some(SetData::Values(t)) => {
+            udata::put(&mut u, UDATA_SET_DATABYTEORDER, &order(t).to_ne_bytes())
+        }
+        Some(SetData::Verdict) => udata::put(&mut u, UDATA_SET_DATABYTEORDER, &0u32.to_ne_bytes()),
+        None => {}
+    }
+    udata::put(
+        &mut u,
+        UDATA_SET_KEY_TYPEOF,
+        &typeof_tlv(&s.key, s.saddr_key),
+    );
+    match &s.data {
+        Some(SetData::Values(t)) => {
+            udata::put(&mut u, UDATA_SET_DATA_TYPEOF, &typeof_tlv(t, false))
+        }
         Some(SetData::Verdict) => {
             // the verdict "expression", without data
             let mut v = Vec::new();
@@ -444,27 +459,15 @@ fn typeof_udata(s: &Set) -> Vec<u8> {
     u
 }
 
-// nft's expression type ids in typeof userdata, and the ids of the fields it loads
-const TYPEOF_EXPR_VERDICT: u32 = 1;
-const TYPEOF_EXPR_PAYLOAD: u32 = 7;
-const TYPEOF_EXPR_META: u32 = 9;
-const TYPEOF_EXPR_CONCAT: u32 = 13;
-const TYPEOF_EXPR_NUMGEN: u32 = 23;
-const PROTO_DESC_TH: u32 = 11;
-const PROTO_DESC_IP: u32 = 12;
-const PROTO_DESC_IP6: u32 = 13;
-const IPHDR_DADDR: u32 = 12;
-const IP6HDR_DADDR: u32 = 9;
-const THDR_DPORT: u32 = 2;
-
-/// The typeof TLV of one field or of a concatenation of fields.
-fn typeof_tlv(fields: &[DataType]) -> Vec<u8> {
+/// The typeof TLV of one field or of a concatenation of fields (`saddr`: addresses are
+/// source addresses, `Set::saddr_key`).
+fn typeof_tlv(fields: &[DataType], saddr: bool) -> Vec<u8> {
     if let [one] = fields {
-        return typeof_field(*one);
+        return typeof_field(*one, saddr);
     }
     let mut members = Vec::new();
     for (i, f) in fields.iter().enumerate() {
-        udata::put(&mut members, i as u8, &typeof_field(*f));
+        udata::put(&mut members, i as u8, &typeof_field(*f, saddr));
     }
     let mut v = Vec::new();
     udata::put(&mut v, 0, &TYPEOF_EXPR_CONCAT.to_ne_bytes());
@@ -472,7 +475,7 @@ fn typeof_tlv(fields: &[DataType]) -> Vec<u8> {
     v
 }
 
-fn typeof_field(t: DataType) -> Vec<u8> {
+fn typeof_field(t: DataType, saddr: bool) -> Vec<u8> {
     let u32s = |vals: &[u32]| {
         let mut d = Vec::new();
         for (i, x) in vals.iter().enumerate() {
@@ -481,8 +484,17 @@ fn typeof_field(t: DataType) -> Vec<u8> {
         d
     };
     let (expr, data) = match t {
-        DataType::Ipv4Addr => (TYPEOF_EXPR_PAYLOAD, u32s(&[PROTO_DESC_IP, IPHDR_DADDR])),
-        DataType::Ipv6Addr => (TYPEOF_EXPR_PAYLOAD, u32s(&[PROTO_DESC_IP6, IP6HDR_DADDR])),
+        DataType::Ipv4Addr => (
+            TYPEOF_EXPR_PAYLOAD,
+            u32s(&[PROTO_DESC_IP, if saddr { IPHDR_SADDR } else { IPHDR_DADDR }]),
+        ),
+        DataType::Ipv6Addr => (
+            TYPEOF_EXPR_PAYLOAD,
+            u32s(&[
+                PROTO_DESC_IP6,
+                if saddr { IP6HDR_SADDR } else { IP6HDR_DADDR },
+            ]),
+        ),
         DataType::InetService => (TYPEOF_EXPR_PAYLOAD, u32s(&[PROTO_DESC_TH, THDR_DPORT])),
         DataType::InetProto => (TYPEOF_EXPR_META, u32s(&[MetaKey::L4proto as u32])),
         DataType::Mark => (TYPEOF_EXPR_META, u32s(&[MetaKey::Mark as u32])),
@@ -731,52 +743,76 @@ mod tests {
     }
 
     /// Set userdata as `nft --debug=mnl` shows nft 1.0.6 sending it for the same
-    /// `typeof` declarations.
+    /// `typeof` declarations (`add map ip t m { typeof ...; }`, the `NFTA_SET_USERDATA`
+    /// of its NEWSET).
     #[test]
     fn typeof_userdata_is_what_nft_sends() {
         use DataType::*;
-        let v4_port = SetData::Values(vec![Ipv4Addr, InetService]);
-        let v6_port = SetData::Values(vec![Ipv6Addr, InetService]);
-        let cases: [(&str, Vec<DataType>, SetData, &str); 6] = [
+        let v4_port = Some(SetData::Values(vec![Ipv4Addr, InetService]));
+        let v6_port = Some(SetData::Values(vec![Ipv6Addr, InetService]));
+        let cases: [(&str, Vec<DataType>, Option<SetData>, bool, &str); 8] = [
             (
                 "typeof numgen random mod 65536 : verdict",
                 vec![HostInt32],
-                SetData::Verdict,
+                Some(SetData::Verdict),
+                false,
                 "000401000000010400000000031a000417000000011200040100000001040000010002040000000004080004010000000100060400000000",
             ),
             (
                 "typeof numgen random mod 65536 : ip daddr . th dport",
                 vec![HostInt32],
                 v4_port.clone(),
+                false,
                 "000401000000010400000000031a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040c00000001040c0000000114000407000000010c00040b000000010402000000060400000000",
             ),
             (
                 "typeof numgen random mod 65536 : ip6 daddr . th dport",
                 vec![HostInt32],
                 v6_port.clone(),
+                false,
                 "000401000000010400000000031a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000",
             ),
             (
                 "typeof ip6 daddr . meta l4proto . th dport . numgen random mod 65536 : ip6 daddr . th dport",
                 vec![Ipv6Addr, InetProto, InetService, HostInt32],
                 v6_port.clone(),
+                false,
                 "000400000000010400000000036000040d00000001580014000407000000010c00040d000000010409000000010e00040900000001060004100000000214000407000000010c00040b000000010402000000031a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000",
             ),
             (
                 "typeof meta l4proto . th dport . numgen random mod 65536 : ip6 daddr . th dport",
                 vec![InetProto, InetService, HostInt32],
                 v6_port,
+                false,
                 "000400000000010400000000034a00040d0000000142000e00040900000001060004100000000114000407000000010c00040b000000010402000000021a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040d0000000104090000000114000407000000010c00040b000000010402000000060400000000",
             ),
             (
                 "typeof meta l4proto . th dport . numgen random mod 65536 : ip daddr . th dport",
                 vec![InetProto, InetService, HostInt32],
                 v4_port,
+                false,
                 "000400000000010400000000034a00040d0000000142000e00040900000001060004100000000114000407000000010c00040b000000010402000000021a0004170000000112000401000000010400000100020400000000043400040d000000012c0014000407000000010c00040c00000001040c0000000114000407000000010c00040b000000010402000000060400000000",
             ),
+            // session affinity's pins (a set: no data byte order, no data typeof)
+            (
+                "typeof ip saddr . numgen random mod 65536 . numgen random mod 65536",
+                vec![Ipv4Addr, HostInt32, HostInt32],
+                None,
+                true,
+                "000400000000035600040d000000014e0014000407000000010c00040c00000001040b000000011a0004170000000112000401000000010400000100020400000000021a0004170000000112000401000000010400000100020400000000",
+            ),
+            (
+                "typeof ip6 saddr . numgen random mod 65536 . numgen random mod 65536",
+                vec![Ipv6Addr, HostInt32, HostInt32],
+                None,
+                true,
+                "000400000000035600040d000000014e0014000407000000010c00040d000000010408000000011a0004170000000112000401000000010400000100020400000000021a0004170000000112000401000000010400000100020400000000",
+            ),
         ];
-        for (decl, key, data, want) in cases {
-            let s = Set::map("m", key, data);
+        for (decl, key, data, saddr, want) in cases {
+            let mut s = Set::set("m", key);
+            s.data = data;
+            s.saddr_key = saddr;
             assert_eq!(set_udata(&s), hex(want), "{decl}");
         }
     }

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kube_model::{Cluster, EndpointSlice, IpFamily, Node, ServiceKey};
-use nft_model::{Element, Family, Op, PackedTable, Set, Table, TableElements, Value};
+use nft_model::{Element, Family, Op, PackedTable, Table, TableElements, Value};
 
 use crate::compile::fragment::{fragment, ClaimKey, Fragment};
 use crate::compile::mirror::{Conflict, Mirror};
@@ -212,7 +212,8 @@ impl Compiler {
                     let frags = build_service(&ctx, cluster, key, slices, &excluded);
                     st.insert(key.clone(), frags);
                 }
-                st.mirror.set_skeleton(skeleton(&ctx, &st.mirror.classes()));
+                st.mirror
+                    .set_skeleton(skeleton(&ctx, &st.mirror.classes(), st.mirror.affinity()));
                 st.mirror.start_journal();
                 st
             })
@@ -240,8 +241,9 @@ impl Compiler {
 
     /// The service ports whose rules `op` (of a batch this compiler produced) is about:
     /// for elements, the ports owning their destinations (or, for the elements several
-    /// ports share, every port adding them); for a per-port chain or set (session
-    /// affinity), its port. Empty for the skeleton's objects. Used to tell which service
+    /// ports share, every port adding them); for a per-port chain (session affinity: its
+    /// rules, which look pins up and add them), its port. Empty for the skeleton's
+    /// objects (sets, among them session affinity's pins). Used to tell which service
     /// ports a refused batch is to blame on.
     pub fn owners(&self, op: &Op) -> BTreeSet<PortId> {
         let mut out = BTreeSet::new();
@@ -286,16 +288,6 @@ impl Compiler {
             | Op::InsertRule { chain, .. } => out.extend(
                 frags()
                     .filter(|f| f.chains.iter().any(|c| &c.name == chain))
-                    .map(|f| f.id.clone()),
-            ),
-            Op::AddSet {
-                set: Set { name, .. },
-                ..
-            }
-            | Op::DeleteSet { set: name, .. }
-            | Op::FlushSet { set: name, .. } => out.extend(
-                frags()
-                    .filter(|f| f.sets.iter().any(|s| &s.name == name))
                     .map(|f| f.id.clone()),
             ),
             _ => {}
@@ -597,6 +589,7 @@ impl FamilyState {
         }
         let served_before = self.mirror.served(&keys);
         let classes_before = self.mirror.classes();
+        let affinity_before = self.mirror.affinity();
         for (k, frags) in new {
             let old = self.fragments.remove(&k).unwrap_or_default();
             for f in &old {
@@ -610,9 +603,15 @@ impl FamilyState {
             }
             self.insert(k, frags);
         }
-        if skeleton_changed || self.mirror.classes() != classes_before {
-            self.mirror
-                .set_skeleton(skeleton(ctx, &self.mirror.classes()));
+        if skeleton_changed
+            || self.mirror.classes() != classes_before
+            || self.mirror.affinity() != affinity_before
+        {
+            self.mirror.set_skeleton(skeleton(
+                ctx,
+                &self.mirror.classes(),
+                self.mirror.affinity(),
+            ));
         }
         out.udp_touched
             .extend(keys.iter().filter_map(|k| UdpDest::of_key(k, self.fam)));

@@ -5,7 +5,8 @@
 //! Model of the host: a packet from outside traverses prerouting, then input when its
 //! (translated) destination is a local address, else forward and postrouting. A packet
 //! from a local process traverses output and postrouting, then input when its destination
-//! is local. Conntrack state is `new`; dynamic sets (session affinity) are empty.
+//! is local. Conntrack state is `new`; dynamic sets (session affinity's pins) are empty:
+//! a traced client is pinned to nothing yet, so it may reach every endpoint of its list.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -331,6 +332,29 @@ impl<'a> Run<'a> {
         self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
     }
 
+    /// Choose a pending `numgen` result compared whole with `data` (`==` or `!=`): the
+    /// alternatives are that value (when in range) and another one (when there is one),
+    /// so `numgen random mod k 0` is two outcomes, not k.
+    fn resolve_by_cmp(&mut self, off: usize, op: CmpOp, data: &[u8]) {
+        let Some(ng) = self.numgen else { return };
+        let Ok(want) = <[u8; 4]>::try_from(data) else {
+            return;
+        };
+        if ng.off != off || !matches!(op, CmpOp::Eq | CmpOp::Neq) {
+            return;
+        }
+        self.numgen = None;
+        let want = u32::from_ne_bytes(want);
+        let hit = want.wrapping_sub(ng.offset) < ng.modulus;
+        let other = (0..ng.modulus.min(2))
+            .map(|i| ng.offset.wrapping_add(i))
+            .find(|v| *v != want);
+        let values: Vec<u32> = hit.then_some(want).into_iter().chain(other).collect();
+        let c = self.choose(values.len() as u32) as usize;
+        let v = values.get(c).copied().unwrap_or(ng.offset);
+        self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+
     fn outcome(&self, fate: Fate) -> Outcome {
         Outcome {
             path: self.path.clone(),
@@ -563,6 +587,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 Expr::Cmp { sreg, op, data } => {
+                    self.resolve_by_cmp(Self::reg_off(*sreg), *op, data);
                     let v = self.read(*sreg, data.len());
                     let ord = v.as_slice().cmp(data.as_slice());
                     let ok = match op {

@@ -664,7 +664,10 @@ fn run(o: &Opts, n: u32, rate: u32) {
             .iter()
             .map(|(name, c)| {
                 let c0 = threads0.get(name).copied().unwrap_or_default();
-                (name, c.saturating_sub(c0).as_secs_f64() / window.as_secs_f64())
+                (
+                    name,
+                    c.saturating_sub(c0).as_secs_f64() / window.as_secs_f64(),
+                )
             })
             .filter(|(_, c)| *c >= 0.0005)
             .map(|(name, c)| format!("{name} {c:.3}"))

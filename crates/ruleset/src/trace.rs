@@ -5,8 +5,10 @@
 //! Model of the host: a packet from outside traverses prerouting, then input when its
 //! (translated) destination is a local address, else forward and postrouting. A packet
 //! from a local process traverses output and postrouting, then input when its destination
-//! is local. Conntrack state is `new`; dynamic sets (session affinity's pins) are empty:
-//! a traced client is pinned to nothing yet, so it may reach every endpoint of its list.
+//! is local. Conntrack state is `new`; dynamic sets (session affinity's pins) hold the
+//! elements the table gives them: none in a compiled table (a traced client is pinned to
+//! nothing yet, so it may reach every endpoint of its list), the pins a caller adds to
+//! trace a pinned client.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -631,11 +633,9 @@ impl<'a> Run<'a> {
                     let klen = concat_len(&s.key);
                     self.resolve_by_lookup(s, Self::reg_off(*sreg), klen);
                     let key = self.read(*sreg, klen);
-                    let found = if s.flags.dynamic {
-                        None
-                    } else {
-                        find_element(s, &key)
-                    };
+                    // a dynamic set holds what the table says: nothing in a compiled
+                    // table (no client pinned), the pins a caller put there
+                    let found = find_element(s, &key);
                     match dreg {
                         None => {
                             if found.is_some() == *invert {

@@ -327,6 +327,22 @@ impl Compiler {
             .is_some_and(|f| !f.mirror.served(&BTreeSet::from([key])).is_empty())
     }
 
+    /// Take the set sizes our tables hold in the kernel (read back: after a restart,
+    /// or to repair them) where they are still enough for the elements, so that the diff
+    /// from them declares no set again for its size alone (`compile::mirror::sizing`).
+    /// Call it before diffing the desired tables against `tables`.
+    pub fn adopt_sizes<'a>(&mut self, tables: impl IntoIterator<Item = &'a Table>) {
+        for t in tables {
+            if let Some(st) = self
+                .families
+                .iter_mut()
+                .find(|f| f.mirror.family() == t.family && t.name == crate::names::TABLE)
+            {
+                st.mirror.adopt_sizes(t);
+            }
+        }
+    }
+
     /// The service ports left out.
     pub fn excluded(&self) -> &BTreeSet<PortId> {
         &self.excluded
@@ -441,6 +457,7 @@ impl Compiler {
         let old_fams: Vec<IpFamily> = self.families.iter().map(|f| f.fam).collect();
         let excluded = std::mem::take(&mut self.excluded);
         *self = Compiler::with_excluded(cfg, cluster, excluded);
+        self.adopt_sizes(&old);
         let mut out = Update {
             ops: crate::diff::diff(&old, &self.tables()),
             full: true,
@@ -613,6 +630,7 @@ impl FamilyState {
                 self.mirror.affinity(),
             ));
         }
+        self.mirror.resize();
         out.udp_touched
             .extend(keys.iter().filter_map(|k| UdpDest::of_key(k, self.fam)));
         let (ops, touched) = self.mirror.ops();

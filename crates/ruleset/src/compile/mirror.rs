@@ -17,6 +17,9 @@ use super::skeleton::Skeleton;
 use crate::names::{PortId, TABLE};
 use crate::RulesetError;
 
+mod sizing;
+pub use sizing::{hint, needs_growth, SIZE_MIN};
+
 /// A claimant of a destination.
 #[derive(Debug, Clone)]
 struct Claimant {
@@ -97,6 +100,7 @@ impl Mirror {
                     self.elements.insert(set, merged);
                 }
             }
+            self.size_sets();
         }
         self.journal = Some(Journal::default());
     }
@@ -176,6 +180,14 @@ impl Mirror {
             if m.is_empty() {
                 self.elements.remove(&**set);
             }
+        }
+    }
+
+    /// Journal the declaration of the skeleton's `i`-th set before it changes.
+    fn note_skeleton_set(&mut self, i: usize) {
+        let before = decl(&self.skeleton.sets[i]);
+        if let Some(j) = self.journal.as_mut() {
+            j.sets.entry(before.name.clone()).or_insert(Some(before));
         }
     }
 
@@ -318,8 +330,10 @@ impl Mirror {
         }
     }
 
-    /// Replace the skeleton (journaling the objects that differ).
-    pub fn set_skeleton(&mut self, new: Skeleton) {
+    /// Replace the skeleton (journaling the objects that differ). The sets it keeps keep
+    /// their sizes.
+    pub fn set_skeleton(&mut self, mut new: Skeleton) {
+        self.carry_sizes(&mut new.sets);
         if self.journal.is_some() {
             let sets = changed(&self.skeleton.sets, &new.sets, |s| &s.name);
             let chains = changed(&self.skeleton.chains, &new.chains, |c| &c.name);

@@ -224,7 +224,8 @@ fn decode_set(family: Family, a: &[Nla]) -> Result<Object, WireError> {
                 .and_then(Nla::be64)
                 .filter(|&t| t != 0),
             size: set_size(a, flags),
-            saddr_key: udata::get(udata, UDATA_SET_KEY_TYPEOF).is_some_and(typeof_saddr),
+            saddr_key: udata::get(udata, UDATA_SET_KEY_TYPEOF)
+                .is_some_and(crate::set_udata::typeof_saddr),
             comment: udata::get_str(udata, UDATA_SET_COMMENT),
             elements: Vec::new(),
         },
@@ -238,33 +239,6 @@ fn set_size(a: &[Nla], flags: u32) -> Option<u32> {
     let size = find(&attrs(desc.data), NFTA_SET_DESC_SIZE).and_then(Nla::be32)?;
     let dynset_default = flags & SetFlags::EVAL != 0 && size == 65_535;
     (size != 0 && !dynset_default).then_some(size)
-}
-
-/// Whether a key's typeof userdata (nft's TLVs, `encode::typeof_udata`) loads a source
-/// address (`ip saddr`, `ip6 saddr`) in one of its fields.
-fn typeof_saddr(key: &[u8]) -> bool {
-    let field = |tlv: &[u8]| {
-        let expr = udata::get(tlv, 0).and_then(|v| <[u8; 4]>::try_from(v).ok());
-        let data = udata::get(tlv, 1).unwrap_or(&[]);
-        let num = |k| udata::get(data, k).and_then(|v| <[u8; 4]>::try_from(v).ok());
-        let (Some(e), Some(p), Some(f)) = (expr, num(0), num(1)) else {
-            return false;
-        };
-        let (e, p, f) = (
-            u32::from_ne_bytes(e),
-            u32::from_ne_bytes(p),
-            u32::from_ne_bytes(f),
-        );
-        e == TYPEOF_EXPR_PAYLOAD
-            && ((p == PROTO_DESC_IP && f == IPHDR_SADDR)
-                || (p == PROTO_DESC_IP6 && f == IP6HDR_SADDR))
-    };
-    let concat =
-        udata::get(key, 0).is_some_and(|v| v == TYPEOF_EXPR_CONCAT.to_ne_bytes().as_slice());
-    if !concat {
-        return field(key);
-    }
-    udata::get(key, 1).is_some_and(|members| udata::each(members).any(|(_, m)| field(m)))
 }
 
 /// Decode raw elements of `set` using its declared key and data types. Runtime

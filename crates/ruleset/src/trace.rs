@@ -338,23 +338,20 @@ impl<'a> Run<'a> {
     /// alternatives are that value (when in range) and another one (when there is one),
     /// so `numgen random mod k 0` is two outcomes, not k.
     fn resolve_by_cmp(&mut self, off: usize, op: CmpOp, data: &[u8]) {
-        let Some(ng) = self.numgen else { return };
-        let Ok(want) = <[u8; 4]>::try_from(data) else {
+        let (Some(ng), Ok(want)) = (self.numgen, <[u8; 4]>::try_from(data)) else {
             return;
         };
-        if ng.off != off || !matches!(op, CmpOp::Eq | CmpOp::Neq) {
-            return;
+        if ng.off == off && matches!(op, CmpOp::Eq | CmpOp::Neq) {
+            self.numgen = None;
+            let want = u32::from_ne_bytes(want);
+            let hit = want.wrapping_sub(ng.offset) < ng.modulus;
+            let other = (0..ng.modulus.min(2))
+                .map(|i| ng.offset.wrapping_add(i))
+                .find(|v| *v != want);
+            let values: Vec<u32> = hit.then_some(want).into_iter().chain(other).collect();
+            let v = values[(self.choose(values.len() as u32) as usize).min(values.len() - 1)];
+            self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
         }
-        self.numgen = None;
-        let want = u32::from_ne_bytes(want);
-        let hit = want.wrapping_sub(ng.offset) < ng.modulus;
-        let other = (0..ng.modulus.min(2))
-            .map(|i| ng.offset.wrapping_add(i))
-            .find(|v| *v != want);
-        let values: Vec<u32> = hit.then_some(want).into_iter().chain(other).collect();
-        let c = self.choose(values.len() as u32) as usize;
-        let v = values.get(c).copied().unwrap_or(ng.offset);
-        self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
     }
 
     fn outcome(&self, fate: Fate) -> Outcome {

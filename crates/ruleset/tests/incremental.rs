@@ -645,3 +645,55 @@ fn configuration_changes_reach_a_fresh_compile() {
         "counters deleted after their rules"
     );
 }
+
+/// A refused batch is blamed on the service ports its ops are about: every op a session
+/// affinity port's change makes (its list chain rewritten, an endpoint's chain and
+/// rules, the pins' `update`) names that port; the family's set of pins names none (it
+/// is the skeleton's).
+#[test]
+fn affinity_ops_name_their_port() {
+    let cfg = parsed();
+    let mut c = cluster(3);
+    let svc = ServiceKey::new("ns", "svc1");
+    let port = PortId {
+        service: svc.clone(),
+        port_name: "http".into(),
+    };
+    c.services.get_mut(&svc).unwrap().affinity_timeout = Some(60);
+    let mut comp = Compiler::new(cfg, &c);
+    let cold = ruleset::diff(&[], &comp.tables());
+    let mut named = 0;
+    for op in &cold {
+        match op {
+            Op::AddChain { name, .. } | Op::AddRule { chain: name, .. }
+                if name.contains("ns/svc1") =>
+            {
+                assert_eq!(comp.owners(op), BTreeSet::from([port.clone()]), "{op:?}");
+                named += 1;
+            }
+            Op::AddSet { set, .. } if set.name == "affinity" => {
+                assert!(comp.owners(op).is_empty())
+            }
+            _ => {}
+        }
+    }
+    assert!(named >= 5, "{named}");
+    c.insert_slice(slice(
+        1,
+        vec![
+            endpoint(pod(1), "node-b", true, false),
+            endpoint(pod(40), "node-b", true, false),
+        ],
+    ));
+    let upd = comp.update(
+        &c,
+        &Changes {
+            services: BTreeSet::from([svc]),
+            node: false,
+        },
+    );
+    assert!(!upd.ops.is_empty());
+    for op in &upd.ops {
+        assert_eq!(comp.owners(op), BTreeSet::from([port.clone()]), "{op:?}");
+    }
+}

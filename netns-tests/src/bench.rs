@@ -447,6 +447,22 @@ impl Drop for Daemon {
     }
 }
 
+/// CPU so far per thread name (`comm`) of a process: threads of one name summed; threads
+/// that exited are not counted.
+pub fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, Duration> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if let Some(c) = stat_cpu(&t.path().join("stat").to_string_lossy()) {
+            *out.entry(comm.trim().to_string()).or_insert(Duration::ZERO) += c;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,20 +497,4 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&[]).is_nan());
     }
-}
-
-/// CPU so far per thread name (`comm`) of a process: threads of one name summed; threads
-/// that exited are not counted.
-pub fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, Duration> {
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if let Some(c) = stat_cpu(&t.path().join("stat").to_string_lossy()) {
-            *out.entry(comm.trim().to_string()).or_insert(Duration::ZERO) += c;
-        }
-    }
-    out
 }

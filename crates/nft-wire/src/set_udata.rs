@@ -190,7 +190,15 @@ mod tests {
         use DataType::*;
         let v4_port = Some(SetData::Values(vec![Ipv4Addr, InetService]));
         let v6_port = Some(SetData::Values(vec![Ipv6Addr, InetService]));
-        let cases: [(&str, Vec<DataType>, Option<SetData>, bool, &str); 8] = [
+        // (declaration, key, data, saddr_key, userdata)
+        type Case = (
+            &'static str,
+            Vec<DataType>,
+            Option<SetData>,
+            bool,
+            &'static str,
+        );
+        let cases: [Case; 8] = [
             (
                 "typeof numgen random mod 65536 : verdict",
                 vec![HostInt32],

@@ -579,7 +579,7 @@ fn run(o: &Opts, n: u32, rate: u32) {
                     // event, or the second when the first was a sync already under
                     // way (the latest of the two before the move)
                     let k = commits.partition_point(|c| *c < s);
-                    if let Some(c) = commits[k..].iter().take(2).filter(|c| **c <= t).next_back() {
+                    if let Some(c) = commits[k..].iter().take(2).rfind(|c| **c <= t) {
                         after_commit.push(ms(t.saturating_duration_since(*c)));
                     }
                 }

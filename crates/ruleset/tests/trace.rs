@@ -436,12 +436,20 @@ fn session_affinity_pins_a_client_per_port_whichever_address() {
 }
 
 /// A client pinned to an endpoint that is removed is drawn afresh among the others from
-/// the tables without it, its pin still in the set.
+/// the tables without it, its pin still in the set (and, the control, pinned to it while
+/// it was there).
 #[test]
 fn session_affinity_removed_endpoints_pins_stop_applying() {
     let mut c = case("session-affinity");
     let mut tables = c.compiled.tables.clone();
     pin(&mut tables, "ns1/aff", "198.18.2.10:8080", OUTSIDE);
+    // while the endpoint is there, the pin applies
+    let t = ruleset::trace(
+        &tables,
+        &c.local_addrs(),
+        &Packet::tcp(OUTSIDE, "198.18.100.120", 80),
+    );
+    assert_eq!(t.targets(), set(&["198.18.2.10:8080"]), "{t}");
     let pins = tables[0].set("affinity").unwrap().elements.clone();
     let svc = kube_model::ServiceKey::new("ns1", "aff");
     let mut s = c.cluster.slices_of(&svc).next().unwrap().clone();

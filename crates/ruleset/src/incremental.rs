@@ -651,7 +651,8 @@ impl FamilyState {
 }
 
 /// The UDP destinations `tables` send to endpoints: the keys of the dispatch sets and of
-/// the affinity verdict maps (`names::SERVED_SETS`). Used against tables dumped from the
+/// session affinity's dispatch maps, `service-ips` and `service-nodeports`
+/// (`names::SERVED_SETS`). Used against tables dumped from the
 /// kernel (after a restart), where no compiler state exists.
 pub fn served_destinations<'a, T: TableElements + 'a>(
     tables: impl IntoIterator<Item = &'a T>,

@@ -702,6 +702,21 @@ impl Cluster {
         self.proxy.as_ref().expect("proxy not started")
     }
 
+    /// Kill the proxy (SIGKILL: a crash; our tables stay in the kernel), run `between`
+    /// (with node A's namespace), then start it again on `objects` with the same
+    /// settings and wait until it synced (see [`Cluster::start_proxy`]).
+    pub fn restart_proxy(
+        &mut self,
+        objects: &[Value],
+        timeout: Duration,
+        between: impl FnOnce(&Netns),
+    ) {
+        drop(self.proxy.take().expect("proxy not started"));
+        between(&self.node_a);
+        let settings = self.settings.clone();
+        self.start_proxy_with(objects, timeout, settings);
+    }
+
     /// Replace the objects and wait (at most `timeout`) for the syncs that apply them.
     pub fn apply(&self, objects: &[Value], timeout: Duration) {
         let p = self.proxy();

@@ -499,6 +499,32 @@ pub fn sample_table(family: Family) -> Table {
             },
         ]),
     ]);
+    // session affinity's shape: pins keyed `client . id . id` (constants written as
+    // `numgen random mod 1 offset <id>`), each with its own timeout; a uniform draw
+    let pin = |id: u32| {
+        [
+            KeyField::Saddr,
+            KeyField::Id(4_000_000_000),
+            KeyField::Id(id),
+        ]
+    };
+    let svc_c = Chain::regular("svc-c").with_rules(vec![
+        r(cat(vec![
+            build::set_lookup(family, &pin(7), "pins", false),
+            vec![build::goto("ep-c")],
+        ])),
+        r(cat(vec![build::one_in(3), vec![build::goto("ep-c")]])),
+        r(vec![build::goto("ep-c")]),
+    ]);
+    let ep_c = Chain::regular("ep-c").with_rules(vec![
+        r(build::set_update_timeout(
+            family,
+            &pin(7),
+            "pins",
+            Some(600_000),
+        )),
+        r(build::dnat_to_proto(family, 6, &a(2, 3), 8080)),
+    ]);
     t.chains = vec![
         nat_pre,
         nat_out,
@@ -515,6 +541,8 @@ pub fn sample_table(family: Family) -> Table {
         ep_a1,
         ep_a2,
         svc_b,
+        svc_c,
+        ep_c,
     ];
     t
 }
@@ -626,6 +654,17 @@ fn sample_sets(family: Family) -> Vec<Set> {
     affinity.flags.timeout = true;
     affinity.timeout_ms = Some(3 * 3600 * 1000);
 
+    let mut pins = Set::set("pins", vec![at, DataType::HostInt32, DataType::HostInt32]);
+    pins.flags.dynamic = true;
+    pins.flags.timeout = true;
+    pins.size = Some(1 << 20);
+    pins.saddr_key = true;
+
+    // a size given: the kernel's fixed-size hash
+    let mut sized = Set::set("sized", vec![at]);
+    sized.size = Some(1024);
+    sized.elements = vec![Element::key(vec![a(0, 40)]), Element::key(vec![a(0, 41)])];
+
     let mut timeouts = Set::set("timeouts", vec![at]).with_comment("with timeouts");
     timeouts.flags.timeout = true;
     timeouts.timeout_ms = Some(60_000);
@@ -655,6 +694,8 @@ fn sample_sets(family: Family) -> Vec<Set> {
         ep_addrs,
         ranges,
         affinity,
+        pins,
+        sized,
         timeouts,
         marks,
         ifaces,

@@ -220,6 +220,39 @@ fn nft_json_agrees_with_the_model() {
     }
 }
 
+/// Session affinity's pins as the kernel holds them (clients pinned, with identifiers of
+/// any 32-bit value, beyond the `typeof`'s modulus, and their own timeouts): the listing
+/// reloads with `nft -f` and lists the same, so a table saved with `nft list ruleset`
+/// restores with its pins. Negative control (run by hand): the sample's `pins` declared
+/// without `flags timeout`: the pins' own timeouts are refused.
+#[test]
+fn pins_with_elements_reload_from_their_listing() {
+    require_root!();
+    for family in FAMILIES {
+        let t = sample_table(family);
+        let ns = Netns::new("pins");
+        ns.nft(&render::table(&t));
+        let client = match family {
+            Family::Ip6 => "2001:db8::7",
+            _ => "198.18.0.7",
+        };
+        ns.nft(&format!(
+            "add element {} {SAMPLE_TABLE} pins {{ {client} . 4000000000 . 4294967295 timeout 10m, \
+             {client} . 0 . 7 timeout 3h }}\n",
+            family.nft_name()
+        ));
+        let listed = strip_expires(&list(&ns, family));
+        assert!(listed.contains("4294967295 timeout 10m"), "{listed}");
+        let ns2 = Netns::new("pins2");
+        ns2.nft(&listed);
+        assert_same(
+            &format!("{} pins: listing vs re-listing", family.nft_name()),
+            &listed,
+            &strip_expires(&list(&ns2, family)),
+        );
+    }
+}
+
 /// `cargo test -p netns-tests --test render_roundtrip dump -- --ignored --nocapture`
 #[test]
 #[ignore]

@@ -162,6 +162,10 @@ pub enum KeyField {
     Dport,
     /// `numgen random mod N`
     NumgenRandom(u32),
+    /// A constant identifier, written `numgen random mod 1 offset <id>` (always `<id>`):
+    /// nft 1.0.6 reads no constant inside a lookup's concatenation, but this it reads
+    /// (session affinity's pins, keyed by client and identifiers).
+    Id(u32),
     /// `meta mark`
     Mark,
 }
@@ -178,7 +182,7 @@ impl KeyField {
             }
             KeyField::L4proto => DataType::InetProto,
             KeyField::Sport | KeyField::Dport => DataType::InetService,
-            KeyField::NumgenRandom(_) => DataType::HostInt32,
+            KeyField::NumgenRandom(_) | KeyField::Id(_) => DataType::HostInt32,
             KeyField::Mark => DataType::Mark,
         }
     }
@@ -197,6 +201,12 @@ impl KeyField {
                 kind: NumgenKind::Random,
                 modulus: m,
                 offset: 0,
+                dreg,
+            },
+            KeyField::Id(id) => Expr::Numgen {
+                kind: NumgenKind::Random,
+                modulus: 1,
+                offset: id,
                 dreg,
             },
             KeyField::Mark => Expr::Meta {
@@ -431,15 +441,37 @@ fn fib_local(flags: u32) -> Vec<Expr> {
 
 /// `update @set { <key> }` with the set's own timeout.
 pub fn set_update(family: Family, fields: &[KeyField], set: &str) -> Vec<Expr> {
+    set_update_timeout(family, fields, set, None)
+}
+
+/// `update @set { <key> timeout <t> }`: the element's own timeout (`None`: the set's).
+pub fn set_update_timeout(
+    family: Family,
+    fields: &[KeyField],
+    set: &str,
+    timeout_ms: Option<u64>,
+) -> Vec<Expr> {
     let (mut e, key) = load_key(family, fields);
     e.push(Expr::Dynset {
         op: DynsetOp::Update,
         set: set.into(),
         key,
         data: None,
-        timeout_ms: None,
+        timeout_ms,
     });
     e
+}
+
+/// `numgen random mod <n> 0 <then>`: matches with probability 1/n.
+pub fn one_in(n: u32) -> Vec<Expr> {
+    vec![
+        numgen_random(n, 0, Reg::R1),
+        Expr::Cmp {
+            sreg: Reg::R1,
+            op: CmpOp::Eq,
+            data: 0u32.to_ne_bytes().to_vec(),
+        },
+    ]
 }
 
 /// `iifname <name>` / `iifname <prefix>*`

@@ -303,6 +303,15 @@ pub struct Set {
     pub data: Option<SetData>,
     pub flags: SetFlags,
     pub timeout_ms: Option<u64>,
+    /// `NFTA_SET_DESC_SIZE`: the most elements the set may hold (the kernel refuses one
+    /// more with `ENFILE`, and a dynamic set's `update` stops adding), and how the kernel
+    /// sizes a hash set: with a size it picks the fixed-bucket hash (no rehash) where it
+    /// can. `None`: no size given (a dynamic set bound by a `dynset` gets 65,535).
+    pub size: Option<u32>,
+    /// The key's address fields are source addresses: declared `typeof ip saddr` rather
+    /// than `ip daddr` (what nft prints; the kernel does not know it). Only for sets
+    /// declared with `typeof` (see `render`).
+    pub saddr_key: bool,
     pub comment: Option<String>,
     pub elements: Vec<Element>,
 }
@@ -316,6 +325,8 @@ impl Set {
             data: None,
             flags: SetFlags::default(),
             timeout_ms: None,
+            size: None,
+            saddr_key: false,
             comment: None,
             elements: Vec::new(),
         }

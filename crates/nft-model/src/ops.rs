@@ -245,6 +245,8 @@ pub fn into_create_table_ops_packed(table: PackedTable) -> Vec<Op> {
                 data: s.data.clone(),
                 flags: s.flags,
                 timeout_ms: s.timeout_ms,
+                size: s.size,
+                saddr_key: s.saddr_key,
                 comment: s.comment.clone(),
                 elements: Vec::new(),
             },

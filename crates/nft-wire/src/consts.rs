@@ -75,6 +75,7 @@ pub const NFTA_SET_DESC: u16 = 9;
 pub const NFTA_SET_ID: u16 = 10;
 pub const NFTA_SET_TIMEOUT: u16 = 11;
 pub const NFTA_SET_USERDATA: u16 = 13;
+pub const NFTA_SET_DESC_SIZE: u16 = 1;
 pub const NFTA_SET_DESC_CONCAT: u16 = 2;
 pub const NFTA_SET_FIELD_LEN: u16 = 1;
 
@@ -111,3 +112,18 @@ pub const UDATA_SET_ELEM_COMMENT: u8 = 0;
 /// nft's `enum byteorder`
 pub const BYTEORDER_HOST: u32 = 1;
 pub const BYTEORDER_BIG: u32 = 2;
+
+// nft's expression type ids in typeof userdata, and the ids of the fields it loads
+pub const TYPEOF_EXPR_VERDICT: u32 = 1;
+pub const TYPEOF_EXPR_PAYLOAD: u32 = 7;
+pub const TYPEOF_EXPR_META: u32 = 9;
+pub const TYPEOF_EXPR_CONCAT: u32 = 13;
+pub const TYPEOF_EXPR_NUMGEN: u32 = 23;
+pub const PROTO_DESC_TH: u32 = 11;
+pub const PROTO_DESC_IP: u32 = 12;
+pub const PROTO_DESC_IP6: u32 = 13;
+pub const IPHDR_SADDR: u32 = 11;
+pub const IPHDR_DADDR: u32 = 12;
+pub const IP6HDR_SADDR: u32 = 8;
+pub const IP6HDR_DADDR: u32 = 9;
+pub const THDR_DPORT: u32 = 2;

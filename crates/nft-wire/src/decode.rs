@@ -223,10 +223,22 @@ fn decode_set(family: Family, a: &[Nla]) -> Result<Object, WireError> {
             timeout_ms: find(a, NFTA_SET_TIMEOUT)
                 .and_then(Nla::be64)
                 .filter(|&t| t != 0),
+            size: set_size(a, flags),
+            saddr_key: udata::get(udata, UDATA_SET_KEY_TYPEOF)
+                .is_some_and(crate::set_udata::typeof_saddr),
             comment: udata::get_str(udata, UDATA_SET_COMMENT),
             elements: Vec::new(),
         },
     })
+}
+
+/// The set's size (`NFTA_SET_DESC_SIZE`). A dynamic set created without one reads back
+/// none: the kernel gives it 65,535 when a `dynset` binds it (see `Set::size`).
+fn set_size(a: &[Nla], flags: u32) -> Option<u32> {
+    let desc = find(a, NFTA_SET_DESC)?;
+    let size = find(&attrs(desc.data), NFTA_SET_DESC_SIZE).and_then(Nla::be32)?;
+    let dynset_default = flags & SetFlags::EVAL != 0 && size == 65_535;
+    (size != 0 && !dynset_default).then_some(size)
 }
 
 /// Decode raw elements of `set` using its declared key and data types. Runtime

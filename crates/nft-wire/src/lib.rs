@@ -12,6 +12,7 @@ pub mod events;
 pub mod expr;
 pub mod msg;
 pub mod nla;
+mod set_udata;
 
 pub use decode::{decode_elements, decode_genid, decode_object, scan_rule, ForeignRule, Object};
 pub use encode::{encode_batch, encode_check_batch, EncodedBatch};

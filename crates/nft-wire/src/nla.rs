@@ -34,6 +34,17 @@ pub mod udata {
         None
     }
 
+    /// Every TLV in order, as (type, value), up to the first truncated one.
+    pub fn each(buf: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {
+        let mut rest = buf;
+        std::iter::from_fn(move || {
+            let (k, len) = (*rest.first()?, *rest.get(1)? as usize);
+            let value = rest.get(2..2 + len)?;
+            rest = &rest[2 + len..];
+            Some((k, value))
+        })
+    }
+
     pub fn get_str(buf: &[u8], kind: u8) -> Option<String> {
         let v = get(buf, kind)?;
         let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());

@@ -816,3 +816,58 @@ fn counter_ref_bytes_match_nft() {
     ].concat();
     assert_eq!(b, want);
 }
+
+/// `NFTA_SET_DESC` with a size (`NFTA_SET_DESC_SIZE`, the kernel's fixed-bucket hash and
+/// its cap), alone and before an interval set's field lengths, as `nft --debug=mnl` shows
+/// nft 1.0.6 sending `add set ip t s { type ipv4_addr; size 4096; }` and `{ type ipv4_addr
+/// . inet_service; flags interval; size 4096; }`; and read back.
+#[test]
+fn set_size_bytes_match_nft() {
+    let desc = |s: &Set| -> Option<Vec<u8>> {
+        let mut w = NlaWriter::new();
+        nft_wire::encode::encode_set(&mut w, &tref(), s, 1);
+        let d = NlaIter::new(&w.buf)
+            .find(|n| n.kind == NFTA_SET_DESC)
+            .map(|n| n.data.to_vec());
+        let back = decode_object(NFT_MSG_NEWSET, 2, &w.buf).expect("decodes");
+        assert!(matches!(back, Object::Set { set, .. } if set == *s));
+        d
+    };
+    let mut plain = Set::set("s", vec![DataType::Ipv4Addr]);
+    plain.size = Some(4096);
+    assert_eq!(desc(&plain), Some(vec![8, 0, 1, 0, 0, 0, 0x10, 0]));
+    let mut ranges = Set::set("s", vec![DataType::Ipv4Addr, DataType::InetService]);
+    ranges.flags.interval = true;
+    ranges.size = Some(4096);
+    #[rustfmt::skip]
+    let want: Vec<u8> = [
+        vec![8, 0, 1, 0, 0, 0, 0x10, 0],               // NFTA_SET_DESC_SIZE 4096
+        vec![28, 0, 2, 0x80],                          // NFTA_SET_DESC_CONCAT
+        vec![12, 0, 1, 0x80, 8, 0, 1, 0, 0, 0, 0, 4],  //   field of 4 bytes
+        vec![12, 0, 1, 0x80, 8, 0, 1, 0, 0, 0, 0, 2],  //   field of 2 bytes
+    ].concat();
+    assert_eq!(desc(&ranges), Some(want));
+    // no size, no interval: no description
+    assert_eq!(desc(&Set::set("s", vec![DataType::Ipv4Addr])), None);
+    // session affinity's pins: a size and `typeof ip saddr . …` read back
+    let mut pins = Set::set(
+        "affinity",
+        vec![DataType::Ipv4Addr, DataType::HostInt32, DataType::HostInt32],
+    );
+    pins.flags = SetFlags {
+        dynamic: true,
+        timeout: true,
+        ..Default::default()
+    };
+    pins.size = Some(1 << 20);
+    pins.saddr_key = true;
+    assert_eq!(desc(&pins), Some(vec![8, 0, 1, 0, 0, 0x10, 0, 0]));
+    // a dynamic set created without a size reads back without one (the kernel gives it
+    // 65,535 when an `update` binds it)
+    let mut dynset = pins.clone();
+    dynset.size = Some(65_535);
+    let mut w = NlaWriter::new();
+    nft_wire::encode::encode_set(&mut w, &tref(), &dynset, 1);
+    let back = decode_object(NFT_MSG_NEWSET, 2, &w.buf).expect("decodes");
+    assert!(matches!(back, Object::Set { set, .. } if set.size.is_none() && set.saddr_key));
+}

@@ -1,5 +1,6 @@
 //! Play a batch onto in-memory tables, checking what the kernel checks (references to
-//! chains and sets exist, nothing referenced is deleted, element keys exist or do not).
+//! chains and sets exist, nothing referenced is deleted, element keys exist or do not,
+//! no set holds more elements than its size).
 //! Used to test that [`crate::diff`] batches are valid and reach the desired state.
 
 use nft_model::*;
@@ -18,6 +19,13 @@ pub enum ApplyError {
         index: usize,
         set: String,
         reason: String,
+    },
+    /// The kernel's `ENFILE`: an element past the set's size.
+    #[error("op {index}: set {set} is full ({size} elements)")]
+    Full {
+        index: usize,
+        set: String,
+        size: u32,
     },
 }
 
@@ -186,7 +194,8 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
                 let same = s.key == set.key
                     && s.data == set.data
                     && s.flags == set.flags
-                    && s.timeout_ms == set.timeout_ms;
+                    && s.timeout_ms == set.timeout_ms
+                    && s.size == set.size;
                 if !same {
                     return Err(ApplyError::Exists {
                         index,
@@ -257,6 +266,14 @@ fn apply_one(tables: &mut Vec<Table>, index: usize, op: &Op) -> Result<(), Apply
                     Some(_) => {}
                     None => s.elements.push(e.clone()),
                 }
+            }
+            // past its size, the kernel refuses an element (ENFILE)
+            if let Some(size) = s.size.filter(|n| s.elements.len() > *n as usize) {
+                return Err(ApplyError::Full {
+                    index,
+                    set: set.clone(),
+                    size,
+                });
             }
             // the kernel refuses an element overlapping another one of an interval set
             if s.overlap().is_some() {

@@ -19,11 +19,14 @@ use nft_model::*;
 /// Key identity of an element.
 type ElemKey = (Vec<Value>, Option<Vec<Value>>);
 
+/// Whether two declarations of a set are the same for the kernel (what re-sending the
+/// declaration must match exactly). `saddr_key` only changes how nft prints the set.
 fn decl_eq(a: &Set, b: &Set) -> bool {
     a.key == b.key
         && a.data == b.data
         && a.flags == b.flags
         && a.timeout_ms == b.timeout_ms
+        && a.size == b.size
         && a.comment == b.comment
 }
 

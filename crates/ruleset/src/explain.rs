@@ -89,11 +89,22 @@ fn reason(t: &Trace) -> String {
             };
             let n = targets.len();
             let list: Vec<String> = targets.iter().map(|(a, p)| sock(*a, *p)).collect();
+            // session affinity's endpoint chains (`ep-…`) pin the client
+            let pinned = t
+                .outcomes
+                .iter()
+                .any(|o| o.path.iter().any(|c| c.starts_with("ep-")));
             format!(
-                "DNAT to {} endpoint{} ({}){masq}",
+                "DNAT to {} endpoint{} ({}){masq}{}",
                 n,
                 if n == 1 { "" } else { "s" },
-                list.join(", ")
+                list.join(", "),
+                if pinned {
+                    "; session affinity: the client is pinned to the endpoint it gets, \
+                     for the service's timeout after its last new connection"
+                } else {
+                    ""
+                }
             )
         }
     }

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use kube_model::{Cluster, EndpointSlice, IpFamily, Node, ServiceKey};
-use nft_model::{Element, Family, Op, PackedTable, Set, Table, TableElements, Value};
+use nft_model::{Element, Family, Op, PackedTable, Table, TableElements, Value};
 
 use crate::compile::fragment::{fragment, ClaimKey, Fragment};
 use crate::compile::mirror::{Conflict, Mirror};
@@ -212,7 +212,8 @@ impl Compiler {
                     let frags = build_service(&ctx, cluster, key, slices, &excluded);
                     st.insert(key.clone(), frags);
                 }
-                st.mirror.set_skeleton(skeleton(&ctx, &st.mirror.classes()));
+                st.mirror
+                    .set_skeleton(skeleton(&ctx, &st.mirror.classes(), st.mirror.affinity()));
                 st.mirror.start_journal();
                 st
             })
@@ -240,8 +241,9 @@ impl Compiler {
 
     /// The service ports whose rules `op` (of a batch this compiler produced) is about:
     /// for elements, the ports owning their destinations (or, for the elements several
-    /// ports share, every port adding them); for a per-port chain or set (session
-    /// affinity), its port. Empty for the skeleton's objects. Used to tell which service
+    /// ports share, every port adding them); for a per-port chain (session affinity: its
+    /// rules, which look pins up and add them), its port. Empty for the skeleton's
+    /// objects (sets, among them session affinity's pins). Used to tell which service
     /// ports a refused batch is to blame on.
     pub fn owners(&self, op: &Op) -> BTreeSet<PortId> {
         let mut out = BTreeSet::new();
@@ -288,16 +290,6 @@ impl Compiler {
                     .filter(|f| f.chains.iter().any(|c| &c.name == chain))
                     .map(|f| f.id.clone()),
             ),
-            Op::AddSet {
-                set: Set { name, .. },
-                ..
-            }
-            | Op::DeleteSet { set: name, .. }
-            | Op::FlushSet { set: name, .. } => out.extend(
-                frags()
-                    .filter(|f| f.sets.iter().any(|s| &s.name == name))
-                    .map(|f| f.id.clone()),
-            ),
             _ => {}
         }
         out
@@ -333,6 +325,22 @@ impl Compiler {
             .iter()
             .find(|f| f.mirror.family() == family)
             .is_some_and(|f| !f.mirror.served(&BTreeSet::from([key])).is_empty())
+    }
+
+    /// Take the set sizes our tables hold in the kernel (read back: after a restart,
+    /// or to repair them) where they are still enough for the elements, so that the diff
+    /// from them declares no set again for its size alone (`compile::mirror::sizing`).
+    /// Call it before diffing the desired tables against `tables`.
+    pub fn adopt_sizes<'a>(&mut self, tables: impl IntoIterator<Item = &'a Table>) {
+        for t in tables {
+            if let Some(st) = self
+                .families
+                .iter_mut()
+                .find(|f| f.mirror.family() == t.family && t.name == crate::names::TABLE)
+            {
+                st.mirror.adopt_sizes(t);
+            }
+        }
     }
 
     /// The service ports left out.
@@ -449,6 +457,7 @@ impl Compiler {
         let old_fams: Vec<IpFamily> = self.families.iter().map(|f| f.fam).collect();
         let excluded = std::mem::take(&mut self.excluded);
         *self = Compiler::with_excluded(cfg, cluster, excluded);
+        self.adopt_sizes(&old);
         let mut out = Update {
             ops: crate::diff::diff(&old, &self.tables()),
             full: true,
@@ -597,6 +606,7 @@ impl FamilyState {
         }
         let served_before = self.mirror.served(&keys);
         let classes_before = self.mirror.classes();
+        let affinity_before = self.mirror.affinity();
         for (k, frags) in new {
             let old = self.fragments.remove(&k).unwrap_or_default();
             for f in &old {
@@ -610,10 +620,17 @@ impl FamilyState {
             }
             self.insert(k, frags);
         }
-        if skeleton_changed || self.mirror.classes() != classes_before {
-            self.mirror
-                .set_skeleton(skeleton(ctx, &self.mirror.classes()));
+        if skeleton_changed
+            || self.mirror.classes() != classes_before
+            || self.mirror.affinity() != affinity_before
+        {
+            self.mirror.set_skeleton(skeleton(
+                ctx,
+                &self.mirror.classes(),
+                self.mirror.affinity(),
+            ));
         }
+        self.mirror.resize();
         out.udp_touched
             .extend(keys.iter().filter_map(|k| UdpDest::of_key(k, self.fam)));
         let (ops, touched) = self.mirror.ops();
@@ -634,7 +651,8 @@ impl FamilyState {
 }
 
 /// The UDP destinations `tables` send to endpoints: the keys of the dispatch sets and of
-/// the affinity verdict maps (`names::SERVED_SETS`). Used against tables dumped from the
+/// session affinity's dispatch maps, `service-ips` and `service-nodeports`
+/// (`names::SERVED_SETS`). Used against tables dumped from the
 /// kernel (after a restart), where no compiler state exists.
 pub fn served_destinations<'a, T: TableElements + 'a>(
     tables: impl IntoIterator<Item = &'a T>,

@@ -61,6 +61,10 @@ pub const NO_LOCAL_ENDPOINT_NODEPORTS: &str = "no-local-endpoint-nodeports";
 pub const FIREWALL_IPS: &str = "firewall-ips";
 pub const FIREWALL_ALLOW: &str = "firewall-allow";
 pub const HAIRPIN: &str = "hairpin";
+/// Session affinity's pins: `client . service port id . endpoint id`, dynamic, one
+/// element per pinned client, service port and endpoint (present while a service port
+/// of the family has session affinity).
+pub const AFFINITY: &str = "affinity";
 
 /// iptables mode's localhost NodePorts: the named counter of the packets accepted on a
 /// loopback NodePort (upstream's nfacct counter `localhost_nps_accepted_pkts`).
@@ -164,15 +168,6 @@ impl PortId {
         self.named("ext")
     }
 
-    /// The verdict map choosing among the endpoint chains of a list (session affinity).
-    pub fn affinity_map(&self, local: bool) -> String {
-        self.named(if local {
-            "affinity-local"
-        } else {
-            "affinity-svc"
-        })
-    }
-
     fn endpoint_hash(&self, addr: &IpAddr, port: u16) -> u64 {
         fnv1a(&[
             self.service.namespace.as_bytes(),
@@ -191,21 +186,27 @@ impl PortId {
             self.readable()
         )
     }
-    /// Per-endpoint chain that sends a client known to the endpoint's affinity set to
-    /// the endpoint's chain (session affinity only; the list chains jump to it).
-    pub fn affinity_check_chain(&self, addr: &IpAddr, port: u16) -> String {
-        format!(
-            "chk-{:010x}-{}",
-            self.endpoint_hash(addr, port) >> 24,
-            self.readable()
-        )
+    /// The identifier of this service port in its session-affinity pins
+    /// ([`AFFINITY`]): the hash's first 32 bits, the hexadecimal digits of its chain
+    /// names (`svc-<id>-...`).
+    pub fn affinity_id(&self) -> u32 {
+        (self.hash() >> 32) as u32
     }
-    /// Per-endpoint affinity set (session affinity only).
-    pub fn affinity_set(&self, addr: &IpAddr, port: u16) -> String {
-        format!(
-            "aff-{:010x}-{}",
-            self.endpoint_hash(addr, port) >> 24,
-            self.readable()
-        )
+
+    /// The identifier of an endpoint of this service port in its session-affinity pins:
+    /// the first 32 bits of the endpoint's hash (the first 8 hexadecimal digits of its
+    /// chain's, `ep-<digits>...`), or with `salt` > 0 another hash of the same endpoint
+    /// (the compiler's way out of two endpoints of one port with the same identifier).
+    /// With [`PortId::affinity_id`], 64 bits naming the pair.
+    pub fn endpoint_affinity_id(&self, addr: &IpAddr, port: u16, salt: u32) -> u32 {
+        let h = if salt == 0 {
+            self.endpoint_hash(addr, port)
+        } else {
+            fnv1a(&[
+                &self.endpoint_hash(addr, port).to_be_bytes(),
+                &salt.to_be_bytes(),
+            ])
+        };
+        (h >> 32) as u32
     }
 }

@@ -5,7 +5,10 @@
 //! Model of the host: a packet from outside traverses prerouting, then input when its
 //! (translated) destination is a local address, else forward and postrouting. A packet
 //! from a local process traverses output and postrouting, then input when its destination
-//! is local. Conntrack state is `new`; dynamic sets (session affinity) are empty.
+//! is local. Conntrack state is `new`; dynamic sets (session affinity's pins) hold the
+//! elements the table gives them: none in a compiled table (a traced client is pinned to
+//! nothing yet, so it may reach every endpoint of its list), the pins a caller adds to
+//! trace a pinned client.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -331,6 +334,26 @@ impl<'a> Run<'a> {
         self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
     }
 
+    /// Choose a pending `numgen` result compared whole with `data` (`==` or `!=`): the
+    /// alternatives are that value (when in range) and another one (when there is one),
+    /// so `numgen random mod k 0` is two outcomes, not k.
+    fn resolve_by_cmp(&mut self, off: usize, op: CmpOp, data: &[u8]) {
+        let (Some(ng), Ok(want)) = (self.numgen, <[u8; 4]>::try_from(data)) else {
+            return;
+        };
+        if ng.off == off && matches!(op, CmpOp::Eq | CmpOp::Neq) {
+            self.numgen = None;
+            let want = u32::from_ne_bytes(want);
+            let hit = want.wrapping_sub(ng.offset) < ng.modulus;
+            let other = (0..ng.modulus.min(2))
+                .map(|i| ng.offset.wrapping_add(i))
+                .find(|v| *v != want);
+            let values: Vec<u32> = hit.then_some(want).into_iter().chain(other).collect();
+            let v = values[(self.choose(values.len() as u32) as usize).min(values.len() - 1)];
+            self.regs[ng.off..ng.off + 4].copy_from_slice(&v.to_ne_bytes());
+        }
+    }
+
     fn outcome(&self, fate: Fate) -> Outcome {
         Outcome {
             path: self.path.clone(),
@@ -563,6 +586,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 Expr::Cmp { sreg, op, data } => {
+                    self.resolve_by_cmp(Self::reg_off(*sreg), *op, data);
                     let v = self.read(*sreg, data.len());
                     let ord = v.as_slice().cmp(data.as_slice());
                     let ok = match op {
@@ -606,11 +630,9 @@ impl<'a> Run<'a> {
                     let klen = concat_len(&s.key);
                     self.resolve_by_lookup(s, Self::reg_off(*sreg), klen);
                     let key = self.read(*sreg, klen);
-                    let found = if s.flags.dynamic {
-                        None
-                    } else {
-                        find_element(s, &key)
-                    };
+                    // a dynamic set holds what the table says: nothing in a compiled
+                    // table (no client pinned), the pins a caller put there
+                    let found = find_element(s, &key);
                     match dreg {
                         None => {
                             if found.is_some() == *invert {

@@ -116,8 +116,11 @@ fn one_endpoint_change_costs_the_same_at_any_scale() {
     );
 }
 
+/// A new affinity timeout is the endpoint chains' `update` rules rewritten: the pins
+/// (one set for the family) are kept, each refreshed with the new timeout at its
+/// client's next connection.
 #[test]
-fn affinity_timeout_change_redeclares_sets() {
+fn affinity_timeout_change_keeps_the_pins() {
     let mut c = cluster(3);
     let mut s = c.services.values().next().unwrap().clone();
     s.affinity_timeout = Some(100);
@@ -127,5 +130,18 @@ fn affinity_timeout_change_redeclares_sets() {
     c.services.insert(s.key.clone(), s);
     let b = tables(&c);
     let ops = step(&a, &b);
-    assert!(ops.iter().any(|o| matches!(o, Op::DeleteSet { .. })));
+    let text = nft_model::render::script(&ops);
+    assert!(
+        !ops.iter()
+            .any(|o| matches!(o, Op::DeleteSet { .. } | Op::AddSet { .. })),
+        "{text}"
+    );
+    assert!(text.contains("timeout 3m20s"), "{text}");
+    assert!(
+        ops.iter().all(|o| match o {
+            Op::FlushChain { chain, .. } | Op::AddRule { chain, .. } => chain.starts_with("ep-"),
+            _ => false,
+        }),
+        "{text}"
+    );
 }

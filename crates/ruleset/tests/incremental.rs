@@ -454,13 +454,13 @@ fn a_local_endpoint_coming_and_going_is_element_operations_only() {
     assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
 }
 
-/// Session affinity: an endpoint added to a list of many adds the set lookups of its own
-/// objects only. The kernel finds a named set by a linear walk of every set of the
-/// table, and a list chain is rewritten whole when its list changes: its rules must not
-/// look sets up (they jump to the endpoints' check chains), or one endpoint added to a
-/// list of N walks the table's thousands of per-endpoint sets N times.
+/// Session affinity: an endpoint added to a list of many is its own chain and the list's
+/// chain rewritten (a pin check and a draw per endpoint), every set lookup and update in
+/// the family's one set of pins: no set is created or deleted (the kernel finds a named
+/// set by a walk of the table's sets, which a set per endpoint made long), and the pins
+/// of the other endpoints stay.
 #[test]
-fn an_affinity_endpoint_added_looks_up_only_its_own_set() {
+fn an_affinity_endpoint_added_is_its_chain_and_its_list() {
     let cfg = parsed();
     let mut c = cluster(0);
     let eps = |n: u32| -> Vec<kube_model::Endpoint> {
@@ -479,16 +479,34 @@ fn an_affinity_endpoint_added_looks_up_only_its_own_set() {
     c.insert_slice(slice(1, eps(41)));
     let upd = comp.update(&c, &changed);
     comp.confirm();
-    let lookups: Vec<&Op> = upd
-        .ops
-        .iter()
-        .filter(|o| {
-            matches!(o, Op::AddRule { rule, .. }
-                if rule.exprs.iter().any(|e| matches!(e, nft_model::Expr::Lookup { .. })))
-        })
-        .collect();
-    // the new endpoint's check rule, and the list's draw (`numgen ... vmap @affinity-…`)
-    assert_eq!(lookups.len(), 2, "{}", nft_model::render::script(&upd.ops));
+    let text = nft_model::render::script(&upd.ops);
+    let mut chains_added = Vec::new();
+    let mut rules: BTreeMap<&str, usize> = BTreeMap::new();
+    for op in &upd.ops {
+        match op {
+            Op::AddChain { name, .. } => chains_added.push(name.as_str()),
+            Op::AddRule { chain, rule, .. } => {
+                *rules.entry(chain.as_str()).or_default() += 1;
+                for e in &rule.exprs {
+                    if let nft_model::Expr::Lookup { set, .. }
+                    | nft_model::Expr::Dynset { set, .. } = e
+                    {
+                        assert_eq!(set, "affinity", "{text}");
+                    }
+                }
+            }
+            Op::FlushChain { chain, .. } => assert!(chain.starts_with("svc-"), "{text}"),
+            Op::AddSet { .. } | Op::DeleteSet { .. } | Op::FlushSet { .. } => {
+                panic!("a set touched:\n{text}")
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(chains_added.len(), 1, "{text}");
+    assert!(chains_added[0].starts_with("ep-"), "{text}");
+    // the new endpoint's chain (pin, dnat) and the list's (41 checks, 41 draws)
+    assert_eq!(rules.get(chains_added[0]), Some(&2), "{text}");
+    assert_eq!(rules.values().sum::<usize>(), 2 + 82, "{text}");
     assert_eq!(comp.tables(), compile_parsed(&c, &cfg).tables);
 }
 
@@ -626,4 +644,56 @@ fn configuration_changes_reach_a_fresh_compile() {
         last_flush < first_delete,
         "counters deleted after their rules"
     );
+}
+
+/// A refused batch is blamed on the service ports its ops are about: every op a session
+/// affinity port's change makes (its list chain rewritten, an endpoint's chain and
+/// rules, the pins' `update`) names that port; the family's set of pins names none (it
+/// is the skeleton's).
+#[test]
+fn affinity_ops_name_their_port() {
+    let cfg = parsed();
+    let mut c = cluster(3);
+    let svc = ServiceKey::new("ns", "svc1");
+    let port = PortId {
+        service: svc.clone(),
+        port_name: "http".into(),
+    };
+    c.services.get_mut(&svc).unwrap().affinity_timeout = Some(60);
+    let mut comp = Compiler::new(cfg, &c);
+    let cold = ruleset::diff(&[], &comp.tables());
+    let mut named = 0;
+    for op in &cold {
+        match op {
+            Op::AddChain { name, .. } | Op::AddRule { chain: name, .. }
+                if name.contains("ns/svc1") =>
+            {
+                assert_eq!(comp.owners(op), BTreeSet::from([port.clone()]), "{op:?}");
+                named += 1;
+            }
+            Op::AddSet { set, .. } if set.name == "affinity" => {
+                assert!(comp.owners(op).is_empty())
+            }
+            _ => {}
+        }
+    }
+    assert!(named >= 5, "{named}");
+    c.insert_slice(slice(
+        1,
+        vec![
+            endpoint(pod(1), "node-b", true, false),
+            endpoint(pod(40), "node-b", true, false),
+        ],
+    ));
+    let upd = comp.update(
+        &c,
+        &Changes {
+            services: BTreeSet::from([svc]),
+            node: false,
+        },
+    );
+    assert!(!upd.ops.is_empty());
+    for op in &upd.ops {
+        assert_eq!(comp.owners(op), BTreeSet::from([port.clone()]), "{op:?}");
+    }
 }

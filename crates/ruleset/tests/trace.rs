@@ -372,6 +372,104 @@ fn session_affinity_uses_endpoint_chains() {
     );
 }
 
+/// Pin `client` to the endpoint `ep` (`addr:port`) of the service port whose chains end
+/// in `port` (`ns1/aff`), as the kernel would once the client's first connection went
+/// there: the key its endpoint chain's `update` writes, in the family's `affinity` set.
+fn pin(tables: &mut [nft_model::Table], port: &str, ep: &str, client: &str) {
+    use nft_model::{Element, Expr, Value};
+    let t = &mut tables[0];
+    let (addr, p) = ep.split_once(':').unwrap();
+    let ids: Vec<u32> = t
+        .chains
+        .iter()
+        .filter(|c| c.name.starts_with("ep-") && c.name.ends_with(&format!("-{port}")))
+        .find(|c| {
+            nft_model::render::rule(t.family, &c.rules[1]).ends_with(&format!("dnat to {addr}:{p}"))
+        })
+        .expect("the endpoint's chain")
+        .rules[0]
+        .exprs
+        .iter()
+        .filter_map(|e| match e {
+            Expr::Numgen { offset, .. } => Some(*offset),
+            _ => None,
+        })
+        .collect();
+    let set = t.sets.iter_mut().find(|s| s.name == "affinity").unwrap();
+    set.elements.push(Element::key(vec![
+        Value::Ipv4(client.parse().unwrap()),
+        Value::Int(ids[0]),
+        Value::Int(ids[1]),
+    ]));
+}
+
+/// A client pinned to an endpoint of a port reaches it whichever of the port's addresses
+/// it uses (ClusterIP, external IP, LoadBalancer IP, NodePort); another client is not
+/// pinned by it; another service on the same endpoints is not either.
+#[test]
+fn session_affinity_pins_a_client_per_port_whichever_address() {
+    let c = case("session-affinity");
+    let mut tables = c.compiled.tables.clone();
+    pin(&mut tables, "ns1/aff", "198.18.2.10:8080", OUTSIDE);
+    let local = c.local_addrs();
+    let tr = |src: &str, dst: &str, port: u16| {
+        ruleset::trace(&tables, &local, &Packet::tcp(src, dst, port))
+    };
+    for (dst, port) in [
+        ("198.18.100.120", 80),
+        ("198.18.250.20", 80),
+        ("198.18.251.20", 80),
+        (NODE, 30120),
+    ] {
+        let t = tr(OUTSIDE, dst, port);
+        assert_eq!(t.targets(), set(&["198.18.2.10:8080"]), "{dst}:{port}\n{t}");
+        let t = tr("198.19.200.6", dst, port);
+        assert_eq!(t.targets().len(), 2, "another client: {dst}:{port}\n{t}");
+    }
+    // aff2 has the same endpoints and its own pins
+    let t = tr(OUTSIDE, "198.18.100.121", 80);
+    assert_eq!(
+        t.targets(),
+        set(&["198.18.1.10:8080", "198.18.2.10:8080"]),
+        "{t}"
+    );
+}
+
+/// A client pinned to an endpoint that is removed is drawn afresh among the others from
+/// the tables without it, its pin still in the set (and, the control, pinned to it while
+/// it was there).
+#[test]
+fn session_affinity_removed_endpoints_pins_stop_applying() {
+    let mut c = case("session-affinity");
+    let mut tables = c.compiled.tables.clone();
+    pin(&mut tables, "ns1/aff", "198.18.2.10:8080", OUTSIDE);
+    // while the endpoint is there, the pin applies
+    let t = ruleset::trace(
+        &tables,
+        &c.local_addrs(),
+        &Packet::tcp(OUTSIDE, "198.18.100.120", 80),
+    );
+    assert_eq!(t.targets(), set(&["198.18.2.10:8080"]), "{t}");
+    let pins = tables[0].set("affinity").unwrap().elements.clone();
+    let svc = kube_model::ServiceKey::new("ns1", "aff");
+    let mut s = c.cluster.slices_of(&svc).next().unwrap().clone();
+    s.endpoints.retain(|e| e.addr.to_string() != "198.18.2.10");
+    c.cluster.insert_slice(s);
+    let mut tables = ruleset::compile(&c.cluster, &c.config).unwrap().tables;
+    let aff = tables[0]
+        .sets
+        .iter_mut()
+        .find(|s| s.name == "affinity")
+        .unwrap();
+    aff.elements = pins;
+    let t = ruleset::trace(
+        &tables,
+        &c.local_addrs(),
+        &Packet::tcp(OUTSIDE, "198.18.100.120", 80),
+    );
+    assert_eq!(t.targets(), set(&["198.18.1.10:8080"]), "{t}");
+}
+
 #[test]
 fn no_endpoints_rejected() {
     let c = case("no-endpoints-reject");

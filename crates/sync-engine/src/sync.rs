@@ -175,6 +175,11 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         loop {
             tries += 1;
             let kernel = self.read_kernel().map_err(Failure::Other)?;
+            if let (Kernel::Read { tables, .. }, Some(c)) = (&kernel, self.compiler.as_mut()) {
+                // the set sizes our tables hold, where still enough: a diff from them
+                // declares no set again for its size alone
+                c.adopt_sizes(plan::known_tables(tables));
+            }
             let plan = self.plan(kernel, replace)?;
             let t = Instant::now();
             self.ct_begin();

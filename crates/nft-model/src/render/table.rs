@@ -118,10 +118,11 @@ pub fn priority(family: Family, hook: Hook, prio: i32) -> String {
 }
 
 /// The declaration lines of a set (without the enclosing braces). `listing` selects the
-/// element spelling of `nft list` (element timeouts equal to the set's default omitted).
+/// element spelling of `nft list` (element timeouts equal to the set's default omitted);
+/// `size` is the size listed when the set has none of its own (the kernel's default).
 pub(super) fn set_lines(s: &Set, size: Option<u32>, listing: bool) -> Vec<String> {
     let mut lines = vec![set_type_line(s)];
-    if let Some(n) = size {
+    if let Some(n) = s.size.or(size) {
         lines.push(format!("size {n}"));
     }
     let f = s.flags;
@@ -183,12 +184,12 @@ fn elements_per_line(key: &[DataType]) -> usize {
 fn set_type_line(s: &Set) -> String {
     let needs_typeof = s.key.contains(&DataType::HostInt32)
         || matches!(&s.data, Some(SetData::Values(v)) if v.contains(&DataType::HostInt32));
-    let spell = |types: &[DataType]| -> String {
+    let spell = |types: &[DataType], saddr: bool| -> String {
         types
             .iter()
             .map(|t| {
                 if needs_typeof {
-                    typeof_expr(*t)
+                    typeof_expr(*t, saddr)
                 } else {
                     t.nft_name()
                 }
@@ -199,22 +200,25 @@ fn set_type_line(s: &Set) -> String {
     let mut line = format!(
         "{} {}",
         if needs_typeof { "typeof" } else { "type" },
-        spell(&s.key)
+        spell(&s.key, s.saddr_key)
     );
     match &s.data {
         None => {}
         Some(SetData::Verdict) => line.push_str(" : verdict"),
         Some(SetData::Values(v)) => {
             line.push_str(" : ");
-            line.push_str(&spell(v));
+            line.push_str(&spell(v, false));
         }
     }
     line
 }
 
-/// The expression a field of this type is declared with in a `typeof` declaration.
-fn typeof_expr(t: DataType) -> &'static str {
+/// The expression a field of this type is declared with in a `typeof` declaration
+/// (`saddr`: addresses are the packet's source, [`Set::saddr_key`]).
+fn typeof_expr(t: DataType, saddr: bool) -> &'static str {
     match t {
+        DataType::Ipv4Addr if saddr => "ip saddr",
+        DataType::Ipv6Addr if saddr => "ip6 saddr",
         DataType::Ipv4Addr => "ip daddr",
         DataType::Ipv6Addr => "ip6 daddr",
         DataType::InetProto => "meta l4proto",

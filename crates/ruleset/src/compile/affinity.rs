@@ -1,92 +1,165 @@
-//! Session affinity (ClientIP): the one case with per-service objects. Each endpoint has
-//! a chain that records the client in the endpoint's dynamic set (with the affinity
-//! timeout) and DNATs, and a check chain that sends a client found in that set to it;
-//! the list chain first jumps to every endpoint's check chain, then draws one through
-//! the list's verdict map. Dispatch to these chains goes through `goto` elements, which
-//! make the kernel re-validate the table at commit; affinity is rare and the table it
-//! validates is small (see docs/ruleset.md).
+//! Session affinity (ClientIP): the one case with per-port chains. A client is pinned to
+//! an endpoint of a service port by an element `client . port id . endpoint id` of the
+//! family's one dynamic set `affinity` (docs/decisions/0014), added or refreshed with the
+//! service's own timeout by the endpoint's chain (`ep-…`), which then DNATs. A list chain
+//! (`svc-…`, `local-…`) first looks every endpoint's pin up (`ip saddr . <port id> .
+//! <endpoint id> @affinity goto ep-…`), then draws one endpoint uniformly (`numgen
+//! random mod k 0 goto ep-…` for k = N, N-1, ..., 2, then the last endpoint). Dispatch
+//! to these chains goes through `goto` elements and rules, which make the kernel
+//! re-validate the table at commit: affinity is rare (see docs/ruleset.md).
 //!
-//! Why a check chain rather than the check in the list chain: a rule that looks a named
-//! set up finds it by a linear walk of every set of the table (`nft_set_lookup`), and a
-//! list chain is rewritten whole (flushed, every rule added again) whenever its list
-//! changes. With the lookups in the list chain, one endpoint added to a list of N cost
-//! N walks of every set (a rolling update of a large affinity service, or a node drain,
-//! walked the table's thousands of per-endpoint sets thousands of times per sync); with
-//! them in check chains, which change only with their own endpoint, the list chain's
-//! rules are `jump`s, whose chain is found through the kernel's hash of chain names.
+//! Why one set: the kernel finds a named set by a walk of the table's list of sets (for
+//! every set, element message and rule that names one), so a set per endpoint made a
+//! cold start quadratic in the number of affinity endpoints. A pin keyed by the endpoint
+//! (not an endpoint keyed by the client) keeps upstream's semantics: a removed endpoint's
+//! pins are looked up by no rule any more, two endpoints' or two ports' pins never meet.
+//!
+//! The identifiers are constants written `numgen random mod 1 offset <id>`: nft 1.0.6
+//! reads no constant inside a lookup's concatenation, but reads this (and lists and
+//! reloads it). Port id: [`PortId::affinity_id`]; endpoint id:
+//! [`PortId::endpoint_affinity_id`], made unique within the port here.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use kube_model::ResolvedEndpoint;
-use nft_model::build::{self, goto, jump, rule, KeyField};
+use nft_model::build::{self, goto, rule, KeyField};
 use nft_model::*;
 
 use super::Ctx;
-use crate::names::PortId;
-use crate::rules::addr_type;
+use crate::names::{PortId, AFFINITY};
 
-/// The list chain (`svc-…` or `local-…`), its verdict map and the per-endpoint chains
-/// (`chk-…`, `ep-…`) and sets of one endpoint list.
-pub fn list_objects(
+/// The most pins a family's `affinity` set holds (its `size`: the kernel adds none past
+/// it; a client then goes unpinned). A power of two of at least 65,536: the kernel takes
+/// the size as the hash table's initial size hint only modulo 65,536 (`nelem_hint` is a
+/// `u16`), so the table starts small and grows with the pins.
+pub const AFFINITY_SIZE: u32 = 1 << 20;
+
+/// The family's pin set: `typeof ip saddr . numgen random mod 65536 . numgen random mod
+/// 65536` (the client, the port id, the endpoint id: nft's `typeof` spelling of 32-bit
+/// integers, `nft_model::render::NUMGEN_TYPEOF`; it reads elements of any value), dynamic,
+/// each pin with its own timeout.
+pub fn pin_set(family: Family) -> Set {
+    let addr = if family == Family::Ip6 {
+        DataType::Ipv6Addr
+    } else {
+        DataType::Ipv4Addr
+    };
+    let mut s = Set::set(
+        AFFINITY,
+        vec![addr, DataType::HostInt32, DataType::HostInt32],
+    );
+    s.flags = SetFlags {
+        dynamic: true,
+        timeout: true,
+        ..SetFlags::default()
+    };
+    s.size = Some(AFFINITY_SIZE);
+    s.saddr_key = true;
+    s
+}
+
+fn pin_key(port_id: u32, ep_id: u32) -> [KeyField; 3] {
+    [KeyField::Saddr, KeyField::Id(port_id), KeyField::Id(ep_id)]
+}
+
+/// One endpoint of a port with affinity, with its id.
+struct Pinned<'a> {
+    ep: &'a ResolvedEndpoint,
+    id: u32,
+    chain: String,
+}
+
+/// The chains of a port with affinity: one list chain per list in `lists` (`local`: the
+/// node-local list, `local-…`; else `svc-…`), and one endpoint chain per endpoint of any
+/// of them (shared by the lists, as their pins are).
+pub fn chains(
     ctx: &Ctx,
     id: &PortId,
-    local: bool,
     proto: u8,
-    eps: &[ResolvedEndpoint],
     timeout_s: u32,
-) -> (Vec<Chain>, Vec<Set>) {
+    lists: &[(bool, &[ResolvedEndpoint])],
+) -> Vec<Chain> {
     let family = ctx.family;
-    let chain = if local {
-        id.local_chain()
-    } else {
-        id.cluster_chain()
-    };
-    let map_name = id.affinity_map(local);
-    let mut map = Set::map(
-        map_name.clone(),
-        vec![DataType::HostInt32],
-        SetData::Verdict,
-    );
-    let mut rules = Vec::new();
-    let mut chains = Vec::new();
-    let mut sets = Vec::new();
-    for (i, e) in eps.iter().enumerate() {
-        let ep_chain = id.endpoint_chain(&e.addr, e.port);
-        let check = id.affinity_check_chain(&e.addr, e.port);
-        let aff = id.affinity_set(&e.addr, e.port);
-        rules.push(rule(vec![vec![jump(&check)]]));
-        chains.push(Chain::regular(check).with_rules(vec![rule(vec![
-            build::addr_in_set(family, true, &aff, false),
-            vec![goto(&ep_chain)],
-        ])]));
-        map.elements.push(Element::map(
-            vec![Value::Int(i as u32)],
-            ElemData::Verdict(Verdict::Goto(ep_chain.clone())),
-        ));
-        let mut set = Set::set(aff.clone(), vec![addr_type(family)]);
-        set.flags = SetFlags {
-            dynamic: true,
-            timeout: true,
-            ..SetFlags::default()
+    let port_id = id.affinity_id();
+    // every endpoint once, in address order, each with an id no other has
+    let mut all: BTreeMap<(IpAddr, u16), &ResolvedEndpoint> = BTreeMap::new();
+    for (_, list) in lists {
+        for e in list.iter() {
+            all.entry((e.addr, e.port)).or_insert(e);
+        }
+    }
+    let mut taken = std::collections::BTreeSet::new();
+    let pinned: BTreeMap<(IpAddr, u16), Pinned> = all
+        .into_iter()
+        .map(|(k, ep)| {
+            let mut salt = 0;
+            let mut ep_id = id.endpoint_affinity_id(&ep.addr, ep.port, salt);
+            // bounded: each salt is a fresh hash, and a port has far fewer than 2^32
+            while !taken.insert(ep_id) && salt < 64 {
+                salt += 1;
+                ep_id = id.endpoint_affinity_id(&ep.addr, ep.port, salt);
+            }
+            let chain = id.endpoint_chain(&ep.addr, ep.port);
+            (
+                k,
+                Pinned {
+                    ep,
+                    id: ep_id,
+                    chain,
+                },
+            )
+        })
+        .collect();
+    let timeout_ms = u64::from(timeout_s) * 1000;
+    let mut out: Vec<Chain> = Vec::with_capacity(lists.len() + pinned.len());
+    for (local, list) in lists {
+        let name = if *local {
+            id.local_chain()
+        } else {
+            id.cluster_chain()
         };
-        set.timeout_ms = Some(u64::from(timeout_s) * 1000);
-        sets.push(set);
-        chains.push(Chain::regular(ep_chain).with_rules(vec![
-            Rule::new(build::set_update(family, &[KeyField::Saddr], &aff)),
+        let eps: Vec<&Pinned> = list
+            .iter()
+            .filter_map(|e| pinned.get(&(e.addr, e.port)))
+            .collect();
+        let mut rules = Vec::with_capacity(2 * eps.len());
+        for p in &eps {
+            rules.push(rule(vec![
+                build::set_lookup(family, &pin_key(port_id, p.id), AFFINITY, false),
+                vec![goto(&p.chain)],
+            ]));
+        }
+        // a uniform draw: endpoint i is taken with probability 1/(N-i) once the draws
+        // before it passed, 1/N in all
+        let n = eps.len() as u32;
+        for (i, p) in eps.iter().enumerate() {
+            let left = n - i as u32;
+            if left > 1 {
+                rules.push(rule(vec![build::one_in(left), vec![goto(&p.chain)]]));
+            } else {
+                rules.push(rule(vec![vec![goto(&p.chain)]]));
+            }
+        }
+        out.push(Chain::regular(name).with_rules(rules));
+    }
+    for p in pinned.values() {
+        out.push(Chain::regular(p.chain.clone()).with_rules(vec![
+            Rule::new(build::set_update_timeout(
+                family,
+                &pin_key(port_id, p.id),
+                AFFINITY,
+                Some(timeout_ms),
+            )),
             Rule::new(build::dnat_to_proto(
                 family,
                 proto,
-                &Value::from(e.addr),
-                e.port,
+                &Value::from(p.ep.addr),
+                p.ep.port,
             )),
         ]));
     }
-    rules.push(Rule::new(build::numgen_vmap(
-        eps.len() as u32,
-        0,
-        &map_name,
-    )));
-    chains.push(Chain::regular(chain).with_rules(rules));
-    sets.push(map);
-    (chains, sets)
+    out
 }
 
 /// The `ext-…` chain of a port with affinity: externalTrafficPolicy Cluster marks for

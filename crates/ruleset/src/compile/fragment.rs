@@ -2,7 +2,7 @@
 //! the shared sets and maps, grouped by the destination they are about (a *claim*: two
 //! services claiming one destination conflict, and only the first one's elements are
 //! used), plus the counted elements several ports may share (ClusterIPs, hairpin) and
-//! the chains and sets of session affinity, the one case with per-service objects.
+//! the chains of session affinity, the one case with per-service objects.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -54,9 +54,8 @@ pub struct Fragment {
     pub claims: Vec<Arc<Claim>>,
     /// Elements of sets shared with other ports (present while any port adds them).
     pub shared: Vec<(SetName, Packed)>,
-    /// Per-port chains and sets (session affinity).
+    /// Per-port chains (session affinity: they need the family's `affinity` set).
     pub chains: Vec<Chain>,
-    pub sets: Vec<Set>,
     /// The serving endpoints of a UDP port (conntrack cleanup when one stops serving).
     pub udp_serving: BTreeSet<(IpAddr, u16)>,
     /// Whether the fragment depends on the node (local endpoints, topology, node IPs).
@@ -71,7 +70,6 @@ impl Fragment {
         self.claims.is_empty()
             && self.shared.is_empty()
             && self.chains.is_empty()
-            && self.sets.is_empty()
             && self.udp_serving.is_empty()
             && !self.node_dependent
             && self.errors.is_empty()
@@ -112,7 +110,6 @@ pub fn fragment(
         claims: Vec::new(),
         shared: Vec::new(),
         chains: Vec::new(),
-        sets: Vec::new(),
         udp_serving: if proto == 17 {
             eps.iter()
                 .filter(|e| e.ready || e.serving)
@@ -282,6 +279,7 @@ pub fn fragment(
         add_source_ranges(ctx, svc, proto, port.port, &mut claims);
     }
 
+    let mut affinity_lists: Vec<(bool, &[ResolvedEndpoint])> = Vec::new();
     for (used, list, local) in [
         (used_cluster, &cat.cluster, false),
         (used_local, &cat.local, true),
@@ -295,10 +293,12 @@ pub fn fragment(
                 .into_iter()
                 .map(|e| (hairpin.clone(), e)),
         );
-        if let Some(timeout) = affinity {
-            let (chains, sets) = affinity::list_objects(ctx, &id, local, proto, list, timeout);
-            f.chains.extend(chains);
-            f.sets.extend(sets);
+        affinity_lists.push((local, list));
+    }
+    if let Some(timeout) = affinity {
+        if !affinity_lists.is_empty() {
+            f.chains
+                .extend(affinity::chains(ctx, &id, proto, timeout, &affinity_lists));
         }
     }
     // a destination claimed twice by one port (an external IP equal to its ClusterIP):

@@ -17,6 +17,9 @@ use super::skeleton::Skeleton;
 use crate::names::{PortId, TABLE};
 use crate::RulesetError;
 
+mod sizing;
+pub use sizing::{hint, needs_growth, SIZE_MIN};
+
 /// A claimant of a destination.
 #[derive(Debug, Clone)]
 struct Claimant {
@@ -30,7 +33,7 @@ struct Claimant {
 struct Journal {
     /// set -> element (by key) -> the element before (None: absent)
     elements: BTreeMap<SetName, BTreeMap<ByKey, Option<Packed>>>,
-    /// skeleton or per-port sets whose declaration (or, for per-port sets, content) changed
+    /// skeleton sets whose declaration changed
     sets: BTreeMap<String, Option<Set>>,
     chains: BTreeMap<String, Option<Chain>>,
     /// the skeleton's named counters before they changed
@@ -46,9 +49,11 @@ pub struct Mirror {
     skeleton: Skeleton,
     /// Elements added by fragments (winning claims and shared elements), counted.
     elements: BTreeMap<SetName, BTreeMap<ByKey, u32>>,
-    /// Per-port sets and chains (session affinity), counted.
-    sets: BTreeMap<String, (Set, u32)>,
+    /// Per-port chains (session affinity), counted.
     chains: BTreeMap<String, (Chain, u32)>,
+    /// Fragments with per-port chains (session affinity): the skeleton has the
+    /// `affinity` set while there is one.
+    affinity_ports: u32,
     /// Per destination its claimants, first (winning) first: almost always one, so a
     /// small vector rather than a map (a map's node would cost ~1.5 KiB per claim).
     claims: BTreeMap<ClaimKey, Vec<Claimant>>,
@@ -71,8 +76,8 @@ impl Mirror {
             family,
             skeleton: Skeleton::default(),
             elements: BTreeMap::new(),
-            sets: BTreeMap::new(),
             chains: BTreeMap::new(),
+            affinity_ports: 0,
             claims: BTreeMap::new(),
             contested: BTreeSet::new(),
             classes: BTreeMap::new(),
@@ -95,6 +100,7 @@ impl Mirror {
                     self.elements.insert(set, merged);
                 }
             }
+            self.size_sets();
         }
         self.journal = Some(Journal::default());
     }
@@ -110,6 +116,11 @@ impl Mirror {
     /// The classes in use.
     pub fn classes(&self) -> BTreeSet<Class> {
         self.classes.keys().copied().collect()
+    }
+
+    /// Whether a service port has session affinity (the skeleton's `affinity` set).
+    pub fn affinity(&self) -> bool {
+        self.affinity_ports > 0
     }
 
     // -- journaled primitives ---------------------------------------------------------
@@ -172,10 +183,11 @@ impl Mirror {
         }
     }
 
-    fn note_set(&mut self, name: &str) {
-        let before = self.sets.get(name).map(|(s, _)| s.clone());
+    /// Journal the declaration of the skeleton's `i`-th set before it changes.
+    fn note_skeleton_set(&mut self, i: usize) {
+        let before = decl(&self.skeleton.sets[i]);
         if let Some(j) = self.journal.as_mut() {
-            j.sets.entry(name.to_string()).or_insert(before);
+            j.sets.entry(before.name.clone()).or_insert(Some(before));
         }
     }
 
@@ -223,14 +235,8 @@ impl Mirror {
         for (set, e) in &f.shared {
             self.add_element(set, e);
         }
-        for s in &f.sets {
-            match self.sets.get_mut(&s.name) {
-                Some((_, n)) => *n += 1,
-                None => {
-                    self.note_set(&s.name);
-                    self.sets.insert(s.name.clone(), (s.clone(), 1));
-                }
-            }
+        if !f.chains.is_empty() {
+            self.affinity_ports += 1;
         }
         for c in &f.chains {
             match self.chains.get_mut(&c.name) {
@@ -316,23 +322,18 @@ impl Mirror {
                 }
             }
         }
-        for s in &f.sets {
-            if let Some((_, n)) = self.sets.get_mut(&s.name) {
-                if *n > 1 {
-                    *n -= 1;
-                } else {
-                    self.note_set(&s.name);
-                    self.sets.remove(&s.name);
-                }
-            }
+        if !f.chains.is_empty() {
+            self.affinity_ports = self.affinity_ports.saturating_sub(1);
         }
         for (set, e) in &f.shared {
             self.remove_element(set, e);
         }
     }
 
-    /// Replace the skeleton (journaling the objects that differ).
-    pub fn set_skeleton(&mut self, new: Skeleton) {
+    /// Replace the skeleton (journaling the objects that differ). The sets it keeps keep
+    /// their sizes.
+    pub fn set_skeleton(&mut self, mut new: Skeleton) {
+        self.carry_sizes(&mut new.sets);
         if self.journal.is_some() {
             let sets = changed(&self.skeleton.sets, &new.sets, |s| &s.name);
             let chains = changed(&self.skeleton.chains, &new.chains, |c| &c.name);
@@ -355,19 +356,13 @@ impl Mirror {
 
     // -- reading ----------------------------------------------------------------------
 
-    /// A set's declaration (no elements), skeleton or per-port.
+    /// A set's declaration (no elements).
     fn decl_of(&self, name: &str) -> Option<Set> {
-        if let Some((s, _)) = self.sets.get(name) {
-            return Some(decl(s));
-        }
         self.skeleton.sets.iter().find(|s| s.name == name).map(decl)
     }
 
     /// A set as it is now: declaration and every element, sorted.
     fn set_now(&self, name: &str) -> Option<Set> {
-        if let Some((s, _)) = self.sets.get(name) {
-            return Some(s.clone());
-        }
         let decl = self.skeleton.sets.iter().find(|s| s.name == name)?;
         let mut s = decl.clone();
         if let Some(m) = self.elements.get(name) {
@@ -390,17 +385,12 @@ impl Mirror {
         let mut packed = BTreeMap::new();
         t.counters = self.skeleton.counters.clone();
         for s in &self.skeleton.sets {
-            if let Some((per_port, _)) = self.sets.get(&s.name) {
-                t.sets.push(per_port.clone());
-                continue;
-            }
             t.sets.push(s.clone());
             if let Some(m) = self.elements.get(&*s.name) {
                 // in order already: packed identities order as (key, key end) do
                 packed.insert(s.name.clone(), m.keys().map(|e| e.0.clone()).collect());
             }
         }
-        t.sets.extend(self.sets.values().map(|(s, _)| s.clone()));
         t.chains.extend(self.skeleton.chains.iter().cloned());
         t.chains
             .extend(self.chains.values().map(|(c, _)| c.clone()));
@@ -514,7 +504,7 @@ impl Mirror {
                 new.sets.push(n);
                 continue;
             }
-            // created, deleted, re-declared or per-port (small): whole in both views
+            // created, deleted or re-declared: whole in both views
             if let Some(mut b) = j.sets[name].clone() {
                 let mut m: BTreeMap<ByKey, ()> = b
                     .elements

@@ -3,9 +3,10 @@
 //! The shape (see docs/ruleset.md): a fixed [`skeleton`] of chains and sets that depends
 //! on the configuration, the node and the endpoint classes in use; every service port is
 //! a [`fragment`]: elements of the skeleton's sets and maps, keyed by the destinations
-//! it serves (session affinity adds a few per-port chains and sets). A [`mirror`] holds
-//! the table as the sum of its fragments; [`compile`] builds it from scratch, the
-//! incremental compiler ([`crate::incremental`]) keeps it up to date.
+//! it serves (session affinity adds a few per-port chains; its pins are one set of the
+//! skeleton). A [`mirror`] holds the table as the sum of its fragments; [`compile`]
+//! builds it from scratch, the incremental compiler ([`crate::incremental`]) keeps it up
+//! to date.
 
 pub mod affinity;
 pub mod classes;

@@ -107,8 +107,9 @@ pub struct Skeleton {
     pub chains: Vec<Chain>,
 }
 
-/// The skeleton for this context and these classes in use.
-pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
+/// The skeleton for this context, these classes in use, and whether a service port has
+/// session affinity (the `affinity` set of pins).
+pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>, affinity: bool) -> Skeleton {
     let family = ctx.family;
     let at = addr_type(family);
     let dst_key = vec![at, DataType::InetProto, DataType::InetService];
@@ -150,6 +151,9 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>) -> Skeleton {
     for c in classes {
         sets.push(c.dests_decl(family));
         sets.push(c.endpoints_decl(family));
+    }
+    if affinity {
+        sets.push(super::affinity::pin_set(family));
     }
 
     let mut chains: Vec<Chain> = BASE_CHAINS

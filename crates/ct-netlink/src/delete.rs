@@ -4,7 +4,7 @@
 //! upstream-style baseline for benchmarks. Every failure is recorded on the filters it
 //! concerns; one filter's failure never stops the others.
 
-use crate::exec::{record_error, KernelFilter};
+use crate::exec::{record_error, validated, KernelFilter};
 use crate::filter::{families, port_groups, Filter, Matcher};
 use crate::plan::{TableSize, Walks};
 use crate::report::FamilyPlan;
@@ -133,18 +133,11 @@ impl Conntrack {
             Mode::Auto => self.probe.strategy,
         };
         let mut rep = DeleteReport::empty(initial, filters);
-        let mut valid = Vec::with_capacity(filters.len());
-        for (i, f) in filters.iter().enumerate() {
-            match f.validate() {
-                Ok(()) => valid.push(i),
-                Err(e) => record_error(&mut rep.per_filter[i], &e),
-            }
-        }
+        let (valid, valid_filters) = validated(filters, &mut rep);
         let table = match mode {
             Mode::Auto => TableSize::read(),
             Mode::Forced(_) => None,
         };
-        let valid_filters: Vec<Filter> = valid.iter().map(|&i| filters[i]).collect();
         let mut budget = self.cfg.max_deletes_per_call;
         for af in families(&valid_filters) {
             let idx: Vec<usize> = valid

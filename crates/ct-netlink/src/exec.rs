@@ -9,6 +9,20 @@ use nl_core::{AckWait, Control, NlaWriter, OnLoss, ReadError, ReadOpts};
 use nl_core::{NLM_F_DUMP, NLM_F_DUMP_FILTERED, NLM_F_REQUEST};
 use std::collections::HashSet;
 
+/// The filters that validate, by index, each refused one's error recorded in `rep`; and
+/// those filters themselves (in the same order).
+pub(crate) fn validated(filters: &[Filter], rep: &mut DeleteReport) -> (Vec<usize>, Vec<Filter>) {
+    let mut valid = Vec::with_capacity(filters.len());
+    for (i, f) in filters.iter().enumerate() {
+        match f.validate() {
+            Ok(()) => valid.push(i),
+            Err(e) => record_error(&mut rep.per_filter[i], &e),
+        }
+    }
+    let valid_filters = valid.iter().map(|&i| filters[i]).collect();
+    (valid, valid_filters)
+}
+
 /// Record an error on the filter it concerns: a timeout leaves the outcome unknown
 /// (incomplete), anything else is a failure with its errno.
 pub(crate) fn record_error(r: &mut FilterReport, e: &Error) {

@@ -4,7 +4,7 @@
 //! `delete.rs`).
 
 use crate::delete::{family_of_af, Mode};
-use crate::exec::{record_error, DelAnswer, KernelFilter};
+use crate::exec::{validated, DelAnswer, KernelFilter};
 use crate::filter::families;
 use crate::plan::TableSize;
 use crate::report::FamilyPlan;
@@ -141,18 +141,11 @@ impl Conntrack {
         // The dump strategies' accounting (walks, retries, per-filter errors) is the
         // delete report's; nothing is capped.
         let mut rep = DeleteReport::empty(Strategy::FilteredDump, filters);
-        let mut valid = Vec::with_capacity(filters.len());
-        for (i, f) in filters.iter().enumerate() {
-            match f.validate() {
-                Ok(()) => valid.push(i),
-                Err(e) => record_error(&mut rep.per_filter[i], &e),
-            }
-        }
+        let (valid, valid_filters) = validated(filters, &mut rep);
         let table = match mode {
             Mode::Auto => TableSize::read(),
             Mode::Forced(_) => None,
         };
-        let valid_filters: Vec<Filter> = valid.iter().map(|&i| filters[i]).collect();
         let mut flows = Vec::new();
         for af in families(&valid_filters) {
             let idx: Vec<usize> = valid

@@ -39,7 +39,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 
 use crate::gen::{endpoints, family_of, Case, Env};
-use crate::model::{frontends, slice_endpoints, Frontends};
+use crate::model::{frontends, hints_of, slice_endpoints, Frontends};
 
 mod table;
 #[cfg(test)]
@@ -420,23 +420,13 @@ fn slice_infos(
             .iter()
             .map(|e| {
                 let c = e.conditions.clone().unwrap_or_default();
-                let hints = e.hints.clone().unwrap_or_default();
+                let (zone_hints, node_hints) = hints_of(e);
                 EpInfo {
                     addresses: e.addresses.clone(),
                     node_name: e.node_name.clone(),
                     zone: e.zone.clone(),
-                    zone_hints: hints
-                        .for_zones
-                        .iter()
-                        .flatten()
-                        .map(|z| z.name.clone())
-                        .collect(),
-                    node_hints: hints
-                        .for_nodes
-                        .iter()
-                        .flatten()
-                        .map(|n| n.name.clone())
-                        .collect(),
+                    zone_hints,
+                    node_hints,
                     ready: c.ready.unwrap_or(true),
                     serving: c.serving.unwrap_or(true),
                     terminating: c.terminating.unwrap_or(false),

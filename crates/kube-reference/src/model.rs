@@ -153,6 +153,14 @@ pub fn cidr_contains(c: &(IpAddr, u8), a: &IpAddr) -> bool {
 
 /// Parse `a.b.c.d/n` (the API server accepts only canonical forms of ranges in new
 /// objects; anything else is ignored as upstream's parser ignores it).
+/// An endpoint's topology hints: the zones and the nodes named.
+pub(crate) fn hints_of(e: &discovery::Endpoint) -> (BTreeSet<String>, BTreeSet<String>) {
+    let hints = e.hints.clone().unwrap_or_default();
+    let zones = hints.for_zones.iter().flatten().map(|z| z.name.clone());
+    let nodes = hints.for_nodes.iter().flatten().map(|n| n.name.clone());
+    (zones.collect(), nodes.collect())
+}
+
 fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
     let (a, l) = s.trim().split_once('/')?;
     let a: IpAddr = a.parse().ok()?;
@@ -212,25 +220,15 @@ pub(crate) fn slice_endpoints(
                 }
                 let c = e.conditions.clone().unwrap_or_default();
                 let local = e.node_name.as_deref() == Some(env.node_name.as_str());
-                let hints = e.hints.clone().unwrap_or_default();
+                let (zone_hints, node_hints) = hints_of(e);
                 let ep = Ep {
                     addr: SocketAddr::new(a, num as u16),
                     local,
                     ready: c.ready.unwrap_or(true),
                     serving: c.serving.unwrap_or(true),
                     terminating: c.terminating.unwrap_or(false),
-                    zone_hints: hints
-                        .for_zones
-                        .iter()
-                        .flatten()
-                        .map(|z| z.name.clone())
-                        .collect(),
-                    node_hints: hints
-                        .for_nodes
-                        .iter()
-                        .flatten()
-                        .map(|n| n.name.clone())
-                        .collect(),
+                    zone_hints,
+                    node_hints,
                 };
                 if !set.contains_key(&ep.addr) || local {
                     set.insert(ep.addr, ep);

@@ -14,23 +14,7 @@ use nft_model::*;
 /// field is described by the expression nft would load it with: `ip daddr`, `ip6 daddr`,
 /// `meta l4proto`, `th dport`, `meta mark`, `meta iifname`, `numgen random mod 65536`.
 fn typeof_udata(s: &Set) -> Vec<u8> {
-    let order = |t: &[DataType]| -> u32 {
-        match t {
-            [one] if one.host_order() => BYTEORDER_HOST,
-            [_] => BYTEORDER_BIG,
-            _ => 0,
-        }
-    };
-    let mut u = Vec::new();
-    udata::put(&mut u, UDATA_SET_KEYBYTEORDER, &order(&s.key).to_ne_bytes());
-    // a map's data byte order (nft writes none for a set)
-    match &s.data {
-        Some(SetData::Values(t)) => {
-            udata::put(&mut u, UDATA_SET_DATABYTEORDER, &order(t).to_ne_bytes())
-        }
-        Some(SetData::Verdict) => udata::put(&mut u, UDATA_SET_DATABYTEORDER, &0u32.to_ne_bytes()),
-        None => {}
-    }
+    let mut u = byte_orders(s, false);
     udata::put(
         &mut u,
         UDATA_SET_KEY_TYPEOF,
@@ -110,22 +94,15 @@ fn typeof_field(t: DataType, saddr: bool) -> Vec<u8> {
     v
 }
 
-/// The userdata nft reads to print a set: key and data byte order (or nft's typeof
-/// declaration when a field is a `numgen` result), and the comment.
-pub(crate) fn set_udata(s: &Set) -> Vec<u8> {
-    let needs_typeof = s.key.contains(&DataType::HostInt32)
-        || matches!(&s.data, Some(SetData::Values(v)) if v.contains(&DataType::HostInt32));
-    if needs_typeof {
-        let mut u = typeof_udata(s);
-        if let Some(c) = &s.comment {
-            udata::put_str(&mut u, UDATA_SET_COMMENT, c);
-        }
-        return u;
-    }
+/// The key's and a map's data byte order as nft writes them (none for a set's data): host
+/// order for a single host-order field (and for a string, `ifname_host`, outside a typeof
+/// declaration), big endian for another single field, 0 for a concatenation.
+fn byte_orders(s: &Set, ifname_host: bool) -> Vec<u8> {
     let order = |t: &[DataType]| -> u32 {
         match t {
-            // nft treats strings (ifname) as host byte order too
-            [one] if one.host_order() || *one == DataType::Ifname => BYTEORDER_HOST,
+            [one] if one.host_order() || (ifname_host && *one == DataType::Ifname) => {
+                BYTEORDER_HOST
+            }
             [_] => BYTEORDER_BIG,
             _ => 0,
         }
@@ -139,6 +116,22 @@ pub(crate) fn set_udata(s: &Set) -> Vec<u8> {
         Some(SetData::Verdict) => udata::put(&mut u, UDATA_SET_DATABYTEORDER, &0u32.to_ne_bytes()),
         None => {}
     }
+    u
+}
+
+/// The userdata nft reads to print a set: key and data byte order (or nft's typeof
+/// declaration when a field is a `numgen` result), and the comment.
+pub(crate) fn set_udata(s: &Set) -> Vec<u8> {
+    let needs_typeof = s.key.contains(&DataType::HostInt32)
+        || matches!(&s.data, Some(SetData::Values(v)) if v.contains(&DataType::HostInt32));
+    if needs_typeof {
+        let mut u = typeof_udata(s);
+        if let Some(c) = &s.comment {
+            udata::put_str(&mut u, UDATA_SET_COMMENT, c);
+        }
+        return u;
+    }
+    let mut u = byte_orders(s, true);
     if let Some(c) = &s.comment {
         udata::put_str(&mut u, UDATA_SET_COMMENT, c);
     }

@@ -137,15 +137,15 @@ fn html_escape(s: &str) -> String {
     o
 }
 
-/// Go's `time.UnixDate` layout (`Mon Jan _2 15:04:05 MST 2006`) in UTC.
-pub fn unix_date(t: SystemTime) -> String {
+/// A UTC time as (days since 1970, seconds into the day, year, month, day): civil from
+/// days (Howard Hinnant's algorithm).
+fn civil(t: SystemTime) -> (i64, u64, i64, i64, i64) {
     let secs = t
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_secs();
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    // civil from days (Howard Hinnant)
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -155,6 +155,12 @@ pub fn unix_date(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
+    (days, rem, year, month, day)
+}
+
+/// Go's `time.UnixDate` layout (`Mon Jan _2 15:04:05 MST 2006`) in UTC.
+pub fn unix_date(t: SystemTime) -> String {
+    let (days, rem, year, month, day) = civil(t);
     const WD: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     const MO: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
@@ -199,21 +205,7 @@ pub fn statusz_text(s: &Statusz, now: SystemTime, delim: &str) -> String {
 
 /// RFC 3339 in UTC to the second, as `metav1.Time` marshals.
 fn rfc3339_seconds(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (_, rem, year, month, day) = civil(t);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,

@@ -14,19 +14,8 @@ use kube_reference::{Case, Model, Origin, Probe, Rng, Verdict};
 use ruleset::trace::{Fate, Trace};
 use ruleset::{Config, Packet};
 
-pub fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-/// `FUZZ_SEED`, else the clock (printed by the callers).
-pub fn start_seed() -> u64 {
-    env_u64("FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1)
-    })
-}
+#[allow(unused_imports)]
+pub use kube_reference::rng::{env_u64, start_seed};
 
 pub fn config(case: &Case) -> Config {
     serde_json::from_str(&case.env.config_json()).expect("the environment's NlproxyConfig")

@@ -44,6 +44,21 @@ impl Rng {
     }
 }
 
+/// A number from the environment variable `name` (a fuzzer's `FUZZ_CASES`, `FUZZ_SEED`...).
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// A fuzz run's first seed: `FUZZ_SEED`, else the clock (the caller prints it).
+pub fn start_seed() -> u64 {
+    env_u64("FUZZ_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,19 +76,4 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(Rng::new(7).next_u64(), Rng::new(8).next_u64());
     }
-}
-
-/// A number from the environment variable `name` (a fuzzer's `FUZZ_CASES`, `FUZZ_SEED`...).
-pub fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-/// A fuzz run's first seed: `FUZZ_SEED`, else the clock (the caller prints it).
-pub fn start_seed() -> u64 {
-    env_u64("FUZZ_SEED").unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(1)
-    })
 }

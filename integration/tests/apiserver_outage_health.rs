@@ -145,3 +145,52 @@ fn healthz_stays_up_through_a_hung_api_and_fails_only_for_a_change_left_unapplie
         d.log_text()
     );
 }
+
+/// The issue's case as operators run it: default settings (syncPeriod 30 s, so a health
+/// timeout of 60 s; the API client's own timeouts), and an API server that accepts
+/// requests and never answers them for 5 minutes, with nothing queued: `/healthz`
+/// answers 200 every second of it, and the rules stay. (Negative control: the first test's
+/// change reverted makes this one fail the same way, at about 90 s, as the issue saw.)
+#[test]
+fn healthz_stays_up_through_a_five_minute_hang_at_the_default_settings() {
+    const LONG_HANG: Duration = Duration::from_secs(300);
+    let server = ApiServer::start();
+    server.apply(node(NODE, "198.18.0.10"));
+    server.apply(service("demo", "web", "198.18.100.1", 80));
+    server.apply(slice("demo", "web", "web-1", &["198.18.64.11"], 8080, NODE));
+    let dir = TempDir::new("outage-health-5m");
+    let healthz = free_port();
+    let hz = format!("127.0.0.1:{healthz}");
+    let d = start_against_api(
+        daemon_binary!(),
+        &server.url(),
+        NODE,
+        &dir,
+        &["--healthz-bind-address", &hz],
+    );
+    let out = dir.path("ruleset.nft");
+    let health = || http_get(healthz, "/healthz").map(|(code, _, _)| code);
+    assert!(
+        wait_for(WAIT, || has_service(&read(&out), "198.18.100.1")),
+        "{}",
+        d.log_text()
+    );
+    assert!(wait_for(WAIT, || health() == Some(200)), "{}", d.log_text());
+    server.set_hang(true);
+    let hang = Instant::now();
+    let mut probes = 0;
+    while hang.elapsed() < LONG_HANG {
+        let at = hang.elapsed();
+        match health() {
+            Some(200) => probes += 1,
+            other => panic!(
+                "/healthz answered {other:?} {at:.1?} into a hang with nothing queued (defaults)\n--- log ---\n{}",
+                d.log_text()
+            ),
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(probes >= 250, "{probes} probes answered in 5 minutes");
+    assert!(has_service(&read(&out), "198.18.100.1"), "rules unchanged");
+    server.set_hang(false);
+}

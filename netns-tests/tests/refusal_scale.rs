@@ -42,8 +42,12 @@ impl NftKernel for Refusing {
         }
         NftKernel::commit(&mut self.inner, &out, genid)
     }
-    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
-        NftKernel::dump_table(&mut self.inner, t)
+    fn dump_table(
+        &mut self,
+        t: &TableRef,
+        others_only: &mut dyn FnMut(u32, u32) -> bool,
+    ) -> Result<Option<Table>, EngineError> {
+        NftKernel::dump_table(&mut self.inner, t, others_only)
     }
 }
 

@@ -69,7 +69,12 @@ impl NftKernel for FileSink {
         })
     }
 
-    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
+    /// (Nobody else writes the file's tables: the generation never moves under.)
+    fn dump_table(
+        &mut self,
+        t: &TableRef,
+        _others_only: &mut dyn FnMut(u32, u32) -> bool,
+    ) -> Result<Option<Table>, EngineError> {
         Ok(self
             .tables
             .iter()

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use nft_model::TableRef;
 pub use nft_wire::events::{
-    EventParser, Poll, Touch, NFNLGRP_NFTABLES, NFTA_GEN_PROC_NAME, NFTA_GEN_PROC_PID,
+    EventParser, Heard, Poll, Touch, NFNLGRP_NFTABLES, NFTA_GEN_PROC_NAME, NFTA_GEN_PROC_PID,
 };
 use nl_core::{NlSocket, SockConfig, NETLINK_NETFILTER};
 
@@ -84,9 +84,9 @@ impl Watcher {
         }
     }
 
-    /// Read every pending notification (never blocks, bounded per call). Returns the
-    /// transactions that touched our tables, and whether notifications were lost (then
-    /// anything may have happened).
+    /// Read every pending notification (never blocks, bounded per call). Returns every
+    /// transaction heard, those that touched our tables, and whether notifications were
+    /// lost (then anything may have happened).
     pub fn poll(&mut self) -> Poll {
         let mut out = Poll::default();
         for _ in 0..1024 {
@@ -94,7 +94,10 @@ impl Watcher {
                 Ok(0) => break,
                 Ok(_) => self.parser.feed(self.sock.data(), &mut out),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if nl_core::is_enobufs(&e) => out.overflow = true,
+                Err(e) if nl_core::is_enobufs(&e) => {
+                    out.overflow = true;
+                    self.parser.lost();
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "nftables event socket");
                     break;

@@ -27,11 +27,22 @@ pub struct Touch {
     pub proc_name: Option<String>,
 }
 
+/// One finished transaction heard, whatever it touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heard {
+    /// The generation the transaction produced.
+    pub genid: u32,
+    /// It touched a table we watch, or may have (notifications of it were lost).
+    pub ours: bool,
+}
+
 /// What a poll found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Poll {
     /// Transactions that touched our tables.
     pub touches: Vec<Touch>,
+    /// Every transaction heard, in order (those in `touches` too).
+    pub heard: Vec<Heard>,
     /// Notifications were lost (socket overflow): anything may have happened.
     pub overflow: bool,
 }
@@ -41,6 +52,9 @@ pub struct Poll {
 pub struct EventParser {
     tables: Vec<TableRef>,
     touched: bool,
+    /// Notifications were lost since the last NEWGEN: the transaction under way may have
+    /// touched our tables.
+    tainted: bool,
 }
 
 impl EventParser {
@@ -48,7 +62,14 @@ impl EventParser {
         EventParser {
             tables,
             touched: false,
+            tainted: false,
         }
+    }
+
+    /// Notifications were lost (the socket overflowed): the next transaction heard may
+    /// have touched our tables (its objects' notifications may be among the lost).
+    pub fn lost(&mut self) {
+        self.tainted = true;
     }
 
     /// Feed one datagram. Malformed messages and attributes are skipped.
@@ -73,7 +94,15 @@ impl EventParser {
                         _ => {}
                     }
                 }
-                if std::mem::take(&mut self.touched) {
+                let touched = std::mem::take(&mut self.touched);
+                let tainted = std::mem::take(&mut self.tainted);
+                if let Some(genid) = genid {
+                    out.heard.push(Heard {
+                        genid,
+                        ours: touched || tainted,
+                    });
+                }
+                if touched {
                     out.touches.push(Touch {
                         genid: genid.unwrap_or(0),
                         pid,
@@ -162,6 +191,34 @@ mod tests {
                 proc_name: Some("nft".into())
             }]
         );
+    }
+
+    #[test]
+    fn every_transaction_is_heard_with_whether_it_touched_ours() {
+        let ours = TableRef::new(Family::Ip, "kube-nlproxy");
+        let mut p = EventParser::new(vec![ours]);
+        let mut out = Poll::default();
+        let mut d = rule_in("filter", Family::Ip);
+        d.extend(newgen(7, 100, "nft"));
+        d.extend(rule_in("kube-nlproxy", Family::Ip));
+        d.extend(newgen(8, 100, "nft"));
+        // a transaction with no object notification (nothing but its generation)
+        d.extend(newgen(9, 100, "nft"));
+        p.feed(&d, &mut out);
+        let heard = |g, ours| Heard { genid: g, ours };
+        assert_eq!(
+            out.heard,
+            vec![heard(7, false), heard(8, true), heard(9, false)]
+        );
+        assert_eq!(out.touches.len(), 1);
+        // lost notifications: the next transaction may have touched ours (not a touch:
+        // the overflow is what the engine repairs for)
+        let mut out = Poll::default();
+        p.lost();
+        p.feed(&newgen(10, 100, "nft"), &mut out);
+        p.feed(&newgen(11, 100, "nft"), &mut out);
+        assert_eq!(out.heard, vec![heard(10, true), heard(11, false)]);
+        assert!(out.touches.is_empty());
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! one sync at a time by construction.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::{Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -12,6 +13,7 @@ use nft_model::{Op, Table};
 
 use crate::cleaner::{Cleaner, ToCleaner};
 use crate::cleanup::{Cleanup, CleanupConfig};
+use crate::heard::Heard;
 use crate::isolate::Skips;
 use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, Listening, NftKernel};
 use crate::schedule::{Periods, Schedule};
@@ -60,6 +62,10 @@ impl Drop for BesideTx {
 /// How many of our latest commits' generations are remembered (to tell our own
 /// commits from another program's in the nftables notifications).
 const OUR_GENERATIONS: usize = 64;
+
+/// How long the engine waits for the watcher to hear a generation it read (the kernel
+/// queued the notifications before answering; the watcher thread only has to read them).
+pub(crate) const HEARD_WAIT: Duration = Duration::from_millis(50);
 
 /// The sync engine (see the crate docs and docs/sync.md).
 pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
@@ -121,9 +127,12 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) started_wall: SystemTime,
     /// Conflicts between services in the committed rules (logged once each).
     pub(crate) conflicts: std::collections::BTreeSet<String>,
-    /// The watcher's subscription, dropped for the time of each of our commits (None: no
-    /// watcher, or it could not be taken again once).
+    /// The watcher's subscription, dropped for the time of each of our large commits
+    /// (None: no watcher, or it could not be taken again once).
     pub(crate) listening: Option<Box<dyn Listening>>,
+    /// Every transaction the watcher heard (None: no watcher): tells other programs'
+    /// commits to their own tables from a reason to read ours back.
+    pub(crate) heard: Option<Arc<Heard>>,
 }
 
 impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
@@ -198,6 +207,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             started_wall: SystemTime::now(),
             conflicts: Default::default(),
             listening: None,
+            heard: None,
         }
     }
 
@@ -353,6 +363,25 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// ([`Listening`]).
     pub fn quiet_own_commits(&mut self, l: Box<dyn Listening>) {
         self.listening = Some(l);
+    }
+
+    /// What the watcher hears, written by its thread (see [`Heard`]).
+    pub fn hear(&mut self, heard: Arc<Heard>) {
+        self.heard = Some(heard);
+    }
+
+    /// Whether every transaction after generation `from` up to `to` was ours or another
+    /// program's that touched none of our tables (false when nothing was heard).
+    pub(crate) fn others_only(&self, from: u32, to: u32) -> bool {
+        let Some(h) = &self.heard else {
+            return from == to;
+        };
+        let ours = &self.our_gens;
+        let moved_on = h.others_only(from, to, &|g| ours.contains(&g), HEARD_WAIT);
+        if moved_on && from != to {
+            tracing::trace!(from, to, "only other programs' tables changed meanwhile");
+        }
+        moved_on
     }
 
     /// The nftables watcher was just opened: whatever another program committed

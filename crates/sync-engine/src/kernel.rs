@@ -23,14 +23,23 @@ pub struct CommitStats {
 pub trait NftKernel {
     fn generation(&mut self) -> Result<u32, EngineError>;
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError>;
-    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError>;
+    /// Our table `t` as the kernel holds it (None: absent). A dump the generation moved
+    /// under (from `before` to `after`) is still good when `others_only(before, after)`
+    /// (every transaction in between touched other tables only: [`crate::Heard`]).
+    fn dump_table(
+        &mut self,
+        t: &TableRef,
+        others_only: &mut dyn FnMut(u32, u32) -> bool,
+    ) -> Result<Option<Table>, EngineError>;
 }
 
 /// The nftables watcher's subscription to notifications, dropped (`set(false)`) right
-/// before each of our commits and taken again (`set(true)`) right after it, before the
-/// generation is read: the kernel builds a notification per element of a commit only
+/// before each of our large commits and taken again (`set(true)`) right after it, before
+/// the generation is read: the kernel builds a notification per element of a commit only
 /// while some socket on the machine listens, and the engine needs none of its own. A
-/// commit by another program while it was dropped shows in that generation (a repair).
+/// commit by another program while it was dropped is not heard, so it shows in that
+/// generation as a reason to read our tables back. Small commits stay heard: another
+/// program's commit waiting for ours is then told apart.
 pub trait Listening: Send {
     fn set(&self, on: bool) -> std::io::Result<()>;
 }
@@ -52,8 +61,12 @@ impl NftKernel for nft_netlink::Nft {
             bytes: r.bytes,
         })
     }
-    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
-        Ok(nft_netlink::Nft::dump_table(self, t)?)
+    fn dump_table(
+        &mut self,
+        t: &TableRef,
+        others_only: &mut dyn FnMut(u32, u32) -> bool,
+    ) -> Result<Option<Table>, EngineError> {
+        Ok(nft_netlink::Nft::dump_table_judged(self, t, others_only)?)
     }
 }
 

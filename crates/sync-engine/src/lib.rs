@@ -33,6 +33,7 @@ pub mod compile;
 mod conntrack;
 mod ctnetlink;
 pub mod engine;
+pub mod heard;
 pub mod isolate;
 pub mod kernel;
 pub mod plan;
@@ -52,6 +53,7 @@ pub use k8s_openapi;
 use std::time::Instant;
 
 pub use engine::{Engine, SideCommits, Work};
+pub use heard::Heard;
 pub use kernel::ConntrackOpener;
 pub use kernel::{
     Clock, CommitStats, ConntrackKernel, FlowEvents, Listening, NftKernel, Received, SystemClock,
@@ -142,6 +144,10 @@ pub struct EngineConfig {
     /// nodePortAddresses): the engine then publishes them in the status
     /// (`Status::localhost_node_ports`). Empty by default.
     pub localhost_node_port_families: Vec<kube_model::IpFamily>,
+    /// Commits of more operations than this are made with the nftables watcher's
+    /// subscription dropped (the kernel then builds no notification of our elements);
+    /// smaller ones are heard, and another program's commit right after them told apart.
+    pub quiet_above_ops: usize,
 }
 
 impl Default for EngineConfig {
@@ -160,6 +166,7 @@ impl Default for EngineConfig {
             repair_max: Duration::from_secs(30),
             repair_quiet: Duration::from_secs(60),
             localhost_node_port_families: Vec::new(),
+            quiet_above_ops: 2_000,
         }
     }
 }

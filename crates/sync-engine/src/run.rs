@@ -5,11 +5,13 @@
 //! with its event reader `ct-events`): it is told of every commit and never delays a
 //! sync.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use flume::{Receiver, RecvTimeoutError, Sender};
 
 use crate::engine::Engine;
+use crate::heard::Heard;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel, SystemClock};
 use crate::stoppable::Stoppable;
 use crate::{cleaner, our_tables, watch, CleanupReport, EngineConfig, EngineError, Event};
@@ -72,36 +74,35 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
             }
         }
     }
-    // The watcher listens from our first commit on: that commit creates every element
-    // of the ruleset, and a listener would make the kernel build one notification per
-    // element (its time is the commit's, and they overflow the socket at scale).
-    // Whatever happened before it listens shows in the generation
-    // (`Engine::watcher_opened`).
+    // The watcher listens from the start: a dump of our tables that other programs'
+    // commits to their own tables moved the generation under is then still good. The
+    // first commit of a cold start creates every element of the ruleset: a listener
+    // would make the kernel build one notification per element (its time is the
+    // commit's, and they overflow the socket at scale), so large commits are made with
+    // the subscription dropped (`Engine::quiet_own_commits`).
     // (held until the loop returns: dropping it stops and joins the thread)
     let mut _watcher: Option<WatcherThread> = None;
-    let mut want_watcher = engine.config().watch_tamper;
     // the watcher thread's notifications (the sender is the thread's once it runs)
     let (note_tx, notes) = flume::bounded::<watch::Poll>(64);
     let mut notes = Some(notes);
-    let mut note_tx = Some(note_tx);
-    loop {
-        let worked = engine.step().is_some();
-        if want_watcher && engine.has_committed() {
-            want_watcher = false;
-            match note_tx.take().map(WatcherThread::start) {
-                Some(Ok(mut w)) => {
-                    if let Some(m) = w.membership.take() {
-                        engine.quiet_own_commits(Box::new(m));
-                    }
-                    _watcher = Some(w);
-                    engine.watcher_opened();
+    if engine.config().watch_tamper {
+        let heard = Arc::new(Heard::new());
+        match WatcherThread::start(note_tx, heard.clone()) {
+            Ok(mut w) => {
+                if let Some(m) = w.membership.take() {
+                    engine.quiet_own_commits(Box::new(m));
                 }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
-                }
-                None => {}
+                engine.hear(heard);
+                _watcher = Some(w);
+                engine.watcher_opened();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
             }
         }
+    }
+    loop {
+        let worked = engine.step().is_some();
         let now = engine.clock().now();
         let wait = if worked {
             // More may be due at once: only take what already arrived.
@@ -166,8 +167,8 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
 }
 
 /// The nftables watcher on a thread of its own (its socket opened in the loop's
-/// namespace): it blocks on the socket and sends what touched our tables. Stopped
-/// (and joined) when dropped.
+/// namespace): it blocks on the socket, records every transaction it hears
+/// ([`Heard`]) and sends what touched our tables. Stopped (and joined) when dropped.
 struct WatcherThread {
     _thread: Stoppable,
     /// Its socket's subscription, for the engine (None: the socket could not be
@@ -176,7 +177,7 @@ struct WatcherThread {
 }
 
 impl WatcherThread {
-    fn start(tx: Sender<watch::Poll>) -> std::io::Result<WatcherThread> {
+    fn start(tx: Sender<watch::Poll>, heard: Arc<Heard>) -> std::io::Result<WatcherThread> {
         let mut w = watch::Watcher::open(our_tables())?;
         let membership = w
             .membership()
@@ -185,8 +186,9 @@ impl WatcherThread {
         let thread = Stoppable::start("nft-watch", move |stop| loop {
             match w.wait(stop) {
                 Ok(None) => return,
-                Ok(Some(p)) if p.touches.is_empty() && !p.overflow => {}
+                Ok(Some(p)) if p.touches.is_empty() && !p.overflow => heard.record(&p),
                 Ok(Some(p)) => {
+                    heard.record(&p);
                     if tx.send(p).is_err() {
                         return;
                     }

@@ -18,6 +18,13 @@ use crate::{compile, isolate, next_generation, our_tables, EngineError, SyncRepo
 /// blame on, before it replaces our tables.
 const MAX_EXCLUSIONS: usize = 4;
 
+/// How often one commit is planned again after the generation moved under it: read
+/// back (the generation moved for an unknown reason) ...
+const MAX_READS: usize = 3;
+/// ... and in all (the others only moved it for other programs' tables: planned again
+/// from what we know, at no cost).
+const MAX_TRIES: usize = 20;
+
 /// Why a commit did not happen.
 pub(crate) enum Failure {
     /// The kernel refused the batch (it changed nothing): the batch and the answer.
@@ -171,10 +178,11 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// Plan and commit one batch, guarded by the generation it was planned against
     /// (re-planned when the generation moved meanwhile, up to three times).
     pub(crate) fn commit(&mut self, replace: bool) -> Result<Committed, Failure> {
-        let mut tries = 0;
+        let (mut tries, mut reads) = (0, 0);
         loop {
             tries += 1;
             let kernel = self.read_kernel().map_err(Failure::Other)?;
+            reads += usize::from(matches!(kernel, Kernel::Read { .. }));
             if let (Kernel::Read { tables, .. }, Some(c)) = (&kernel, self.compiler.as_mut()) {
                 // the set sizes our tables hold, where still enough: a diff from them
                 // declares no set again for its size alone
@@ -191,11 +199,17 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             match result {
                 Ok(stats) => return Ok(self.take_commit(plan, stats, t.elapsed())),
                 Err(EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. }))
-                    if tries < 3 =>
+                    if reads < MAX_READS && tries < MAX_TRIES =>
                 {
-                    tracing::debug!("ruleset changed under us; re-reading and retrying");
                     self.ct_aborted();
-                    self.trust = None;
+                    // another program's commit to its own tables leaves ours as planned
+                    let now = self.nft.generation().map_err(Failure::Other)?;
+                    if !self.others_only(plan.genid, now) {
+                        tracing::debug!("ruleset changed under us; re-reading and retrying");
+                        self.trust = None;
+                    } else if self.trust == Some(plan.genid) {
+                        self.trust = Some(now);
+                    }
                 }
                 Err(e) if e.is_rejection() => {
                     self.ct_aborted();
@@ -222,12 +236,25 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// as read back.
     fn read_kernel(&mut self) -> Result<Kernel, EngineError> {
         let genid = self.nft.generation()?;
+        if let Some(ours) = self.trust.filter(|g| *g != genid) {
+            if self.step_ops.is_some() && self.others_only(ours, genid) {
+                self.trust = Some(genid);
+            }
+        }
         if self.trust == Some(genid) && self.step_ops.is_some() {
             return Ok(Kernel::Trusted { genid });
         }
+        // a dump the generation moved under is good when only other tables changed
+        let heard = self.heard.clone();
+        let our_gens = self.our_gens.clone();
+        let mut others_only = |a: u32, b: u32| {
+            heard.as_ref().is_some_and(|h| {
+                h.others_only(a, b, &|g| our_gens.contains(&g), crate::engine::HEARD_WAIT)
+            })
+        };
         let mut tables = Vec::new();
         for t in our_tables() {
-            let b = match self.nft.dump_table(&t) {
+            let b = match self.nft.dump_table(&t, &mut others_only) {
                 Ok(tab) => Base::Known(tab),
                 Err(EngineError::Nft(e @ nft_netlink::NftError::Decode { .. })) => {
                     tracing::warn!(family = t.family.nft_name(), table = %t.name, error = %e,
@@ -259,11 +286,12 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         Ok(plan::plan(kernel, &want))
     }
 
-    /// Commit with the watcher's subscription dropped (see [`crate::kernel::Listening`]), taken again
-    /// before anything else reads the kernel. If it cannot be taken again, the watcher
+    /// Commit; a large batch with the watcher's subscription dropped (see
+    /// [`crate::kernel::Listening`]), taken again before anything else reads the kernel. If it cannot be taken again, the watcher
     /// is deaf from then on: logged, and the periodic resyncs are what remains.
     fn commit_unheard(&mut self, ops: &[Op], genid: u32) -> Result<CommitStats, EngineError> {
-        let dropped = match self.listening.as_ref().map(|l| l.set(false)) {
+        let quiet = (self.listening.as_ref()).filter(|_| ops.len() > self.cfg.quiet_above_ops);
+        let dropped = match quiet.map(|l| l.set(false)) {
             Some(Ok(())) => true,
             Some(Err(e)) => {
                 tracing::debug!(error = %e, "cannot drop the nftables watcher's subscription; committing heard");
@@ -293,6 +321,8 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             self.trust = Some(expected);
             match self.nft.generation() {
                 Ok(g) if g == expected => {}
+                // others committed right after us, to their own tables only
+                Ok(g) if self.others_only(expected, g) => self.trust = Some(g),
                 // Someone committed right after us: verify on the next sync.
                 Ok(_) => followup = Followup::Repair,
                 Err(e) => {

@@ -1,6 +1,8 @@
-//! The watcher's subscription is dropped for the time of each of our commits (so the
-//! kernel builds no notification of our own elements) and taken again before the
-//! generation is read: a commit by another program meanwhile is still caught.
+//! The watcher's subscription is dropped for the time of each of our large commits (so
+//! the kernel builds no notification of our own elements) and taken again before the
+//! generation is read: a commit by another program meanwhile is still caught. Small
+//! commits are made heard (then another program's commit right after ours is heard too,
+//! and told apart: tests/neighbour.rs).
 
 mod common;
 
@@ -13,8 +15,13 @@ fn take(w: &World) -> Vec<&'static str> {
     std::mem::take(&mut *w.kernel_log.lock().unwrap())
 }
 
+/// An engine that drops the subscription for every commit (`quiet_above_ops` 0).
 fn synced_engine(w: &World) -> Engine<FakeNft, FakeCt, FakeClock> {
-    let mut e = w.engine(true);
+    let cfg = EngineConfig {
+        quiet_above_ops: 0,
+        ..w.config(true)
+    };
+    let mut e = w.engine_with(cfg);
     e.handle(Event::ServiceApplied(udp_lb()));
     listed(&mut e);
     e.sync().unwrap();
@@ -78,6 +85,21 @@ fn a_subscription_that_cannot_be_taken_again_is_given_up() {
     // given up: later commits are made heard, without dropping it again
     *w.listen_fails.lock().unwrap() = false;
     endpoint_change(&w, &mut e, "198.18.2.3");
+    e.sync().unwrap();
+    let log = take(&w);
+    assert!(log.contains(&"commit") && !log.contains(&"drop"), "{log:?}");
+}
+
+#[test]
+fn small_commits_are_made_heard() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    assert_eq!(e.config().quiet_above_ops, 2_000);
+    e.handle(Event::ServiceApplied(udp_lb()));
+    listed(&mut e);
+    e.quiet_own_commits(Box::new(w.listening()));
+    e.sync().unwrap();
+    endpoint_change(&w, &mut e, "198.18.2.2");
     e.sync().unwrap();
     let log = take(&w);
     assert!(log.contains(&"commit") && !log.contains(&"drop"), "{log:?}");

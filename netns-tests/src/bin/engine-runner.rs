@@ -210,8 +210,12 @@ impl NftKernel for Rejecting {
         self.committed_once = true;
         Ok(r)
     }
-    fn dump_table(&mut self, t: &TableRef) -> Result<Option<Table>, EngineError> {
-        NftKernel::dump_table(&mut self.inner, t)
+    fn dump_table(
+        &mut self,
+        t: &TableRef,
+        others_only: &mut dyn FnMut(u32, u32) -> bool,
+    ) -> Result<Option<Table>, EngineError> {
+        NftKernel::dump_table(&mut self.inner, t, others_only)
     }
 }
 

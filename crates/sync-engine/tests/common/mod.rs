@@ -51,6 +51,46 @@ pub struct FakeNft {
     /// Every commit call and generation read, in order, with the watcher's subscription
     /// changes ([`FakeListening`]).
     pub kernel_log: Arc<Mutex<Vec<&'static str>>>,
+    pub neighbour: Neighbour,
+}
+
+/// Another program committing to a table of its own (not ours): what the watcher hears
+/// of it goes into `heard` (when `heard_too`).
+#[derive(Clone, Default)]
+pub struct Neighbour {
+    pub heard: Arc<Heard>,
+    /// Its commits are heard (false: the watcher missed them, e.g. not listening).
+    pub heard_too: Arc<Mutex<bool>>,
+    /// It commits right before each of our next commits (after we read the generation):
+    /// our batch's generation guard fails.
+    pub before_commit: Arc<Mutex<u32>>,
+    /// It commits right after our next commits.
+    pub after_commit: Arc<Mutex<u32>>,
+    /// It commits during each of our next dumps.
+    pub during_dump: Arc<Mutex<u32>>,
+}
+
+impl Neighbour {
+    /// One commit of the neighbour's, on top of generation `gen`.
+    pub fn commit(&self, gen: &Mutex<u32>) {
+        let mut g = gen.lock().unwrap();
+        *g = next_generation(*g);
+        if *self.heard_too.lock().unwrap() {
+            self.heard.record(&watch::Poll {
+                heard: vec![watch::Heard {
+                    genid: *g,
+                    ours: false,
+                }],
+                ..Default::default()
+            });
+        }
+    }
+    fn take(n: &Mutex<u32>) -> bool {
+        let mut n = n.lock().unwrap();
+        let due = *n > 0;
+        *n = n.saturating_sub(1);
+        due
+    }
 }
 
 /// Whether an element key starts with the address `addr` (text; false if not one).
@@ -119,6 +159,9 @@ impl NftKernel for FakeNft {
     }
     fn commit(&mut self, ops: &[Op], genid: Option<u32>) -> Result<CommitStats, EngineError> {
         self.kernel_log.lock().unwrap().push("commit");
+        if Neighbour::take(&self.neighbour.before_commit) {
+            self.neighbour.commit(&self.gen);
+        }
         let next = match self.process(ops, genid) {
             Err(e @ EngineError::Nft(nft_netlink::NftError::GenerationChanged { .. })) => {
                 return Err(e)
@@ -151,6 +194,10 @@ impl NftKernel for FakeNft {
         if std::mem::take(&mut *self.foreign_after_commit.lock().unwrap()) {
             *g = next_generation(*g);
         }
+        drop(g);
+        if Neighbour::take(&self.neighbour.after_commit) {
+            self.neighbour.commit(&self.gen);
+        }
         self.log
             .lock()
             .unwrap()
@@ -165,15 +212,34 @@ impl NftKernel for FakeNft {
             bytes: ops.len() * 100,
         })
     }
-    fn dump_table(&mut self, r: &TableRef) -> Result<Option<Table>, EngineError> {
-        *self.dumps.lock().unwrap() += 1;
-        Ok(self
-            .tables
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|t| t.family == r.family && t.name == r.name)
-            .cloned())
+    /// As `nft_netlink::Nft::dump_table_judged`: a dump the neighbour committed during
+    /// is taken when the judge says only other tables changed, else tried again (8 tries).
+    fn dump_table(
+        &mut self,
+        r: &TableRef,
+        others_only: &mut dyn FnMut(u32, u32) -> bool,
+    ) -> Result<Option<Table>, EngineError> {
+        for _ in 0..8 {
+            *self.dumps.lock().unwrap() += 1;
+            let before = *self.gen.lock().unwrap();
+            if Neighbour::take(&self.neighbour.during_dump) {
+                self.neighbour.commit(&self.gen);
+            }
+            let after = *self.gen.lock().unwrap();
+            if before == after || others_only(before, after) {
+                return Ok(self
+                    .tables
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|t| t.family == r.family && t.name == r.name)
+                    .cloned());
+            }
+        }
+        Err(EngineError::Nft(nft_netlink::NftError::DumpUnstable {
+            what: format!("table {}", r.name),
+            tries: 8,
+        }))
     }
 }
 
@@ -340,6 +406,7 @@ pub struct World {
     pub kernel_log: Arc<Mutex<Vec<&'static str>>>,
     /// The watcher's subscription cannot be taken again.
     pub listen_fails: Arc<Mutex<bool>>,
+    pub neighbour: Neighbour,
     pub clock: FakeClock,
 }
 
@@ -363,6 +430,7 @@ impl World {
             refuse_next: Arc::default(),
             kernel_log: Arc::default(),
             listen_fails: Arc::default(),
+            neighbour: Neighbour::default(),
             clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
         }
     }
@@ -394,6 +462,7 @@ impl World {
             refuse_rules_in: self.refuse_rules_in.clone(),
             refuse_next: self.refuse_next.clone(),
             kernel_log: self.kernel_log.clone(),
+            neighbour: self.neighbour.clone(),
         }
     }
     /// The watcher's subscription, recording into the kernel log.

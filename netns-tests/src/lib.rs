@@ -16,6 +16,7 @@ pub mod ct;
 pub mod engine;
 pub mod fuzz_world;
 pub mod host_firewalls;
+pub mod neighbour;
 pub mod oracle;
 pub mod sample;
 pub mod transport;

@@ -387,6 +387,12 @@ impl Daemon {
         }
     }
 
+    /// How many lines from index `from` on contain `pat`.
+    pub fn count_matching(&self, from: usize, pat: &str) -> usize {
+        let g = self.lines.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.iter().skip(from).filter(|(_, l)| l.contains(pat)).count()
+    }
+
     /// The last `n` lines (for a failure message).
     pub fn tail(&self, n: usize) -> String {
         let g = self.lines.0.lock().unwrap_or_else(|e| e.into_inner());

@@ -26,6 +26,9 @@ pub struct Opts {
     /// `first-packet`: fresh connections per setup, and tables loaded by hand as more setups.
     pub connections: usize,
     pub nft_files: Vec<PathBuf>,
+    /// `change --shape prod`: another nftables writer committing this many times a
+    /// second to its own table, in every other run (`scenarios::neighbour`).
+    pub neighbour: Option<u32>,
 }
 
 fn list(v: &str, flag: &str) -> Result<Vec<u32>, String> {
@@ -52,6 +55,7 @@ pub fn parse_args() -> Result<Opts, String> {
         ct_entries: 1_000_000,
         connections: 20_000,
         nft_files: Vec::new(),
+        neighbour: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -90,6 +94,9 @@ pub fn parse_args() -> Result<Opts, String> {
                 o.connections = val()?.parse().map_err(|e| format!("--connections: {e}"))?
             }
             "--nft-file" => o.nft_files.push(PathBuf::from(val()?)),
+            "--neighbour" => {
+                o.neighbour = Some(val()?.parse().map_err(|e| format!("--neighbour: {e}"))?)
+            }
             "--seed" => o.seed = val()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--nodes" => o.nodes = val()?.parse().map_err(|e| format!("--nodes: {e}"))?,
             "--changes" => o.changes = val()?.parse().map_err(|e| format!("--changes: {e}"))?,

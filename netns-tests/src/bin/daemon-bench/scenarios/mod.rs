@@ -12,6 +12,7 @@ pub mod first_packet;
 pub mod fleet;
 pub mod fleet_hosts;
 pub mod idle;
+pub mod neighbour;
 pub mod peers;
 pub mod prod;
 pub mod stale;

@@ -289,8 +289,15 @@ pub fn change_prod(o: &Opts) {
             println!("   the probe service does not answer:\n{}", d.tail(10));
             continue;
         }
+        if let Some(rate) = o.neighbour {
+            super::neighbour::idle(&d, &h.node, n, rate, o.seconds);
+        }
         let mut samples: Vec<Vec<Sample>> = vec![vec![]; KINDS.len()];
+        let mut with_neighbour: Vec<Vec<Sample>> = vec![vec![]; KINDS.len()];
+        let mut failed_with = 0;
         for r in 0..o.runs {
+            let nb = super::neighbour::for_run(&h.node, o.neighbour, r);
+            let run_from = d.count();
             let x = if r % 2 == 0 { EPS[1] } else { EPS[2] };
             let new_svc = format!("probe-new-{r}");
             let new_vip = format!("198.18.241.{}", 1 + r % 250);
@@ -406,7 +413,8 @@ pub fn change_prod(o: &Opts) {
                 match g {
                     Some(s) => {
                         println!(
-                            "   {n} run {r}: {:<21} event->kernel {:8.3} ms, event->first packet {}, daemon event->ACK {} ms, {} element notes{}  [load {}]",
+                            "   {n} run {r}{}: {:<21} event->kernel {:8.3} ms, event->first packet {}, daemon event->ACK {} ms, {} element notes{}  [load {}]",
+                            if nb.is_some() { " (neighbour)" } else { "" },
                             KINDS[k],
                             s.kernel,
                             s.first_packet.map_or("?".into(), |f| format!("{f:8.3} ms")),
@@ -415,11 +423,21 @@ pub fn change_prod(o: &Opts) {
                             if s.held { " (after a periodic sync: may wait for minSyncPeriod)" } else { "" },
                             loadavg()
                         );
-                        samples[k].push(*s);
+                        if nb.is_some() {
+                            with_neighbour[k].push(*s);
+                        } else {
+                            samples[k].push(*s);
+                        }
                     }
                     None => println!("   {n} run {r}: {:<21} not measured", KINDS[k]),
                 }
             }
+            if nb.is_some() {
+                failed_with += d.count_matching(run_from, "sync failed");
+            }
+        }
+        if o.neighbour.is_some() {
+            super::neighbour::compare(n, &samples, &with_neighbour, failed_with);
         }
         println!(
             "   {n}: daemon VmHWM {:.0} MiB",

@@ -192,13 +192,25 @@ impl Cluster {
 }
 
 /// The endpoints of one service port in one family, from its slices: the slice port with
-/// the same name and protocol gives the target port. Deduplicated by address and port
-/// (the first slice, in name order, wins) and sorted.
+/// the same name and protocol gives the target port. Sorted, one per address and port.
+///
+/// The same address may be listed more than once (an endpoint the EndpointSlice controller
+/// is moving between slices, a pod address reused while the old pod is still
+/// terminating). As kube-proxy 1.36+ does, a copy that is not terminating is preferred to
+/// a terminating one. Where kube-proxy leaves the choice to Go's map order (two copies
+/// both terminating or both not), the copy on `node_name` is preferred, as kube-proxy did
+/// before 1.36, then the first slice in name order (decision 0016).
 pub fn resolve_endpoints(
     slices: &[&EndpointSlice],
     port: &ServicePort,
     family: IpFamily,
+    node_name: &str,
 ) -> Vec<ResolvedEndpoint> {
+    // Lower is preferred: (terminating, not on this node).
+    let rank = |terminating: bool, node: Option<&str>| {
+        let local = !node_name.is_empty() && node == Some(node_name);
+        (terminating, !local)
+    };
     let mut out: BTreeMap<(std::net::IpAddr, u16), ResolvedEndpoint> = BTreeMap::new();
     for s in slices.iter().filter(|s| s.family == family) {
         let Some(sp) = s
@@ -209,8 +221,16 @@ pub fn resolve_endpoints(
             continue;
         };
         for ep in &s.endpoints {
-            out.entry((ep.addr, sp.port))
-                .or_insert_with(|| ResolvedEndpoint {
+            let key = (ep.addr, sp.port);
+            if let Some(have) = out.get(&key) {
+                let new = rank(ep.terminating, ep.node_name.as_deref());
+                if new >= rank(have.terminating, have.node_name.as_deref()) {
+                    continue;
+                }
+            }
+            out.insert(
+                key,
+                ResolvedEndpoint {
                     addr: ep.addr,
                     port: sp.port,
                     ready: ep.ready,
@@ -219,7 +239,8 @@ pub fn resolve_endpoints(
                     node_name: ep.node_name.as_deref().map(str::to_string),
                     zone_hints: ep.zone_hints().clone(),
                     node_hints: ep.node_hints().clone(),
-                });
+                },
+            );
         }
     }
     out.into_values().collect()

@@ -569,7 +569,17 @@ pub(crate) fn slices_for(
         let nslices = rng.below(4);
         for j in 0..nslices {
             let mut ports = Vec::new();
-            for p in spec.ports.iter().flatten() {
+            // Half the later slices of a family carry the ports of an earlier one, so an
+            // endpoint listed in both is a duplicate for the proxy (same address and port).
+            let earlier: Vec<&discovery::EndpointSlice> = out
+                .iter()
+                .filter(|s| s.address_type == ["IPv4", "IPv6"][fam])
+                .collect();
+            let inherit = !earlier.is_empty() && rng.chance(50);
+            if inherit {
+                ports = rng.pick(&earlier).ports.clone().unwrap_or_default();
+            }
+            for p in spec.ports.iter().flatten().filter(|_| !inherit) {
                 if rng.chance(85) {
                     ports.push(discovery::EndpointPort {
                         name: Some(p.name.clone().unwrap_or_default()),
@@ -579,7 +589,7 @@ pub(crate) fn slices_for(
                     });
                 }
             }
-            if rng.chance(10) {
+            if !inherit && rng.chance(10) {
                 ports.push(discovery::EndpointPort {
                     name: Some("unused".into()),
                     protocol: Some("TCP".into()),
@@ -596,11 +606,29 @@ pub(crate) fn slices_for(
             let mut addrs = BTreeSet::new();
             for _ in 0..neps {
                 if !out.is_empty() && rng.chance(10) {
-                    // the same endpoint in two slices (same conditions, as a controller
-                    // writes it while it moves an endpoint between slices)
+                    // the same address in two slices: as a controller writes it while it
+                    // moves an endpoint between slices (a verbatim copy), or another pod
+                    // given the address of one still terminating (another node, zone,
+                    // hints, conditions)
                     let prev = rng.pick(&out);
                     if prev.address_type == ["IPv4", "IPv6"][fam] && !endpoints(prev).is_empty() {
-                        let e = rng.pick(endpoints(prev)).clone();
+                        let mut e = rng.pick(endpoints(prev)).clone();
+                        if rng.chance(50) {
+                            e.node_name = match rng.below(3) {
+                                0 => None,
+                                1 => Some(env.node_name.clone()),
+                                _ => Some("node-b".into()),
+                            };
+                            e.zone = rng.chance(50).then(|| "zone-b".to_string());
+                            if rng.chance(50) {
+                                e.hints = None;
+                            }
+                            e.conditions = Some(discovery::EndpointConditions {
+                                ready: rng.tristate(),
+                                serving: rng.tristate(),
+                                terminating: rng.tristate(),
+                            });
+                        }
                         if addrs.insert(e.addresses[0].clone()) {
                             eps.push(e);
                         }

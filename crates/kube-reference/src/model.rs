@@ -189,7 +189,9 @@ pub(crate) fn slice_endpoints(
     slices: &[discovery::EndpointSlice],
 ) -> Vec<Ep> {
     let mut set: BTreeMap<SocketAddr, Ep> = BTreeMap::new();
-    for sl in slices {
+    let mut by_name: Vec<&discovery::EndpointSlice> = slices.iter().collect();
+    by_name.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    for sl in by_name {
         if sl.metadata.namespace.as_deref().unwrap_or("default") != ns {
             continue;
         }
@@ -230,7 +232,16 @@ pub(crate) fn slice_endpoints(
                     zone_hints,
                     node_hints,
                 };
-                if !set.contains_key(&ep.addr) || local {
+                // kube-proxy 1.36+ (endpointslicecache.go, addEndpoints): a copy that is
+                // not terminating replaces an earlier one. Its slices come from a Go map,
+                // so which of two alike copies wins is left open there; decision 0016
+                // closes it: the copy on this node, then the first slice by name.
+                let replace = match set.get(&ep.addr) {
+                    None => true,
+                    Some(have) if have.terminating != ep.terminating => !ep.terminating,
+                    Some(have) => ep.local && !have.local,
+                };
+                if replace {
                     set.insert(ep.addr, ep);
                 }
             }

@@ -48,7 +48,7 @@ fn snapshot(c: &Cluster) -> Snapshot {
         let slices: Vec<_> = c.slices_of(&svc.key).collect();
         for p in svc.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
             for fam in [IpFamily::V4, IpFamily::V6] {
-                let eps: BTreeSet<_> = resolve_endpoints(&slices, p, fam)
+                let eps: BTreeSet<_> = resolve_endpoints(&slices, p, fam, "")
                     .into_iter()
                     .filter(|e| e.ready || e.serving)
                     .map(|e| (e.addr, e.port))

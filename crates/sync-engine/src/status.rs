@@ -121,7 +121,7 @@ pub fn localhost_node_ports_of(
             if svc.cluster_ip(*family).is_none() {
                 continue;
             }
-            let cat = categorize(&resolve_endpoints(&slices, port, *family), node, zone);
+            let cat = categorize(&resolve_endpoints(&slices, port, *family, node), node, zone);
             let eps = if svc.external_traffic_policy == TrafficPolicy::Local {
                 cat.local
             } else {

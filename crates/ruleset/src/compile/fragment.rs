@@ -99,7 +99,7 @@ pub fn fragment(
 ) -> Fragment {
     let id = PortId::new(&svc.key, port);
     let proto = port.protocol.number();
-    let eps = resolve_endpoints(slices, port, ctx.fam);
+    let eps = resolve_endpoints(slices, port, ctx.fam, &ctx.node_name);
     let cat = categorize(&eps, &ctx.node_name, ctx.zone.as_deref());
     let mut f = Fragment {
         id: id.clone(),

@@ -43,7 +43,7 @@ pub fn table(cluster: &Cluster) -> Table {
             continue;
         };
         let slices: Vec<_> = cluster.slices_of(&svc.key).collect();
-        let eps = resolve_endpoints(&slices, port, kube_model::IpFamily::V4);
+        let eps = resolve_endpoints(&slices, port, kube_model::IpFamily::V4, "");
         if eps.is_empty() {
             continue;
         }

@@ -6,7 +6,7 @@
 //!   text (`RawValue`), never into `Value` trees; several concatenated JSON objects are
 //!   several documents; a top-level array holds documents. Such a text that is not JSON
 //!   but has `---` lines is read as YAML (JSON documents separated by `---` are YAML).
-//! - Anything else is YAML (`serde-saphyr`, see docs/decisions/0004): each document is
+//! - Anything else is YAML (`serde-saphyr`, see docs/decisions/0017): each document is
 //!   turned into JSON text on the fly (as kubectl turns YAML into JSON before decoding), so
 //!   YAML and JSON objects decode the same way, with the same errors.
 //!

@@ -5,10 +5,45 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube_model::{
-    categorize, resolve_endpoints, Cluster, IpFamily, Protocol, ServiceKey, TrafficPolicy,
+    categorize, resolve_endpoints, Cluster, IpFamily, Protocol, ResolvedEndpoint, ServiceKey,
+    ServicePort, TrafficPolicy,
 };
 
 use crate::{HealthCheck, LocalhostNodePort};
+
+/// The endpoints of a service in one family as kube-proxy's endpoints map holds them: per
+/// port of its slices (name and protocol), one copy per address and port
+/// ([`resolve_endpoints`], decision 0016).
+fn endpoints_of(
+    cluster: &Cluster,
+    key: &ServiceKey,
+    family: IpFamily,
+    node: &str,
+) -> Vec<ResolvedEndpoint> {
+    let slices: Vec<_> = cluster
+        .slices_of(key)
+        .filter(|s| s.family == family)
+        .collect();
+    let ports: BTreeSet<(&str, Protocol)> = slices
+        .iter()
+        .flat_map(|s| s.ports.iter().map(|p| (p.name.as_str(), p.protocol)))
+        .collect();
+    let mut out = Vec::new();
+    for (name, protocol) in ports {
+        let port = ServicePort {
+            name: name.to_string(),
+            protocol,
+            port: 0,
+            node_port: None,
+        };
+        out.extend(resolve_endpoints(&slices, &port, family, node));
+    }
+    out
+}
+
+fn is_local(e: &ResolvedEndpoint, node: &str) -> bool {
+    !node.is_empty() && e.node_name.as_deref() == Some(node)
+}
 
 /// (internal, external): whether the service has that traffic policy Local, ready
 /// endpoints, and none of them on this node (kube-proxy's `no_local_endpoints_total`).
@@ -17,10 +52,13 @@ pub fn no_local_endpoints_of(cluster: &Cluster, key: &ServiceKey, node: &str) ->
         return (false, false);
     };
     let (mut any, mut local) = (false, false);
-    for s in cluster.slices_of(key) {
-        for e in s.endpoints.iter().filter(|e| e.ready) {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        for e in endpoints_of(cluster, key, family, node)
+            .iter()
+            .filter(|e| e.ready)
+        {
             any = true;
-            local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
+            local |= is_local(e, node);
         }
     }
     if any && !local {
@@ -52,11 +90,12 @@ pub fn no_local_by_family_of(
             continue;
         }
         let (mut any, mut local) = (false, false);
-        for s in cluster.slices_of(key).filter(|s| s.family == family) {
-            for e in s.endpoints.iter().filter(|e| e.ready) {
-                any = true;
-                local |= !node.is_empty() && e.node_name.as_deref() == Some(node);
-            }
+        for e in endpoints_of(cluster, key, family, node)
+            .iter()
+            .filter(|e| e.ready)
+        {
+            any = true;
+            local |= is_local(e, node);
         }
         if any && !local {
             let ports = svc.ports.len();
@@ -76,17 +115,17 @@ pub fn health_check_of(cluster: &Cluster, key: &ServiceKey, node: &str) -> Optio
     let np = cluster.services.get(key)?.health_check_node_port?;
     // Ready local endpoint addresses per family: a dual-stack pod is one endpoint
     // (kube-proxy counts per family, one proxier each).
-    let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
-    for s in cluster.slices_of(key) {
-        for e in &s.endpoints {
-            if e.ready && !node.is_empty() && e.node_name.as_deref() == Some(node) {
-                if e.addr.is_ipv4() { &mut v4 } else { &mut v6 }.insert(e.addr);
-            }
-        }
-    }
+    let count = |family| {
+        endpoints_of(cluster, key, family, node)
+            .iter()
+            .filter(|e| e.ready && is_local(e, node))
+            .map(|e| e.addr)
+            .collect::<BTreeSet<_>>()
+            .len()
+    };
     Some(HealthCheck {
         node_port: np,
-        local_endpoints: v4.len().max(v6.len()),
+        local_endpoints: count(IpFamily::V4).max(count(IpFamily::V6)),
     })
 }
 
@@ -206,5 +245,60 @@ impl PerService {
             (IpFamily::V4, self.by_family[0]),
             (IpFamily::V6, self.by_family[1]),
         ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use serde_json::json;
+
+    fn copy(node: &str, ready: bool, terminating: bool) -> serde_json::Value {
+        json!({"addresses": ["198.18.1.10"], "nodeName": node,
+               "conditions": {"ready": ready, "serving": true, "terminating": terminating}})
+    }
+
+    /// One pod listed in two slices with the copies given; the service has a health check.
+    fn local_endpoints(a: serde_json::Value, b: serde_json::Value) -> (usize, (usize, usize)) {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "s", "namespace": "ns1"},
+            "spec": {"type": "LoadBalancer", "clusterIP": "198.18.100.1",
+                     "externalTrafficPolicy": "Local", "healthCheckNodePort": 30700,
+                     "ports": [{"port": 80, "nodePort": 30080}]}
+        }))
+        .unwrap();
+        let slice = |name: &str, ep: serde_json::Value| -> EndpointSlice {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns1",
+                             "labels": {"kubernetes.io/service-name": "s"}},
+                "addressType": "IPv4", "endpoints": [ep], "ports": [{"port": 8080}]
+            }))
+            .unwrap()
+        };
+        let (c, errors) = Cluster::from_objects(&[svc], &[slice("s-a", a), slice("s-b", b)], None);
+        assert!(errors.is_empty(), "{errors:?}");
+        let key = c.services.keys().next().unwrap().clone();
+        let hc = health_check_of(&c, &key, "node-a").unwrap();
+        let no_local = no_local_by_family_of(&c, &key, "node-a")[0];
+        (hc.local_endpoints, no_local)
+    }
+
+    /// The health check and `no_local_endpoints` see the copy the rules use (decision
+    /// 0016), not every copy.
+    #[test]
+    fn a_duplicated_address_counts_as_the_copy_the_rules_use() {
+        // both ready: the local copy, whatever the slices are called
+        assert_eq!(
+            local_endpoints(copy("node-b", true, false), copy("node-a", true, false)),
+            (1, (0, 0))
+        );
+        // the local copy terminating, a remote one ready: the remote one, so no local
+        // endpoint (every copy looked at: the local one counted, and no metric)
+        assert_eq!(
+            local_endpoints(copy("node-a", true, true), copy("node-b", true, false)),
+            (0, (0, 1))
+        );
     }
 }

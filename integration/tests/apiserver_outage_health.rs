@@ -25,6 +25,15 @@ fn has_service(text: &str, ip: &str) -> bool {
     text.contains(&format!("{ip} . tcp . 80 . 0 : "))
 }
 
+/// The API double with this node and one Service with one endpoint on it.
+fn demo_api() -> ApiServer {
+    let server = ApiServer::start();
+    server.apply(node(NODE, "198.18.0.10"));
+    server.apply(service("demo", "web", "198.18.100.1", 80));
+    server.apply(slice("demo", "web", "web-1", &["198.18.64.11"], 8080, NODE));
+    server
+}
+
 /// The API hangs (requests accepted, never answered) for 30 s with nothing queued:
 /// `/healthz` answers 200 all along, while the stall is still detected, logged and
 /// relisted. Then a change arrives and cannot be applied (the kernel stand-in refuses
@@ -38,10 +47,7 @@ fn has_service(text: &str, ip: &str) -> bool {
 /// 4.0s into a hang with nothing queued` (the stall is dated from the last progress).
 #[test]
 fn healthz_stays_up_through_a_hung_api_and_fails_only_for_a_change_left_unapplied() {
-    let server = ApiServer::start();
-    server.apply(node(NODE, "198.18.0.10"));
-    server.apply(service("demo", "web", "198.18.100.1", 80));
-    server.apply(slice("demo", "web", "web-1", &["198.18.64.11"], 8080, NODE));
+    let server = demo_api();
     let dir = TempDir::new("outage-health");
     let healthz = free_port();
     let hz = format!("127.0.0.1:{healthz}");
@@ -155,10 +161,7 @@ fn healthz_stays_up_through_a_hung_api_and_fails_only_for_a_change_left_unapplie
 #[test]
 fn healthz_stays_up_through_a_five_minute_hang_at_the_default_settings() {
     const LONG_HANG: Duration = Duration::from_secs(300);
-    let server = ApiServer::start();
-    server.apply(node(NODE, "198.18.0.10"));
-    server.apply(service("demo", "web", "198.18.100.1", 80));
-    server.apply(slice("demo", "web", "web-1", &["198.18.64.11"], 8080, NODE));
+    let server = demo_api();
     let dir = TempDir::new("outage-health-5m");
     let healthz = free_port();
     let hz = format!("127.0.0.1:{healthz}");

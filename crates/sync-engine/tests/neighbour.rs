@@ -15,16 +15,22 @@ use std::time::Duration;
 use common::*;
 use sync_engine::*;
 
-fn engine(w: &World, heard: bool) -> Engine<FakeNft, FakeCt, FakeClock> {
-    *w.neighbour.heard_too.lock().unwrap() = heard;
-    let mut e = w.engine(false);
+/// The engine hearing the neighbour's ledger, given one UDP LoadBalancer with one
+/// endpoint, its sources listed.
+fn fed(w: &World, e: &mut Engine<FakeNft, FakeCt, FakeClock>) {
     e.hear(w.neighbour.heard.clone());
     e.handle(Event::ServiceApplied(udp_lb()));
     e.handle(Event::SliceApplied(slice(
         "dns-1",
         &[("198.18.2.1", true, true, false)],
     )));
-    listed(&mut e);
+    listed(e);
+}
+
+fn engine(w: &World, heard: bool) -> Engine<FakeNft, FakeCt, FakeClock> {
+    *w.neighbour.heard_too.lock().unwrap() = heard;
+    let mut e = w.engine(false);
+    fed(w, &mut e);
     e.sync().unwrap();
     e
 }
@@ -103,13 +109,7 @@ fn a_dump_the_generation_moved_under_is_good_when_only_other_tables_changed() {
         // a restart: the new engine reads our tables back while the neighbour commits
         // during every dump
         let mut e = w.engine(false);
-        e.hear(w.neighbour.heard.clone());
-        e.handle(Event::ServiceApplied(udp_lb()));
-        e.handle(Event::SliceApplied(slice(
-            "dns-1",
-            &[("198.18.2.1", true, true, false)],
-        )));
-        listed(&mut e);
+        fed(&w, &mut e);
         *w.neighbour.during_dump.lock().unwrap() = 100;
         let r = e.sync();
         if heard {

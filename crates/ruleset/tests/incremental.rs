@@ -41,14 +41,15 @@ fn canon(t: &[Table]) -> Vec<Table> {
 type Snapshot = BTreeMap<(ServiceKey, String, IpFamily), BTreeSet<(IpAddr, u16)>>;
 
 /// The serving endpoints of every UDP port, from the whole model (as the engine
-/// computed them before the incremental compiler).
-fn snapshot(c: &Cluster) -> Snapshot {
+/// computed them before the incremental compiler), for the node `node` (the copy of an
+/// address listed twice depends on it: decision 0016).
+fn snapshot(c: &Cluster, node: &str) -> Snapshot {
     let mut out = Snapshot::new();
     for svc in c.services.values() {
         let slices: Vec<_> = c.slices_of(&svc.key).collect();
         for p in svc.ports.iter().filter(|p| p.protocol == Protocol::Udp) {
             for fam in [IpFamily::V4, IpFamily::V6] {
-                let eps: BTreeSet<_> = resolve_endpoints(&slices, p, fam, "")
+                let eps: BTreeSet<_> = resolve_endpoints(&slices, p, fam, node)
                     .into_iter()
                     .filter(|e| e.ready || e.serving)
                     .map(|e| (e.addr, e.port))
@@ -140,12 +141,12 @@ proptest! {
             prop_assert_eq!(upd.became_served(), newly, "served, seed {} {}", seed, what);
             prop_assert_eq!(
                 upd.stopped_serving(),
-                stale(&snapshot(&before), &snapshot(&c)),
+                stale(&snapshot(&before, &cfg.node_name), &snapshot(&c, &cfg.node_name)),
                 "stale, seed {} {}", seed, what
             );
             prop_assert_eq!(
                 upd.started_serving(),
-                stale(&snapshot(&c), &snapshot(&before)),
+                stale(&snapshot(&c, &cfg.node_name), &snapshot(&before, &cfg.node_name)),
                 "started, seed {} {}", seed, what
             );
             // the changed service's ports only (its old and its new ones, in each family)
@@ -209,12 +210,12 @@ proptest! {
             prop_assert_eq!(upd.became_served(), newly, "served after {:?}", ch);
             prop_assert_eq!(
                 upd.stopped_serving(),
-                stale(&snapshot(&before), &snapshot(&c)),
+                stale(&snapshot(&before, &cfg.node_name), &snapshot(&c, &cfg.node_name)),
                 "stale after {:?}", ch
             );
             prop_assert_eq!(
                 upd.started_serving(),
-                stale(&snapshot(&c), &snapshot(&before)),
+                stale(&snapshot(&c, &cfg.node_name), &snapshot(&before, &cfg.node_name)),
                 "started after {:?}", ch
             );
             if !matches!(ch, Change::Node { .. }) {

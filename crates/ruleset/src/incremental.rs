@@ -104,10 +104,12 @@ pub struct Update {
     /// (every UDP destination of a recompiled port, before and after): the conntrack
     /// cleanup judges the flows sent to them again. (A full update names none: all.)
     pub udp_touched: BTreeSet<UdpDest>,
-    /// Of those, the frontends of UDP service ports deleted (the service, the port, or
-    /// its UDP protocol gone; not a port renumbered or an address removed): kube-proxy
-    /// judges their flows once with no serving endpoint (kubernetes PR #141371).
-    pub udp_deleted: BTreeSet<UdpDest>,
+    /// Of those, the frontends their UDP service port no longer claims, each with that
+    /// port. Those of ports deleted (the service, the port, or its UDP protocol gone; not
+    /// a port renumbered or an address removed) are judged once with no serving endpoint,
+    /// as kube-proxy does (kubernetes PR #141371); whether the port is gone is asked when
+    /// the engine commits (a later update may bring it back, or delete it after all).
+    pub udp_deleted: BTreeMap<UdpDest, PortId>,
 }
 
 impl Update {

@@ -2,7 +2,7 @@
 //! what the kernel holds (our last committed tables) to the desired state, and the UDP
 //! destinations the conntrack cleanup is to judge again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use nft_model::{Family, Op};
 use ruleset::names::PortId;
@@ -19,8 +19,8 @@ pub struct Step {
     pub ops: Option<Vec<Op>>,
     /// UDP destinations whose owner or serving endpoints may have changed.
     pub udp_touched: BTreeSet<UdpDest>,
-    /// Of those, the frontends of UDP service ports deleted.
-    pub udp_deleted: BTreeSet<UdpDest>,
+    /// Of those, the frontends their service port stopped claiming, with that port.
+    pub udp_deleted: BTreeMap<UdpDest, PortId>,
     /// The compiler was built or rebuilt: every UDP flow is to be judged again.
     pub full: bool,
 }
@@ -53,7 +53,9 @@ pub fn advance(
     let mut step = Step::default();
     for u in &mut updates {
         step.udp_touched.append(&mut u.udp_touched);
-        step.udp_deleted.append(&mut u.udp_deleted);
+        for (d, port) in std::mem::take(&mut u.udp_deleted) {
+            step.udp_deleted.entry(d).or_insert(port);
+        }
         step.full |= u.full;
     }
     // An update's batch covers everything since the last commit, so the last one is the

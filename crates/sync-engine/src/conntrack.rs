@@ -148,7 +148,14 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
                 .map(|d| {
                     let f = match c.udp_serving(&d) {
                         Some(s) => Frontend::Serving(s),
-                        None if deleted.contains(&d) => Frontend::Deleted,
+                        // deleted since our last commit, and not back since (a
+                        // service deleted and created again is no deletion)
+                        None if deleted
+                            .get(&d)
+                            .is_some_and(|p| !c.is_udp_port(p, d.family())) =>
+                        {
+                            Frontend::Deleted
+                        }
                         None => Frontend::Released,
                     };
                     (d, f)

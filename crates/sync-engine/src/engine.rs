@@ -102,8 +102,9 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// UDP destinations whose owner or serving endpoints may have changed since our last
     /// commit: the conntrack cleanup judges their flows again after the next one.
     pub(crate) udp_touched: BTreeSet<ruleset::UdpDest>,
-    /// Of those, the frontends of UDP service ports deleted since our last commit.
-    pub(crate) udp_deleted: BTreeSet<ruleset::UdpDest>,
+    /// Of those, the frontends their service port stopped claiming since our last
+    /// commit, with that port as of the commit (deleted when it is no UDP port then).
+    pub(crate) udp_deleted: BTreeMap<ruleset::UdpDest, ruleset::names::PortId>,
     /// The next commit's news for the cleanup is the whole state (first commit, a
     /// rebuild, a commit after an unknown outcome): every flow is judged again.
     pub(crate) judge_full: bool,
@@ -195,7 +196,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             batch_valid: false,
             trust: None,
             udp_touched: BTreeSet::new(),
-            udp_deleted: BTreeSet::new(),
+            udp_deleted: BTreeMap::new(),
             judge_full: true,
             applied: false,
             status_dirty: BTreeSet::new(),

@@ -115,7 +115,10 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             changes,
         );
         self.udp_touched.extend(step.udp_touched);
-        self.udp_deleted.extend(step.udp_deleted);
+        // the owner as of our last commit is the first one heard of
+        for (d, port) in step.udp_deleted {
+            self.udp_deleted.entry(d).or_insert(port);
+        }
         self.judge_full |= step.full;
         // the compiler's batch starts from our last commit only once one was made with
         // this compiler

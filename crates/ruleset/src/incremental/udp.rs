@@ -121,6 +121,21 @@ impl Compiler {
         out
     }
 
+    /// Whether `id` is a UDP service port of family `fam` in the desired tables.
+    pub fn is_udp_port(&self, id: &crate::names::PortId, fam: IpFamily) -> bool {
+        self.family_state(fam)
+            .and_then(|f| f.fragments.get(&id.service))
+            .is_some_and(|frags| {
+                frags.iter().any(|fr| {
+                    fr.id == *id
+                        && fr
+                            .claims
+                            .iter()
+                            .any(|c| UdpDest::of_key(&c.key, fam).is_some())
+                })
+            })
+    }
+
     /// Where this family's NodePorts are served (None: the family is not programmed).
     pub fn nodeport_addrs(&self, fam: IpFamily) -> Option<NodePortAddrs> {
         self.family_state(fam)?;
@@ -129,7 +144,10 @@ impl Compiler {
     }
 }
 
-/// The UDP frontends of the service ports of `old` that are no UDP ports in `new`.
+/// The UDP frontends of the service ports of `old` that the same port no longer claims
+/// in `new` (the port deleted, or the frontend dropped from it), each with the port: the
+/// engine tells a deletion from a release by whether that port is still a UDP port when
+/// it commits.
 pub(super) fn udp_deleted(old: &[Fragment], new: &[Fragment], fam: IpFamily, out: &mut Update) {
     let udp = |f: &Fragment| -> Vec<UdpDest> {
         f.claims
@@ -142,9 +160,9 @@ pub(super) fn udp_deleted(old: &[Fragment], new: &[Fragment], fam: IpFamily, out
         if keys.is_empty() {
             continue;
         }
-        let still = new.iter().any(|n| n.id == f.id && !udp(n).is_empty());
-        if !still {
-            out.udp_deleted.extend(keys);
+        let kept: Vec<UdpDest> = new.iter().filter(|n| n.id == f.id).flat_map(udp).collect();
+        for k in keys.into_iter().filter(|k| !kept.contains(k)) {
+            out.udp_deleted.entry(k).or_insert_with(|| f.id.clone());
         }
     }
 }

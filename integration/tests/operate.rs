@@ -3,6 +3,7 @@
 //! for deletion), metric names, types and labels with values moving after syncs, and
 //! the `explain` command. No root: the kernel is replaced by `--render-to`.
 
+use std::path::Path;
 use std::time::Duration;
 
 use integration::*;
@@ -329,6 +330,25 @@ fn version_as_upstream_prints_it() {
             && raw.trim_end().ends_with('}'),
         "{raw}"
     );
+    // built in a git checkout: the commit read from git's files (build.rs runs no git)
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .any(|d| d.join(".git").exists());
+    if checkout && std::env::var_os("KUBE_NLPROXY_GIT_COMMIT").is_none() {
+        let commit = raw
+            .split("GitCommit:\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or_default();
+        assert!(
+            commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{raw}"
+        );
+        assert!(
+            git_version.ends_with(&format!("-g{}", &commit[..12])),
+            "{raw}"
+        );
+    }
     let (code, out, _) = run("--version=false");
     assert_ne!(code, Some(0), "--version=false runs the daemon: {out}");
     let (code, _, err) = run("--version=bogus");

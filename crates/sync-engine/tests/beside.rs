@@ -293,6 +293,11 @@ impl ConntrackKernel for PanicsOnce {
         family: kube_model::IpFamily,
         out: &mut Vec<Flow>,
     ) -> Result<bool, EngineError> {
+        // the first listing of either kind panics (which one comes first depends on
+        // whether the cleanup thread listed its table before the first commit's job)
+        if std::mem::take(&mut *self.armed.lock().unwrap()) {
+            panic!("injected: the conntrack layer panics on the cleanup thread");
+        }
         self.inner.list_udp(family, out)
     }
     fn list(&mut self, scopes: &[Scope], out: &mut Vec<Flow>) -> Result<Vec<bool>, EngineError> {
@@ -355,9 +360,10 @@ fn a_cleanup_thread_that_dies_neither_stops_nor_spins_the_loop() {
         idle < Duration::from_millis(300),
         "the loop spins: {idle:?} of CPU in 1 s idle"
     );
+    // (counted before sending: the loop may commit before this thread looks)
+    let before = commits(&w);
     tx.send(Event::ServiceApplied(tcp_service("web", "198.18.100.20")))
         .unwrap();
-    let before = commits(&w);
     wait_for("a later change committed", || commits(&w) > before);
     tx.send(Event::Shutdown).unwrap();
     loop_thread.join().unwrap().unwrap();

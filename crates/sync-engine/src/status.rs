@@ -219,6 +219,15 @@ impl PerService {
                 total.1 -= n.1;
             }
         }
+        // Only a traffic policy Local or a health check makes its endpoints matter here
+        // (most services have neither: a cold start resolves no endpoints for them).
+        let svc = cluster.services.get(key)?;
+        if svc.internal_traffic_policy != TrafficPolicy::Local
+            && svc.external_traffic_policy != TrafficPolicy::Local
+            && svc.health_check_node_port.is_none()
+        {
+            return None;
+        }
         let (internal, external) = no_local_endpoints_of(cluster, key, node);
         let by_family = no_local_by_family_of(cluster, key, node);
         if internal || external || by_family != [(0, 0); 2] {

@@ -398,7 +398,12 @@ where
                     error!("stopped before the initial lists were complete");
                     return Ok(ExitCode::FAILURE);
                 }
-                Ok(ev) => engine.handle(ev),
+                Ok(ev) => {
+                    engine.handle(ev);
+                    if rx.is_empty() {
+                        engine.build_ahead();
+                    }
+                }
             }
         }
         return match engine.sync() {

@@ -25,7 +25,9 @@ use crate::config::{Config, ParsedConfig};
 use crate::names::PortId;
 use crate::RulesetError;
 
+mod build;
 mod udp;
+pub use build::Build;
 use udp::udp_deleted;
 pub use udp::UdpDest;
 
@@ -187,45 +189,6 @@ impl Compiler {
     /// Compile `cluster` from scratch.
     pub fn new(cfg: ParsedConfig, cluster: &Cluster) -> Compiler {
         Compiler::with_excluded(cfg, cluster, BTreeSet::new())
-    }
-
-    /// Compile `cluster` from scratch, leaving the `excluded` service ports out.
-    pub fn with_excluded(
-        cfg: ParsedConfig,
-        cluster: &Cluster,
-        excluded: BTreeSet<PortId>,
-    ) -> Compiler {
-        let node = cluster.node.clone();
-        let idx = cluster.endpoint_index();
-        let families = cfg
-            .families
-            .iter()
-            .map(|fam| {
-                let ctx = Ctx::new(*fam, &cfg, node.as_ref());
-                let mut st = FamilyState {
-                    fam: *fam,
-                    mirror: Mirror::new(ctx.family),
-                    fragments: BTreeMap::new(),
-                    node_dependent: BTreeSet::new(),
-                    with_errors: BTreeSet::new(),
-                };
-                for key in cluster.services.keys() {
-                    let slices = idx.get(key).map(Vec::as_slice).unwrap_or(&[]);
-                    let frags = build_service(&ctx, cluster, key, slices, &excluded);
-                    st.insert(key.clone(), frags);
-                }
-                st.mirror
-                    .set_skeleton(skeleton(&ctx, &st.mirror.classes(), st.mirror.affinity()));
-                st.mirror.start_journal();
-                st
-            })
-            .collect();
-        Compiler {
-            cfg,
-            node,
-            families,
-            excluded,
-        }
     }
 
     /// The batch of the last update was committed: the desired tables are what the

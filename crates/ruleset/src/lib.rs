@@ -29,7 +29,8 @@ pub use config::{Config, DetectLocalMode, NodePortAddrs, ParsedConfig, Proxier};
 pub use diff::{diff, diff_packed_into, diff_tables, diff_tables_into};
 pub use explain::{explain, Explanation};
 pub use incremental::{
-    compile, compile_parsed, Changes, Compiled, Compiler, PortTargets, Served, UdpDest, Update,
+    compile, compile_parsed, Build, Changes, Compiled, Compiler, PortTargets, Served, UdpDest,
+    Update,
 };
 pub use trace::{trace, Packet, Trace};
 

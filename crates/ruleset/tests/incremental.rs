@@ -698,3 +698,86 @@ fn affinity_ops_name_their_port() {
         assert_eq!(comp.owners(op), BTreeSet::from([port.clone()]), "{op:?}");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// A compiler built while its cluster arrives (`Build`: a cold start's lists), fed
+    /// the changes in chunks (node changes and two services claiming one destination
+    /// among them), ends as the compiler built from scratch of the final cluster: the
+    /// same tables (packed too), conflicts and errors; and the next change's batch,
+    /// played onto its tables, reaches a fresh compile (its journal starts where the
+    /// build ends).
+    #[test]
+    fn a_build_spread_over_arrivals_equals_a_fresh_compile(
+        changes in prop::collection::vec((change(), prop::bool::weighted(0.3)), 1..30),
+        next in change(),
+        empty_start in any::<bool>(),
+        readdress in prop::option::of(0usize..30),
+    ) {
+        let mut cfg = parsed();
+        let mut c = if empty_start { Cluster::default() } else { cluster(0) };
+        let mut build = ruleset::Build::new(cfg.clone(), &c, BTreeSet::new());
+        let mut pending = Changes::default();
+        for (i, (ch, add_now)) in changes.iter().enumerate() {
+            if readdress == Some(i) {
+                // the host's addresses change while the lists arrive
+                cfg.local_addresses = vec!["198.18.9.9".parse().unwrap()];
+                build.set_config(&cfg, &c);
+            }
+            play(&mut c, ch);
+            pending.services.extend(ch.service());
+            pending.node |= matches!(ch, Change::Node { .. });
+            if *add_now {
+                build.add(&c, &std::mem::take(&mut pending));
+            }
+        }
+        let mut comp = build.finish(&cfg, &c, &BTreeSet::new(), &pending);
+        let fresh = Compiler::new(cfg.clone(), &c);
+        prop_assert_eq!(comp.tables(), fresh.tables());
+        prop_assert_eq!(comp.packed_tables(), fresh.packed_tables());
+        let (mut got, mut want) = (comp.conflicts(), fresh.conflicts());
+        got.sort();
+        want.sort();
+        prop_assert_eq!(got, want);
+        prop_assert_eq!(comp.errors(), fresh.errors());
+        prop_assert!(comp.confirmed());
+        let mut cur = comp.tables();
+        play(&mut c, &next);
+        let upd = comp.update(&c, &Changes {
+            services: next.service().into_iter().collect(),
+            node: matches!(next, Change::Node { .. }),
+        });
+        apply(&mut cur, &upd.ops).map_err(|e| {
+            TestCaseError::fail(format!("{e}\n{}", nft_model::render::script(&upd.ops)))
+        })?;
+        prop_assert_eq!(canon(&cur), canon(&compile_parsed(&c, &cfg).tables));
+    }
+}
+
+/// A build whose configuration changed before it finished starts again from scratch.
+#[test]
+fn a_build_finished_with_another_configuration_is_built_again() {
+    let cfg = parsed();
+    let c = cluster(3);
+    let build = ruleset::Build::new(cfg.clone(), &c, BTreeSet::new());
+    let mut other = cfg.clone();
+    other.masquerade_all = !other.masquerade_all;
+    let comp = build.finish(&other, &c, &BTreeSet::new(), &Changes::default());
+    assert_eq!(comp.config(), &other);
+    assert_eq!(comp.tables(), Compiler::new(other, &c).tables());
+}
+
+/// A build whose host addresses changed before it finished compiles again the services
+/// depending on them, and ends as a fresh compile with the new addresses.
+#[test]
+fn a_build_takes_new_host_addresses() {
+    let cfg = parsed();
+    let c = cluster(4);
+    let mut build = ruleset::Build::new(cfg.clone(), &c, BTreeSet::new());
+    let mut other = cfg.clone();
+    other.local_addresses = vec!["198.18.9.9".parse().unwrap()];
+    build.set_config(&other, &c);
+    let comp = build.finish(&other, &c, &BTreeSet::new(), &Changes::default());
+    assert_eq!(comp.tables(), Compiler::new(other, &c).tables());
+}

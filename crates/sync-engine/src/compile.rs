@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use nft_model::{Family, Op};
 use ruleset::names::PortId;
-use ruleset::{Changes, Compiler, ParsedConfig, UdpDest};
+use ruleset::{Build, Changes, Compiler, ParsedConfig, UdpDest};
 
 use kube_model::Cluster;
 
@@ -25,21 +25,22 @@ pub struct Step {
     pub full: bool,
 }
 
-/// Bring `compiler` (built here when there is none) up to date with `changes` to
-/// `cluster`, the configuration `parsed` and the excluded service ports.
+/// Bring `compiler` (built here when there is none: the build begun ahead finished, or
+/// one from scratch) up to date with `changes` to `cluster`, the configuration `parsed`
+/// and the excluded service ports.
 pub fn advance(
     compiler: &mut Option<Compiler>,
+    building: &mut Option<Build>,
     cluster: &Cluster,
     parsed: &ParsedConfig,
     exclude: &BTreeSet<PortId>,
     mut changes: Changes,
 ) -> Step {
     let Some(c) = compiler.as_mut() else {
-        *compiler = Some(Compiler::with_excluded(
-            parsed.clone(),
-            cluster,
-            exclude.clone(),
-        ));
+        *compiler = Some(match building.take() {
+            Some(b) => b.finish(parsed, cluster, exclude, &changes),
+            None => Compiler::with_excluded(parsed.clone(), cluster, exclude.clone()),
+        });
         return Step {
             full: true,
             ..Step::default()
@@ -65,6 +66,40 @@ pub fn advance(
         step.ops = updates.pop().map(|u| u.ops);
     }
     step
+}
+
+/// Before there is a compiler (a cold start's lists still arriving): compile what
+/// arrived into `building` (begun here from the whole `cluster`), taking from `changes`
+/// the services it compiled. A service without slices yet is left for later (its
+/// slices usually follow: it would be compiled twice). Returns whether it compiled.
+pub fn build_ahead(
+    building: &mut Option<Build>,
+    cluster: &Cluster,
+    parsed: &ParsedConfig,
+    exclude: &BTreeSet<PortId>,
+    changes: &mut Changes,
+) -> bool {
+    let Some(b) = building.as_mut() else {
+        *building = Some(Build::new(parsed.clone(), cluster, exclude.clone()));
+        *changes = Changes::default();
+        return true;
+    };
+    let (ready, later): (BTreeSet<_>, BTreeSet<_>) = std::mem::take(&mut changes.services)
+        .into_iter()
+        .partition(|k| cluster.slices_of(k).next().is_some() || !cluster.services.contains_key(k));
+    changes.services = later;
+    b.set_config(parsed, cluster);
+    if ready.is_empty() {
+        return false;
+    }
+    b.add(
+        cluster,
+        &Changes {
+            services: ready,
+            node: false,
+        },
+    );
+    true
 }
 
 /// The table families the compiler programs.

@@ -88,6 +88,9 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
 
     /// The incremental compiler: the desired tables (built by the first sync).
     pub(crate) compiler: Option<ruleset::Compiler>,
+    /// Before the first sync: the compiler being built while the initial lists arrive
+    /// ([`Engine::build_ahead`]); the first sync finishes it.
+    pub(crate) building: Option<ruleset::Build>,
     /// What changed since the compiler was last brought up to date.
     pub(crate) changes: ruleset::Changes,
     /// The compiler's batch from our last commit to its desired tables (None: only a
@@ -191,6 +194,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             endpoints: 0,
             schedule,
             compiler: None,
+            building: None,
             changes: ruleset::Changes::default(),
             step_ops: None,
             batch_valid: false,
@@ -624,6 +628,23 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             self.changes.node = true;
             self.queue();
         }
+    }
+
+    /// Before the first sync, while the initial lists still arrive: compile the
+    /// services that arrived, so that the first sync only finishes the build (called
+    /// by the loop when no event is waiting; the compile then overlaps the sources'
+    /// reading and decoding). Returns whether it compiled anything.
+    pub fn build_ahead(&mut self) -> bool {
+        if self.compiler.is_some() || self.listed() {
+            return false;
+        }
+        crate::compile::build_ahead(
+            &mut self.building,
+            &self.cluster,
+            &self.cfg.ruleset,
+            &self.skips.excluded(),
+            &mut self.changes,
+        )
     }
 
     /// Whether both sources delivered their initial list.

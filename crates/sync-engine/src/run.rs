@@ -162,6 +162,8 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
                     Err(RecvTimeoutError::Disconnected) => return Ok(()),
                 }
             }
+            // Nothing waiting: compile ahead what arrived of the initial lists.
+            engine.build_ahead();
         }
     }
 }

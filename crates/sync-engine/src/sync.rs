@@ -109,6 +109,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         let built = self.compiler.is_none();
         let step = compile::advance(
             &mut self.compiler,
+            &mut self.building,
             &self.cluster,
             &self.cfg.ruleset,
             &self.skips.excluded(),

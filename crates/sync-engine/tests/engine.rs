@@ -865,3 +865,69 @@ fn status_lists_tcp_node_ports_for_the_localhost_proxy() {
     e.sync().unwrap();
     assert!(listed_ports(&e).is_empty(), "the NodePort went");
 }
+
+/// A cold start whose compile begins while the lists still arrive
+/// (`Engine::build_ahead` after each event, as the loop calls it when no event waits)
+/// commits the same tables and deletes the same flows as one compiled at the first
+/// sync: services before their slices, a slice changed and a service changed again
+/// after being compiled, a service deleted, the host's addresses changing midway.
+#[test]
+fn a_compile_begun_while_the_lists_arrive_commits_the_same_first_batch() {
+    let run = |ahead: bool| {
+        let w = World::new();
+        w.flows(&four_stale());
+        w.flows(&bystanders());
+        let mut e = w.engine(true);
+        let mut other = udp_lb();
+        other.metadata.name = Some("other".into());
+        other.spec.as_mut().unwrap().cluster_ip = Some("198.18.100.11".into());
+        other.spec.as_mut().unwrap().external_ips = None;
+        let mut gone = other.clone();
+        gone.metadata.name = Some("gone".into());
+        gone.spec.as_mut().unwrap().cluster_ip = Some("198.18.100.12".into());
+        let mut changed = udp_lb();
+        changed.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+        let events = vec![
+            Event::NodeApplied(node()),
+            Event::ServiceApplied(udp_lb()),
+            Event::ServiceApplied(other),
+            Event::ServiceApplied(gone.clone()),
+            Event::SliceApplied(slice("dns-1", &[("198.18.2.2", true, true, false)])),
+            Event::HostAddresses(vec![ip(NODE_IP)]),
+            Event::SliceApplied(slice(
+                "dns-1",
+                &[
+                    ("198.18.2.2", true, true, false),
+                    ("198.18.2.3", true, true, false),
+                ],
+            )),
+            Event::ServiceApplied(changed),
+            Event::ServiceDeleted(gone),
+            Event::SliceApplied(slice("dns-2", &[("198.18.2.4", false, true, true)])),
+        ];
+        let mut compiled_ahead = 0;
+        for ev in events {
+            e.handle(ev);
+            if ahead && e.build_ahead() {
+                compiled_ahead += 1;
+            }
+        }
+        listed(&mut e);
+        assert!(!e.build_ahead(), "nothing is built ahead once listed");
+        let r = e.sync().unwrap();
+        assert!(r.full);
+        let tables: Vec<_> = w
+            .tables
+            .lock()
+            .unwrap()
+            .iter()
+            .map(nft_model::Table::canonical)
+            .collect();
+        (tables, deletes(&w.take()), compiled_ahead)
+    };
+    let (ahead, ahead_deletes, n) = run(true);
+    let (plain, plain_deletes, _) = run(false);
+    assert!(n >= 3, "compiled ahead {n} times");
+    assert_eq!(ahead, plain);
+    assert_eq!(ahead_deletes, plain_deletes);
+}

@@ -634,12 +634,7 @@ fn collect_and_compile(
             Ok(Event::HostAddresses(a)) => config.local_addresses = a,
             Ok(Event::ServicesListed) => services = true,
             Ok(Event::SlicesListed) => slices = true,
-            Ok(
-                Event::Resync
-                | Event::Nftables(_)
-                | Event::SourceStalled { .. }
-                | Event::SourceRecovered { .. },
-            ) => {}
+            Ok(Event::Resync | Event::SourceStalled { .. } | Event::SourceRecovered { .. }) => {}
             Ok(Event::Shutdown) | Err(_) => return Ok(None),
         }
     }

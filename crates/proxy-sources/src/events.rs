@@ -16,20 +16,20 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use proxy_events::Event;
 use proxy_status::SourceObserver;
-use sync_engine::Event;
 
 /// Sends events to the engine; cheap to clone, one per source.
 #[derive(Clone)]
 pub struct EventSender {
-    tx: sync_engine::EventSender,
+    tx: proxy_events::EventSender,
     metrics: Option<Arc<dyn SourceObserver>>,
     node_ip: Option<IpAddr>,
 }
 
 impl EventSender {
     /// Into `tx`, applying the `node_ip` override to Node events; nothing counted.
-    pub fn new(tx: sync_engine::EventSender, node_ip: Option<IpAddr>) -> EventSender {
+    pub fn new(tx: proxy_events::EventSender, node_ip: Option<IpAddr>) -> EventSender {
         EventSender {
             tx,
             metrics: None,
@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn changes_are_counted_once_before_they_are_queued_and_nodes_carry_the_override() {
         let metrics = Metrics::new(&["IPv4"], &ops_server::BuildInfo::ours());
-        let (tx, rx) = sync_engine::channel(1);
+        let (tx, rx) = proxy_events::channel(1);
         let ip: IpAddr = "198.18.0.9".parse().unwrap();
         let s = EventSender::new(tx, Some(ip)).counting(metrics.clone());
         assert!(s.send(Event::ServiceApplied(core::Service::default())));

@@ -37,9 +37,9 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Resource};
 use kube_model::lean::Decode;
 use kube_proto::FromProto;
+use proxy_events::Event;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
-use sync_engine::Event;
 use tracing::{debug, info, warn};
 
 use crate::api_client::{Progress, Timing};

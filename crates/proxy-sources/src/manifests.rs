@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1 as core;
 use kube_model::manifest::{self, Entry, Object, Place};
 use kube_model::ServiceKey;
-use sync_engine::Event;
+use proxy_events::Event;
 use tracing::{debug, info, warn};
 
 use crate::events;

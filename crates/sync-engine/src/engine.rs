@@ -486,6 +486,12 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         }
     }
 
+    /// Notifications from nftables (the loop's own watcher thread): the transactions
+    /// that touched our tables, and whether notifications were lost.
+    pub fn nftables(&mut self, p: crate::watch::Poll) {
+        self.foreign_change(&p.touches, p.overflow);
+    }
+
     /// Take one input. Changes that leave the model as it was are dropped. Work
     /// proportional to the object, never to the cluster.
     pub fn handle(&mut self, ev: Event) {
@@ -514,7 +520,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             Event::ServicesListed => self.schedule.services_listed(),
             Event::SlicesListed => self.schedule.slices_listed(),
             Event::Resync => self.request_repair(),
-            Event::Nftables(p) => self.foreign_change(&p.touches, p.overflow),
             Event::ServiceCidrs(cidrs) => {
                 if self.cfg.ruleset.service_cidrs != cidrs {
                     self.cfg.ruleset.service_cidrs = cidrs;

@@ -49,8 +49,8 @@ pub mod watch;
 
 /// The k8s-openapi version the events carry.
 pub use k8s_openapi;
-
-use std::time::Instant;
+/// The events in and their channel (`proxy-events`, which the sources use too).
+pub use proxy_events::{channel, Event, EventReceiver, EventSender};
 
 pub use engine::{Engine, SideCommits, Work};
 pub use heard::Heard;
@@ -62,53 +62,11 @@ pub use proxy_status::{
     CleanupReport, FilterWork, ForeignWriter, HealthCheck, LocalhostNodePort, NodeHealth, Observer,
     SkippedPort, Status, StatusHandle, SyncReport,
 };
-pub use run::{channel, real_engine, run, EventReceiver, EventSender};
+pub use run::{real_engine, run};
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use nft_model::{Family, TableRef};
-
-/// An input of the engine. (The objects are not boxed: this is the agreed API, and an
-/// event is moved once through a channel.)
-#[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)]
-pub enum Event {
-    ServiceApplied(Service),
-    ServiceDeleted(Service),
-    SliceApplied(EndpointSlice),
-    SliceDeleted(EndpointSlice),
-    NodeApplied(Node),
-    /// The services source's initial list (or a relist) is complete.
-    ServicesListed,
-    /// The endpoint slices source's initial list (or a relist) is complete.
-    SlicesListed,
-    /// Ask for a full resync now (bypasses minSyncPeriod).
-    Resync,
-    /// The cluster's service CIDRs (`spec.cidrs` of every ServiceCIDR object, parsed by
-    /// the source: a malformed object is refused there) changed: the whole list as it
-    /// is now.
-    ServiceCidrs(Vec<kube_model::Cidr>),
-    /// The host's interface addresses changed (rtnetlink): the whole list as it is now
-    /// (they select the NodePort addresses among `nodePortAddresses`).
-    HostAddresses(Vec<std::net::IpAddr>),
-    /// Notifications from nftables (the engine loop's own watcher thread, `run`): the
-    /// transactions that touched our tables, and whether notifications were lost.
-    Nftables(watch::Poll),
-    /// A source (e.g. `"service"`) has made no progress since `since`: what it last
-    /// delivered may be stale. Kept in the status (`stalled_sources`) for information;
-    /// it is no queued change and no health answer depends on it (upstream's rule).
-    SourceStalled {
-        source: String,
-        since: Instant,
-    },
-    /// The source made progress again.
-    SourceRecovered {
-        source: String,
-    },
-    Shutdown,
-}
 
 /// Settings of the engine.
 #[derive(Debug, Clone)]

@@ -8,27 +8,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use flume::{Receiver, RecvTimeoutError, Sender};
+use flume::{RecvTimeoutError, Sender};
 
 use crate::engine::Engine;
 use crate::heard::Heard;
 use crate::kernel::{Clock, ConntrackKernel, NftKernel, SystemClock};
 use crate::stoppable::Stoppable;
-use crate::{cleaner, our_tables, watch, CleanupReport, EngineConfig, EngineError, Event};
+use crate::{
+    cleaner, our_tables, watch, CleanupReport, EngineConfig, EngineError, Event, EventReceiver,
+};
 
 /// How long the loop sleeps when nothing is due (it wakes for events anyway).
 const IDLE: Duration = Duration::from_secs(3600);
-
-/// The channel the sources send events on (bounded: a source waits when the engine is
-/// behind), and the engine's end.
-pub type EventSender = Sender<Event>;
-pub type EventReceiver = Receiver<Event>;
-
-/// A bounded event channel of `cap` events (sources on async runtimes use
-/// `send_async`: it waits for room without polling).
-pub fn channel(cap: usize) -> (EventSender, EventReceiver) {
-    flume::bounded(cap)
-}
 
 /// What the loop woke up for. (The event is not boxed: it is moved once, as on the
 /// channel.)
@@ -124,7 +115,7 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
         let first = match woke {
             Woke::Event(ev) => Some(ev),
             Woke::Notified(p) => {
-                engine.handle(Event::Nftables(p));
+                engine.nftables(p);
                 None
             }
             Woke::Cleaned(r) => {

@@ -578,7 +578,7 @@ async fn source_events(
 ) -> (Vec<String>, Seen) {
     use crate::api_client::Progress;
     use crate::kube_source::run;
-    use sync_engine::Event;
+    use proxy_events::Event;
 
     let node = pb::Node {
         metadata: Some(pb::ObjectMeta {
@@ -605,7 +605,7 @@ async fn source_events(
             empty("discovery.k8s.io/v1", "EndpointSliceList", "11"),
         ),
     ]);
-    let (tx, rx) = sync_engine::channel(64);
+    let (tx, rx) = proxy_events::channel(64);
     let tx = crate::events::EventSender::new(tx, None);
     let reading = Reading {
         wire: Wire::Protobuf,

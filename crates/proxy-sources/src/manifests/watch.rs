@@ -227,8 +227,8 @@ pub const INITIAL_WAIT: Duration = Duration::from_secs(10);
 /// at the moment a waiting file may be taken, or by the poll. Runs on its own thread,
 /// so the engine takes the objects while they are read.
 pub fn run(mut reader: super::Reader, follow: Follow, tx: crate::events::EventSender) {
+    use proxy_events::Event;
     use std::time::Instant;
-    use sync_engine::Event;
     use tracing::{info, warn};
 
     let gone = std::cell::Cell::new(false);

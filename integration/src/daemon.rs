@@ -1,12 +1,15 @@
 //! The daemon under test: the binary cargo built, run as a child process (killed on
-//! drop), scratch directories, free ports and a plain HTTP GET for its health and
-//! metrics servers.
+//! drop), its one command line against the API double ([`ApiDaemon`]), scratch
+//! directories, free ports and a plain HTTP GET for its health and metrics servers.
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+use crate::api_server::ApiServer;
 
 /// The `kube-nlproxy` binary cargo built for the calling test target
 /// (`CARGO_BIN_EXE_kube-nlproxy`): the daemon-level tests are test targets of the
@@ -108,32 +111,129 @@ impl Drop for Daemon {
     }
 }
 
-/// The daemon against the API double at `url` (`--master`) as the API tests run it:
-/// named `node`, in nftables mode, syncing at most every 100 ms, the kernel replaced by
-/// the file `dir/ruleset.nft` (`--render-to`: the committed ruleset), its log in
-/// `dir/daemon.log`; `extra` after these.
-pub fn start_against_api(
-    bin: &Path,
-    url: &str,
-    node: &str,
-    dir: &TempDir,
-    extra: &[&str],
-) -> Daemon {
-    let out = dir.path("ruleset.nft");
-    let mut args = vec![
-        "--master",
-        url,
-        "--hostname-override",
-        node,
-        "--proxy-mode",
-        "nftables",
-        "--iptables-min-sync-period",
-        "100ms",
-        "--render-to",
-        out.to_str().expect("a UTF-8 path"),
-    ];
-    args.extend(extra);
-    Daemon::start(bin, &args, dir.path("daemon.log"))
+/// The daemon against the API double, as every API test runs it: `--master` the double,
+/// named by the test, in nftables mode, syncing at most every 100 ms, the kernel replaced
+/// by the file `dir/ruleset.nft` (`--render-to`: the committed ruleset), its health and
+/// metrics servers on free loopback ports picked before it starts ([`ApiDaemon::healthz`],
+/// [`ApiDaemon::metrics`]), its log in `dir/daemon.log`; the test's own arguments
+/// ([`ApiDaemon::args`]) after these.
+///
+/// ```ignore
+/// let d = ApiDaemon::new(&server, NODE)
+///     .args(&["--kube-api-qps=-1"])
+///     .start(daemon_binary!(), &dir);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ApiDaemon {
+    master: String,
+    node: String,
+    healthz: SocketAddr,
+    metrics: SocketAddr,
+    render: bool,
+    extra: Vec<String>,
+}
+
+impl ApiDaemon {
+    /// Against the API double `api`, as the node `node`.
+    pub fn new(api: &ApiServer, node: &str) -> ApiDaemon {
+        ApiDaemon::at(&api.url(), node)
+    }
+
+    /// Against whatever answers (or nothing) at `url`.
+    pub fn at(url: &str, node: &str) -> ApiDaemon {
+        let free = || SocketAddr::from(([127, 0, 0, 1], free_port()));
+        ApiDaemon {
+            master: url.to_string(),
+            node: node.to_string(),
+            healthz: free(),
+            metrics: free(),
+            render: true,
+            extra: Vec::new(),
+        }
+    }
+
+    /// More arguments, after the common ones.
+    pub fn args(mut self, args: &[&str]) -> ApiDaemon {
+        self.extra.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// The content type of the test target `target` ([`content_type_args`]; pass
+    /// `env!("CARGO_CRATE_NAME")`).
+    pub fn content_type_of(self, target: &str) -> ApiDaemon {
+        self.args(&content_type_args(target))
+    }
+
+    /// The health and metrics servers at these addresses instead of free loopback ports.
+    pub fn serving_on(mut self, healthz: SocketAddr, metrics: SocketAddr) -> ApiDaemon {
+        self.healthz = healthz;
+        self.metrics = metrics;
+        self
+    }
+
+    /// The real kernel: no `--render-to` (the test runs as root in a namespace of its own).
+    pub fn kernel(mut self) -> ApiDaemon {
+        self.render = false;
+        self
+    }
+
+    /// The health server's port.
+    pub fn healthz(&self) -> u16 {
+        self.healthz.port()
+    }
+
+    /// The metrics server's port.
+    pub fn metrics(&self) -> u16 {
+        self.metrics.port()
+    }
+
+    /// The whole command line, scratch files in `dir`.
+    pub fn command_line(&self, dir: &TempDir) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--master",
+            &self.master,
+            "--hostname-override",
+            &self.node,
+            "--proxy-mode",
+            "nftables",
+            "--iptables-min-sync-period",
+            "100ms",
+            "--healthz-bind-address",
+            &self.healthz.to_string(),
+            "--metrics-bind-address",
+            &self.metrics.to_string(),
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        if self.render {
+            args.push("--render-to".into());
+            args.push(dir.path("ruleset.nft").to_string_lossy().into_owned());
+        }
+        args.extend(self.extra.iter().cloned());
+        args
+    }
+
+    /// Start it (killed when the [`Daemon`] is dropped).
+    pub fn start(&self, bin: &Path, dir: &TempDir) -> Daemon {
+        self.start_wrapped(bin, &[], dir)
+    }
+
+    /// Start it through `wrapper` (see [`Daemon::start_wrapped`]).
+    pub fn start_wrapped(&self, bin: &Path, wrapper: &[&str], dir: &TempDir) -> Daemon {
+        let args = self.command_line(dir);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Daemon::start_wrapped(bin, wrapper, &args, dir.path("daemon.log"))
+    }
+
+    /// Run it with `--once` to its end: one sync, then exit.
+    pub fn once(&self, bin: &Path, dir: &TempDir) -> std::process::Output {
+        Command::new(bin)
+            .args(self.command_line(dir))
+            .arg("--once")
+            .output()
+            .expect("run kube-nlproxy --once")
+    }
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.

@@ -11,7 +11,8 @@
 //!   client received ([`ApiServer::traffic`]) and the CPU its threads used
 //!   ([`ApiServer::cpu`]).
 //! - [`daemon_binary!`] and [`Daemon`]: the `kube-nlproxy` binary cargo built for the
-//!   test, run as a child process and killed on drop.
+//!   test, run as a child process and killed on drop; [`ApiDaemon`]: the one command
+//!   line of the daemon against the API double, which every API test starts it with.
 //!
 //! Modules: `api_server` (the state and its knobs), `http` (requests, content
 //! negotiation, counted responses), `serve` (lists and watches), `cpu` (its threads'
@@ -32,7 +33,7 @@ pub mod testdata;
 pub use api_server::{ApiServer, Res};
 pub use cpu::ThreadsCpu;
 pub use daemon::{
-    content_type_args, free_port, http_get, read, start_against_api, wait_for, Daemon, TempDir,
+    content_type_args, free_port, http_get, read, wait_for, ApiDaemon, Daemon, TempDir,
 };
 pub use http::{Counts, Encoding, Traffic};
 pub use objects::{node, service, slice};

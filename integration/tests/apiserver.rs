@@ -20,10 +20,15 @@ fn start(server: &ApiServer, dir: &TempDir) -> Daemon {
 
 /// The daemon with `extra` arguments.
 fn start_with(server: &ApiServer, dir: &TempDir, extra: &[&str]) -> Daemon {
-    let mut args = vec!["--kube-api-qps", "50", "--kube-api-burst", "100"];
-    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    args.extend(extra);
-    start_against_api(daemon_binary!(), &server.url(), NODE, dir, &args)
+    daemon(server)
+        .args(&["--kube-api-qps", "50", "--kube-api-burst", "100"])
+        .args(extra)
+        .start(daemon_binary!(), dir)
+}
+
+/// The daemon against `server`, in this target's content type.
+fn daemon(server: &ApiServer) -> ApiDaemon {
+    ApiDaemon::new(server, NODE).content_type_of(env!("CARGO_CRATE_NAME"))
 }
 
 fn seeded() -> ApiServer {
@@ -204,20 +209,7 @@ fn once_against_the_api() {
     let server = seeded();
     let dir = TempDir::new("api-once");
     let out = dir.path("ruleset.nft");
-    let status = std::process::Command::new(daemon_binary!())
-        .args([
-            "--master",
-            &server.url(),
-            "--hostname-override",
-            NODE,
-            "--proxy-mode",
-            "nftables",
-            "--once",
-            "--render-to",
-            out.to_str().expect("utf-8"),
-        ])
-        .output()
-        .expect("run");
+    let status = ApiDaemon::new(&server, NODE).once(daemon_binary!(), &dir);
     assert!(
         status.status.success(),
         "{}",
@@ -308,12 +300,9 @@ fn the_rate_limiter_is_timed() {
         (false, vec!["--kube-api-qps=-1"]),
     ] {
         let dir = TempDir::new("rate-limiter");
-        let mp = free_port();
-        let mz = format!("127.0.0.1:{mp}");
-        let mut all = args.clone();
-        all.extend(["--metrics-bind-address", &mz]);
-        all.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-        let d = start_against_api(daemon_binary!(), &server.url(), NODE, &dir, &all);
+        let daemon = daemon(&server).args(&args);
+        let mp = daemon.metrics();
+        let d = daemon.start(daemon_binary!(), &dir);
         wait_rules(&d, &dir, "the service", |t| {
             has_service(t, "198.18.100.1", 80)
         });

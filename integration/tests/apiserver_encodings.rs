@@ -48,12 +48,12 @@ fn start_with(
     content_type: Option<&str>,
     extra: &[&str],
 ) -> Daemon {
-    let mut args = vec!["--kube-api-qps", "50", "--kube-api-burst", "100"];
+    let mut daemon =
+        ApiDaemon::new(api, NODE).args(&["--kube-api-qps", "50", "--kube-api-burst", "100"]);
     if let Some(ct) = content_type {
-        args.extend(["--kube-api-content-type", ct]);
+        daemon = daemon.args(&["--kube-api-content-type", ct]);
     }
-    args.extend(extra);
-    start_against_api(daemon_binary!(), &api.url(), NODE, dir, &args)
+    daemon.args(extra).start(daemon_binary!(), dir)
 }
 
 fn rules(dir: &TempDir) -> String {

@@ -25,19 +25,17 @@ struct Run {
 
 fn start(server: &ApiServer, tag: &str) -> Run {
     let dir = TempDir::new(tag);
-    let healthz = free_port();
-    let hz = format!("127.0.0.1:{healthz}");
-    let mut args = vec![
-        "--iptables-sync-period",
-        "2s",
-        "--api-watch-timeout",
-        "2s",
-        "--healthz-bind-address",
-        &hz,
-        "--kube-api-qps=-1",
-    ];
-    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    let d = start_against_api(daemon_binary!(), &server.url(), NODE, &dir, &args);
+    let daemon = ApiDaemon::new(server, NODE)
+        .args(&[
+            "--iptables-sync-period",
+            "2s",
+            "--api-watch-timeout",
+            "2s",
+            "--kube-api-qps=-1",
+        ])
+        .content_type_of(env!("CARGO_CRATE_NAME"));
+    let healthz = daemon.healthz();
+    let d = daemon.start(daemon_binary!(), &dir);
     Run { d, dir, healthz }
 }
 
@@ -537,9 +535,10 @@ fn without_kubeconfig_or_master_only_the_in_cluster_config_is_used() {
 fn an_unanswered_streamed_list_is_not_called_refused() {
     let dir = TempDir::new("api-conn-refused");
     let url = format!("http://127.0.0.1:{}", free_port());
-    let mut args = vec!["--api-watch-timeout", "2s", "--kube-api-qps=-1"];
-    args.extend(content_type_args(env!("CARGO_CRATE_NAME")));
-    let d = start_against_api(daemon_binary!(), &url, NODE, &dir, &args);
+    let d = ApiDaemon::at(&url, NODE)
+        .args(&["--api-watch-timeout", "2s", "--kube-api-qps=-1"])
+        .content_type_of(env!("CARGO_CRATE_NAME"))
+        .start(daemon_binary!(), &dir);
     assert!(
         wait_for(WAIT, || d
             .log_text()

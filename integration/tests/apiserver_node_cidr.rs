@@ -37,13 +37,9 @@ fn seeded() -> ApiServer {
 fn node_cidr_waits_for_the_nodes_pod_cidrs() {
     let server = seeded();
     let dir = TempDir::new("nodecidr-wait");
-    let d = start_against_api(
-        daemon_binary!(),
-        &server.url(),
-        NODE,
-        &dir,
-        &["--detect-local-mode", "NodeCIDR", "--kube-api-qps=-1"],
-    );
+    let d = ApiDaemon::new(&server, NODE)
+        .args(&["--detect-local-mode", "NodeCIDR", "--kube-api-qps=-1"])
+        .start(daemon_binary!(), &dir);
     let out = dir.path("ruleset.nft");
     std::thread::sleep(Duration::from_secs(3));
     assert!(
@@ -76,19 +72,15 @@ fn node_cidr_waits_for_the_nodes_pod_cidrs() {
 fn node_cidr_without_pod_cidrs_in_time_fails_the_start() {
     let server = seeded();
     let dir = TempDir::new("nodecidr-timeout");
-    let mut d = start_against_api(
-        daemon_binary!(),
-        &server.url(),
-        NODE,
-        &dir,
-        &[
+    let mut d = ApiDaemon::new(&server, NODE)
+        .args(&[
             "--detect-local-mode",
             "NodeCIDR",
             "--pod-cidr-timeout",
             "3s",
             "--kube-api-qps=-1",
-        ],
-    );
+        ])
+        .start(daemon_binary!(), &dir);
     let start = Instant::now();
     let exited = wait_for(WAIT, || !d.running());
     assert!(
@@ -117,13 +109,9 @@ fn node_cidr_without_pod_cidrs_in_time_fails_the_start() {
 fn cluster_cidr_without_a_cidr_says_so_and_runs() {
     let server = seeded();
     let dir = TempDir::new("clustercidr-none");
-    let d = start_against_api(
-        daemon_binary!(),
-        &server.url(),
-        NODE,
-        &dir,
-        &["--kube-api-qps=-1"],
-    );
+    let d = ApiDaemon::new(&server, NODE)
+        .args(&["--kube-api-qps=-1"])
+        .start(daemon_binary!(), &dir);
     assert!(
         wait_for(WAIT, || read(&dir.path("ruleset.nft"))
             .contains("198.18.100.1")),

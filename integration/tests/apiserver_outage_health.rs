@@ -49,23 +49,15 @@ fn demo_api() -> ApiServer {
 fn healthz_stays_up_through_a_hung_api_and_fails_only_for_a_change_left_unapplied() {
     let server = demo_api();
     let dir = TempDir::new("outage-health");
-    let healthz = free_port();
-    let hz = format!("127.0.0.1:{healthz}");
-    let d = start_against_api(
-        daemon_binary!(),
-        &server.url(),
-        NODE,
-        &dir,
-        &[
-            "--iptables-sync-period",
-            "1s",
-            "--api-watch-timeout",
-            "2s",
-            "--healthz-bind-address",
-            &hz,
-            "--kube-api-qps=-1",
-        ],
-    );
+    let daemon = ApiDaemon::new(&server, NODE).args(&[
+        "--iptables-sync-period",
+        "1s",
+        "--api-watch-timeout",
+        "2s",
+        "--kube-api-qps=-1",
+    ]);
+    let healthz = daemon.healthz();
+    let d = daemon.start(daemon_binary!(), &dir);
     let out = dir.path("ruleset.nft");
     let rules = || read(&out);
     let health = || http_get(healthz, "/healthz").map(|(code, _, body)| (code, body));
@@ -163,15 +155,9 @@ fn healthz_stays_up_through_a_five_minute_hang_at_the_default_settings() {
     const LONG_HANG: Duration = Duration::from_secs(300);
     let server = demo_api();
     let dir = TempDir::new("outage-health-5m");
-    let healthz = free_port();
-    let hz = format!("127.0.0.1:{healthz}");
-    let d = start_against_api(
-        daemon_binary!(),
-        &server.url(),
-        NODE,
-        &dir,
-        &["--healthz-bind-address", &hz],
-    );
+    let daemon = ApiDaemon::new(&server, NODE);
+    let healthz = daemon.healthz();
+    let d = daemon.start(daemon_binary!(), &dir);
     let out = dir.path("ruleset.nft");
     let health = || http_get(healthz, "/healthz").map(|(code, _, _)| code);
     assert!(

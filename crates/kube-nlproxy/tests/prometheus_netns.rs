@@ -13,10 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use integration::{node, service, slice, ApiServer};
+use integration::{daemon_binary, node, service, slice, ApiDaemon, ApiServer, TempDir};
 use netns_tests::{require_root, wait_until, Netns};
 
-const BIN: &str = env!("CARGO_BIN_EXE_kube-nlproxy");
 const WAIT: Duration = Duration::from_secs(30);
 const ADDR: &str = "198.18.9.1";
 
@@ -25,13 +24,6 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-struct Scratch(PathBuf);
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -191,10 +183,8 @@ fn promtool_and_prometheus_read_the_metrics_as_kube_proxys() {
     };
     let ns = Netns::new("prom");
     ns.ip(&["addr", "add", &format!("{ADDR}/32"), "dev", "lo"]);
-    let dir = std::env::temp_dir().join(format!("nlp-prom-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let scratch = Scratch(dir.clone());
+    let scratch = TempDir::new("prom");
+    let dir = scratch.0.clone();
 
     let api = ns.run(ApiServer::start);
     api.apply(node("node-a", ADDR));
@@ -207,26 +197,19 @@ fn promtool_and_prometheus_read_the_metrics_as_kube_proxys() {
         8080,
         "node-a",
     ));
-    let log = dir.join("daemon.log");
-    let _daemon = Running(
-        Command::new("ip")
-            .args(["netns", "exec", ns.name(), BIN, "--master"])
-            .arg(api.url())
-            .args(["--hostname-override", "node-a", "--proxy-mode", "nftables"])
-            .args([
-                "--iptables-sync-period",
-                "2s",
-                "--iptables-min-sync-period",
-                "100ms",
-            ])
-            .args(["--metrics-bind-address", &format!("{ADDR}:10249")])
-            .args(["--healthz-bind-address", &format!("{ADDR}:10256")])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start kube-nlproxy"),
-    );
-    let logs = || std::fs::read_to_string(&log).unwrap_or_default();
+    let daemon = ApiDaemon::new(&api, "node-a")
+        .kernel()
+        .serving_on(
+            format!("{ADDR}:10256").parse().unwrap(),
+            format!("{ADDR}:10249").parse().unwrap(),
+        )
+        .args(&["--iptables-sync-period", "2s"])
+        .start_wrapped(
+            daemon_binary!(),
+            &["ip", "netns", "exec", ns.name()],
+            &scratch,
+        );
+    let logs = || daemon.log_text();
     assert!(
         wait_until(WAIT, || get(&ns, 10249, "/metrics").is_some_and(
             |(c, b)| c == 200

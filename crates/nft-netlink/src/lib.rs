@@ -23,7 +23,7 @@ use nft_wire::{
     decode_elements, decode_genid, decode_object, encode_batch, encode_check_batch, Object,
     WireError,
 };
-use nl_core::{Control, NlMsgIter, NlSocket, OnLoss, ReadOpts, SockConfig};
+use nl_core::{Control, NlMsg, NlMsgIter, NlSocket, OnLoss, ReadOpts, SockConfig};
 
 /// A named counter's values as the kernel holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,9 +218,9 @@ impl Nft {
         self.send(&getgen_request(seq))?;
         let mut genid = None;
         // A non-dump GET is answered by the object alone, without DONE or ACK.
-        self.read_until(seq, true, |kind, _flags, payload| {
-            if kind & 0xff == NFT_MSG_NEWGEN {
-                genid = payload.get(4..).and_then(decode_genid);
+        self.read_until(seq, true, |m| {
+            if m.kind & 0xff == NFT_MSG_NEWGEN {
+                genid = m.nfgen().and_then(|(_, _, attrs)| decode_genid(attrs));
             }
         })
         .map_err(|e| e.into_nft("generation"))?;
@@ -372,10 +372,10 @@ impl Nft {
         mut each: F,
     ) -> Result<ReadOutcome, ReadError>
     where
-        F: FnMut(u16, u16, &[u8]),
+        F: FnMut(&NlMsg<'_>),
     {
         let ans = self.sock.read_answer(seq, &READ, |m| {
-            each(m.kind, m.flags, m.payload);
+            each(m);
             if single {
                 Control::Stop
             } else {
@@ -424,11 +424,14 @@ impl Nft {
         })?;
         let mut objects = Vec::new();
         let mut decode_err = None;
-        let outcome = self.read_until(seq, false, |kind, _flags, payload| {
-            if kind >> 8 != NFNL_SUBSYS_NFTABLES || payload.len() < 4 {
+        let outcome = self.read_until(seq, false, |m| {
+            if m.kind >> 8 != NFNL_SUBSYS_NFTABLES {
                 return;
             }
-            match decode(kind & 0xff, payload[0], &payload[4..]) {
+            let Some((family, _, attrs)) = m.nfgen() else {
+                return;
+            };
+            match decode(m.kind & 0xff, family, attrs) {
                 Ok(o) => objects.push(o),
                 Err(e) => {
                     decode_err.get_or_insert(e);

@@ -8,41 +8,28 @@
 
 use crate::consts::*;
 use crate::expr::{put_value, put_verdict};
-use crate::msg::nft_type;
-use crate::nla::{udata, NlaWriter, NLA_MAX_PAYLOAD};
+use crate::msg::{nfnl_len, nft_type};
+use crate::nla::{attr_len, str_attr_len, udata, NlaWriter, NLA_MAX_PAYLOAD};
 use crate::WireError;
 use nft_model::*;
+use nl_core::NLA_HDRLEN;
 
 /// Keep element lists comfortably below the 64 KiB attribute limit.
 pub(crate) const ELEMENTS_BUDGET: usize = NLA_MAX_PAYLOAD - 4096;
 
-/// `nlmsghdr` + `nfgenmsg`.
-const HEADERS: usize = 16 + 4;
-/// An attribute's header.
-const NLA: usize = 4;
-
-fn align4(n: usize) -> usize {
-    n.div_ceil(4) * 4
-}
-
-/// The length of a string attribute (NUL-terminated).
-fn str_len(s: &str) -> usize {
-    NLA + align4(s.len() + 1)
-}
-
 /// The length of a value nest (`NFTA_DATA_VALUE` of `n` bytes inside).
 fn value_len(n: usize) -> usize {
-    NLA + NLA + align4(n)
+    attr_len(attr_len(n))
 }
 
-/// The length of a verdict nest.
+/// The length of a verdict nest (`NFTA_DATA_VERDICT`: the code, and the chain it names).
 fn verdict_len(v: &Verdict) -> usize {
-    NLA + NLA + 8 + v.chain().map_or(0, str_len)
+    attr_len(attr_len(attr_len(4) + v.chain().map_or(0, str_attr_len)))
 }
 
 /// The length of a comment's userdata attribute.
 fn comment_len(c: &str) -> usize {
-    NLA + align4(2 + (c.len() + 1).min(255))
+    attr_len(2 + (c.len() + 1).min(255))
 }
 
 /// The kernel length of a concatenation of values ([`nft_model::concat_into`]).
@@ -151,7 +138,7 @@ impl<'a> ElementOp<'a> {
                         Some(ElemData::Values(v)) => value_len(concat_len(v)),
                         None => 0,
                     };
-                    n += e.timeout_ms().map_or(0, |_| NLA + 8);
+                    n += e.timeout_ms().map_or(0, |_| attr_len(8));
                     n += e.comment().map_or(0, comment_len);
                 }
                 n
@@ -166,13 +153,13 @@ impl<'a> ElementOp<'a> {
                         Some(PackedData::Values(v)) => value_len(v.concat_len()),
                         None => 0,
                     };
-                    n += e.timeout_ms.map_or(0, |_| NLA + 8);
+                    n += e.timeout_ms.map_or(0, |_| attr_len(8));
                     n += e.comment.as_deref().map_or(0, comment_len);
                 }
                 n
             }
         };
-        NLA + body
+        attr_len(body)
     }
 
     /// Element `i` as one `NFTA_LIST_ELEM` (`scratch`: reused for the values' bytes).
@@ -233,9 +220,10 @@ impl<'a> ElementOp<'a> {
         w.end(n);
     }
 
-    /// The bytes of a message before its elements.
+    /// The bytes of a message before its elements: the headers, the table's and the
+    /// set's names, the element list's header.
     fn head_len(&self) -> usize {
-        HEADERS + str_len(self.table) + str_len(self.set) + NLA
+        nfnl_len(str_attr_len(self.table) + str_attr_len(self.set) + NLA_HDRLEN)
     }
 
     /// The messages' lengths, in order: the elements split so that no element list

@@ -3,7 +3,7 @@
 use crate::consts::*;
 use crate::elements::{element_list, ElementOp};
 use crate::expr::encode_expr;
-use crate::msg::{nft_type, push_message};
+use crate::msg::{nfnl_len, nft_type, push_message};
 use crate::nla::{udata, NlaWriter, NLA_MAX_PAYLOAD};
 use crate::WireError;
 use nft_model::*;
@@ -108,7 +108,7 @@ fn encode(
                 let m = op_messages(op, &mut set_id)?;
                 size += m
                     .iter()
-                    .map(|(_, _, _, a)| message_len(a.len()))
+                    .map(|(_, _, _, a)| nfnl_len(a.len()))
                     .sum::<usize>();
                 messages += m.len();
                 planned.push(Planned::Messages(m));
@@ -119,7 +119,7 @@ fn encode(
     if let Some(g) = genid {
         begin.be32(NFNL_BATCH_GENID, g);
     }
-    size += message_len(begin.len()) + if end { message_len(0) } else { 0 };
+    size += nfnl_len(begin.len()) + if end { nfnl_len(0) } else { 0 };
     let mut w = NlaWriter::with_capacity(size);
     let mut seq = first_seq;
     push_message(
@@ -197,11 +197,6 @@ fn encode(
 enum Planned {
     Messages(Vec<Msg>),
     Elements(Vec<usize>),
-}
-
-/// The length of a netfilter message with `attrs` bytes of attributes.
-fn message_len(attrs: usize) -> usize {
-    (16 + 4 + attrs).div_ceil(4) * 4
 }
 
 type Msg = (u16, u16, u8, Vec<u8>);

@@ -1,9 +1,9 @@
 //! Netlink message framing for nftables: the shared core's reader ([`NlMsg`],
-//! [`NlMsgIter`]) and the nftables message writer.
+//! [`NlMsgIter`]), its message sizes ([`nfnl_len`]) and the nftables message writer.
 
 use crate::consts::*;
 pub use nl_core::consts::{NFGENMSG_LEN, NLMSG_HDRLEN};
-pub use nl_core::msg::{NlMsg, NlMsgIter};
+pub use nl_core::msg::{nfnl_len, NlMsg, NlMsgIter};
 
 /// Append one netfilter message (`nlmsghdr`, `nfgenmsg`, attributes) to `buf`.
 pub fn push_message(

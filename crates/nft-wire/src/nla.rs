@@ -1,7 +1,7 @@
 //! Netlink attributes: the shared core's writer and reader, and nftables userdata.
 
 pub use nl_core::consts::{NLA_F_NESTED, NLA_F_NET_BYTEORDER};
-pub use nl_core::nla::{Nla, NlaIter, NlaWriter, NLA_MAX_PAYLOAD};
+pub use nl_core::nla::{attr_len, str_attr_len, Nla, NlaIter, NlaWriter, NLA_MAX_PAYLOAD};
 
 /// Userdata TLVs (libnftnl's format: type u8, length u8, value), used for comments
 /// and set byte-order hints that `nft` reads to print objects.

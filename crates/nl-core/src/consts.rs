@@ -49,6 +49,6 @@ pub const NETLINK_GENERIC: isize = 16;
 
 /// Round up to the netlink alignment (4 bytes).
 #[inline]
-pub fn align4(n: usize) -> usize {
+pub const fn align4(n: usize) -> usize {
     (n + 3) & !3
 }

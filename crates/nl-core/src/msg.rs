@@ -29,6 +29,13 @@ pub fn push_nfgenmsg(buf: &mut Vec<u8>, family: u8, res_id: u16) {
     buf.extend_from_slice(&res_id.to_be_bytes());
 }
 
+/// The bytes a netfilter message with `attrs` bytes of attributes takes: `nlmsghdr`,
+/// `nfgenmsg`, the attributes and the padding [`end`] adds (what [`push_nfnl`] writes).
+/// For sizing a buffer before writing into it.
+pub const fn nfnl_len(attrs: usize) -> usize {
+    align4(NLMSG_HDRLEN + NFGENMSG_LEN + attrs)
+}
+
 /// Append one netfilter message (`nlmsghdr`, `nfgenmsg`, attributes) to `buf`.
 pub fn push_nfnl(
     buf: &mut Vec<u8>,
@@ -208,6 +215,18 @@ mod tests {
         let m = NlMsgIter::new(&b).next().unwrap();
         assert_eq!((m.kind, m.seq, m.bytes.len()), (0x0a01, 7, 28));
         assert_eq!(m.nfgen().map(|n| (n.0, n.1)), Some((2, 10)));
+    }
+
+    /// The size agrees with the writer, padding included.
+    #[test]
+    fn nfnl_len_is_what_push_nfnl_writes() {
+        let attrs = [1u8; 9];
+        for n in 0..=attrs.len() {
+            let mut b = Vec::new();
+            push_nfnl(&mut b, 0x0a01, NLM_F_REQUEST, 7, 2, 0, &attrs[..n]);
+            assert_eq!(b.len(), nfnl_len(n), "{n} bytes of attributes");
+        }
+        assert_eq!((nfnl_len(0), nfnl_len(1), nfnl_len(8)), (20, 24, 28));
     }
 
     #[test]

@@ -11,6 +11,18 @@ use crate::msg;
 /// The largest payload an attribute can carry (`nla_len` is 16 bits).
 pub const NLA_MAX_PAYLOAD: usize = u16::MAX as usize - NLA_HDRLEN;
 
+/// The bytes one attribute with `payload` bytes of data takes in a buffer: header,
+/// data and padding, what [`NlaWriter::bytes`] writes (and a nest, whose payload is
+/// attributes: their lengths summed). For sizing a buffer before writing into it.
+pub const fn attr_len(payload: usize) -> usize {
+    NLA_HDRLEN + align4(payload)
+}
+
+/// The bytes a string attribute takes ([`NlaWriter::str`]: NUL-terminated, padded).
+pub const fn str_attr_len(s: &str) -> usize {
+    attr_len(s.len() + 1)
+}
+
 /// Appends attributes (and whole messages) to a buffer; nests are opened and closed
 /// explicitly.
 #[derive(Debug, Default, Clone)]
@@ -266,6 +278,33 @@ mod tests {
         assert_eq!(a[1].be16(), Some(53));
         assert_eq!(a[0].be16(), None);
         assert_eq!(a[0].nested().next().and_then(|n| n.u8()), Some(17));
+    }
+
+    /// The sizes agree with the writer, byte for byte, padding included.
+    #[test]
+    fn sizes_are_what_the_writer_writes() {
+        let data = [0xaau8; 9];
+        for n in 0..=data.len() {
+            let mut w = NlaWriter::new();
+            w.bytes(1, &data[..n]);
+            assert_eq!(w.len(), attr_len(n), "{n} bytes");
+        }
+        for s in ["", "a", "abc", "abcd", "kube-nlproxy"] {
+            let mut w = NlaWriter::new();
+            w.str(1, s);
+            assert_eq!(w.len(), str_attr_len(s), "{s:?}");
+        }
+        // a nest: its attributes' lengths summed
+        let mut w = NlaWriter::new();
+        let n = w.begin(2);
+        w.bytes(1, &data[..5]);
+        w.be32(3, 7);
+        w.end(n);
+        assert_eq!(w.len(), attr_len(attr_len(5) + attr_len(4)));
+        assert_eq!(
+            (attr_len(0), attr_len(1), attr_len(4), attr_len(5)),
+            (4, 8, 8, 12)
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! without holding back the other ports.
 
 use crate::server::{Limits, BIND_RETRY};
-use crate::StatusSource;
+use crate::status_source::StatusSource;
 use axum::extract::State;
 use axum::http::{header, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -11,7 +11,7 @@
 //! "the sync loop ran recently"), else the last sync.
 
 use crate::metrics::Metrics;
-use crate::StatusSource;
+use crate::status_source::StatusSource;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -23,26 +23,10 @@ pub mod observer;
 pub mod process;
 pub mod restclient;
 pub mod server;
+pub mod status_source;
 pub mod zpages;
 
 pub use health::health_router;
 pub use metrics::{BuildInfo, Metrics, RejectedPackets};
 pub use metrics_server::{metrics_router, ProxyInfo};
-
-use proxy_status::{Status, StatusHandle};
-use std::time::Instant;
-
-/// Where the servers read the proxy's status from (the engine's [`StatusHandle`], or a
-/// fixed status in tests).
-pub trait StatusSource: Clone + Send + Sync + 'static {
-    fn snapshot(&self) -> Status;
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
-
-impl StatusSource for StatusHandle {
-    fn snapshot(&self) -> Status {
-        StatusHandle::snapshot(self)
-    }
-}
+pub use status_source::StatusSource;

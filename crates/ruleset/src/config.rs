@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use kube_model::{parse_cidr_sloppy, parse_ip_sloppy, Cidr, IpFamily};
 use serde::Deserialize;
 
-use crate::RulesetError;
+use crate::error::RulesetError;
 
 /// How traffic from local pods is recognised (`detectLocalMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]

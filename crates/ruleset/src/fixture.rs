@@ -5,7 +5,8 @@ use kube_model::{manifest, Cluster, ObjectError};
 
 use serde::Deserialize;
 
-use crate::{Config, RulesetError};
+use crate::config::Config;
+use crate::error::RulesetError;
 
 /// A parsed fixture.
 #[derive(Debug, Clone)]

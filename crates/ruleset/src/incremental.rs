@@ -22,8 +22,8 @@ use crate::compile::mirror::{Conflict, Mirror};
 use crate::compile::skeleton::skeleton;
 use crate::compile::Ctx;
 use crate::config::{Config, ParsedConfig};
+use crate::error::RulesetError;
 use crate::names::PortId;
-use crate::RulesetError;
 
 mod build;
 mod udp;

@@ -15,6 +15,7 @@ pub mod apply;
 pub mod compile;
 pub mod config;
 pub mod diff;
+pub mod error;
 pub mod explain;
 pub mod fixture;
 pub mod incremental;
@@ -27,38 +28,10 @@ pub use compile::mirror::Conflict;
 pub use compile::nft_family;
 pub use config::{Config, DetectLocalMode, NodePortAddrs, ParsedConfig, Proxier};
 pub use diff::{diff, diff_packed_into, diff_tables, diff_tables_into};
+pub use error::RulesetError;
 pub use explain::{explain, Explanation};
 pub use incremental::{
     compile, compile_parsed, Build, Changes, Compiled, Compiler, PortTargets, Served, UdpDest,
     Update,
 };
 pub use trace::{trace, Packet, Trace};
-
-/// Errors of the compiler: a bad configuration (fatal), or a problem with one object
-/// (that object, or the part named, is skipped).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RulesetError {
-    #[error("config: {field} {value:?}: {reason}")]
-    Config {
-        field: String,
-        value: String,
-        reason: String,
-    },
-    #[error(transparent)]
-    Model(#[from] kube_model::ObjectError),
-    #[error(transparent)]
-    Manifest(#[from] kube_model::manifest::ManifestError),
-    #[error("service {service} port {port:?}: {what} is already used by service {other}; skipped")]
-    Conflict {
-        service: String,
-        port: String,
-        other: String,
-        what: String,
-    },
-    #[error("service {service} port {port:?}: {endpoints} endpoints are more than a list can hold; skipped")]
-    Capacity {
-        service: String,
-        port: String,
-        endpoints: usize,
-    },
-}

@@ -294,8 +294,19 @@ async fn quiet<S: Stream<Item = Item<Service>> + Unpin>(s: &mut S) {
     }
 }
 
+/// The kind's list + watch (`streaming`: a streamed list tried first), remembering the
+/// last version synced in `memory`: the set-up every test here watches with.
+fn watching(
+    api: &Api<Lenient<Service>>,
+    memory: &Arc<Memory>,
+    streaming: bool,
+) -> impl Stream<Item = Item<Service>> + Unpin {
+    Box::pin(watch(api, config(), memory.clone(), streaming))
+}
+
+/// List + watch, nothing remembered.
 fn stream(api: &Api<Lenient<Service>>) -> impl Stream<Item = Item<Service>> + Unpin {
-    Box::pin(watch(api, config(), Arc::default(), false))
+    watching(api, &Arc::default(), false)
 }
 
 fn uris(seen: &Seen) -> Vec<String> {

@@ -18,8 +18,8 @@ use super::affinity;
 use super::classes::{class_of, hairpin_elements, Class, Space};
 use super::packed::{Packed, SetName};
 use super::Ctx;
+use crate::error::RulesetError;
 use crate::names::*;
-use crate::RulesetError;
 
 /// Conflict priority of a service port: the first service (by namespace and name), then
 /// the first port in the service's list, wins a contested destination.

@@ -14,8 +14,8 @@ use super::classes::Class;
 use super::fragment::{Claim, ClaimKey, Fragment, PortOrder};
 use super::packed::{ByKey, Packed, SetName};
 use super::skeleton::Skeleton;
+use crate::error::RulesetError;
 use crate::names::{PortId, TABLE};
-use crate::RulesetError;
 
 mod sizing;
 pub use sizing::{hint, needs_growth, SIZE_MIN};

@@ -5,7 +5,7 @@ use super::*;
 
 /// The stream with streamed lists tried first.
 fn streamed(api: &Api<Lenient<Service>>) -> impl Stream<Item = Item<Service>> + Unpin {
-    Box::pin(watch(api, config(), Arc::default(), true))
+    watching(api, &Arc::default(), true)
 }
 
 /// The request `uri` has every one of the `params` (each `name=value`; one that ends
@@ -152,28 +152,19 @@ async fn relists_resume_from_the_last_version_and_from_the_most_recent_when_it_i
     assert!(!uris[3].contains("resourceVersion="), "{uris:?}");
 }
 
-/// A stall ends a kind's stream and the pump starts a new one (kube_source): what the
-/// two share.
-fn remembered(
-    api: &Api<Lenient<Service>>,
-    memory: &Arc<Memory>,
-    streaming: bool,
-) -> impl Stream<Item = Item<Service>> + Unpin {
-    Box::pin(watch(api, config(), memory.clone(), streaming))
-}
-
-/// A stream that synced a@7, then a@20, given up (as the pump gives up on a stalled
-/// kind); then a new one sharing its memory, whose list brings a@25: the requests.
+/// A stream that synced a@7, then a@20, given up (as kube_source's pump gives up on a
+/// stalled kind); then a new one sharing its memory (as the pump starts one), whose
+/// list brings a@25: the requests.
 async fn restarted(api: &Api<Lenient<Service>>, seen: &Seen, streaming: bool) -> Vec<String> {
     let memory = Arc::new(Memory::default());
-    let mut s = remembered(api, &memory, streaming);
+    let mut s = watching(api, &memory, streaming);
     assert_eq!(
         take(&mut s, 4).await,
         ["Init", "InitApply a@7", "InitDone", "Apply a@20"]
     );
     drop(s);
     assert_eq!(memory.last_synced().as_deref(), Some("20"));
-    let mut s = remembered(api, &memory, streaming);
+    let mut s = watching(api, &memory, streaming);
     assert_eq!(
         take(&mut s, 3).await,
         ["Init", "InitApply a@25", "InitDone"]
@@ -241,11 +232,11 @@ async fn a_restarted_stream_lists_the_most_recent_state_when_the_last_version_wa
         proto(vec![list("40", vec![service("a", "30")])]),
     ]);
     let memory = Arc::new(Memory::default());
-    let mut s = remembered(&api, &memory, false);
+    let mut s = watching(&api, &memory, false);
     let got = take(&mut s, 6).await;
     assert!(got[5].contains("Expired"), "the refused relist: {got:?}");
     drop(s);
-    let mut s = remembered(&api, &memory, false);
+    let mut s = watching(&api, &memory, false);
     assert_eq!(
         take(&mut s, 3).await,
         ["Init", "InitApply a@30", "InitDone"]

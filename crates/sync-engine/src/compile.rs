@@ -69,9 +69,9 @@ pub fn advance(
 }
 
 /// Before there is a compiler (a cold start's lists still arriving): compile what
-/// arrived into `building` (begun here from the whole `cluster`), taking from `changes`
-/// the services it compiled. A service without slices yet is left for later (its
-/// slices usually follow: it would be compiled twice). Returns whether it compiled.
+/// arrived into `building` (begun here from the whole `cluster`), taking `changes`
+/// (a service without slices yet is kept by the build for its finish). Returns whether
+/// there was anything to compile.
 pub fn build_ahead(
     building: &mut Option<Build>,
     cluster: &Cluster,
@@ -79,26 +79,16 @@ pub fn build_ahead(
     exclude: &BTreeSet<PortId>,
     changes: &mut Changes,
 ) -> bool {
+    let changes = std::mem::take(changes);
     let Some(b) = building.as_mut() else {
         *building = Some(Build::new(parsed.clone(), cluster, exclude.clone()));
-        *changes = Changes::default();
         return true;
     };
-    let (ready, later): (BTreeSet<_>, BTreeSet<_>) = std::mem::take(&mut changes.services)
-        .into_iter()
-        .partition(|k| cluster.slices_of(k).next().is_some() || !cluster.services.contains_key(k));
-    changes.services = later;
     b.set_config(parsed, cluster);
-    if ready.is_empty() {
+    if changes.services.is_empty() {
         return false;
     }
-    b.add(
-        cluster,
-        &Changes {
-            services: ready,
-            node: false,
-        },
-    );
+    b.add(cluster, &changes);
     true
 }
 

@@ -102,25 +102,44 @@ impl Compiler {
 /// A compiler being built while its cluster arrives (see the module documentation).
 /// It cannot be read: only [`Build::finish`] gives the compiler.
 #[derive(Debug)]
-pub struct Build(Compiler);
+pub struct Build {
+    c: Compiler,
+    /// Services named while they had no slice: compiled at the finish (their slices
+    /// usually follow, which names them again).
+    deferred: BTreeSet<ServiceKey>,
+}
 
 impl Build {
     /// Start from what `cluster` holds now.
     pub fn new(cfg: ParsedConfig, cluster: &Cluster, excluded: BTreeSet<PortId>) -> Build {
-        Build(Compiler::staged(cfg, cluster, excluded))
+        Build {
+            c: Compiler::staged(cfg, cluster, excluded),
+            deferred: BTreeSet::new(),
+        }
     }
 
     /// Compile what `changes` names against the updated `cluster` (a service compiled
-    /// again replaces what it added before).
+    /// again replaces what it added before). A service without slices yet is deferred
+    /// to the finish: it would be compiled once now and again when they come. Work in
+    /// proportion to the services named.
     pub fn add(&mut self, cluster: &Cluster, changes: &Changes) {
-        self.0.restage(cluster, &changes.services);
+        let mut now = BTreeSet::new();
+        for k in &changes.services {
+            if cluster.services.contains_key(k) && cluster.slices_of(k).next().is_none() {
+                self.deferred.insert(k.clone());
+            } else {
+                self.deferred.remove(k);
+                now.insert(k.clone());
+            }
+        }
+        self.c.restage(cluster, &now);
     }
 
     /// Take the configuration `cfg`: when only the host's addresses or the service
     /// CIDRs changed, the services depending on them are compiled again; otherwise
     /// the build starts again from `cluster`.
     pub fn set_config(&mut self, cfg: &ParsedConfig, cluster: &Cluster) {
-        let c = &mut self.0;
+        let c = &mut self.c;
         if &c.cfg == cfg {
             return;
         }
@@ -153,12 +172,14 @@ impl Build {
         excluded: &BTreeSet<PortId>,
         changes: &Changes,
     ) -> Compiler {
-        if &self.0.excluded != excluded {
+        if &self.c.excluded != excluded {
             return Compiler::with_excluded(cfg.clone(), cluster, excluded.clone());
         }
         self.set_config(cfg, cluster);
-        let mut c = self.0;
-        c.restage(cluster, &changes.services);
+        let mut rest = std::mem::take(&mut self.deferred);
+        rest.extend(changes.services.iter().cloned());
+        let mut c = self.c;
+        c.restage(cluster, &rest);
         c.end_build();
         c
     }

@@ -2,20 +2,21 @@
 //! committed ruleset, the pending conntrack targets and the schedule. Single-threaded:
 //! one sync at a time by construction.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_model::{ns_key, Cluster, ServiceKey};
-use nft_model::{Op, Table};
+use nft_model::Table;
 
 use crate::cleaner::{Cleaner, ToCleaner};
 use crate::cleanup::{Cleanup, CleanupConfig};
 use crate::heard::Heard;
 use crate::isolate::Skips;
 use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, Listening, NftKernel};
+use crate::ledger::Ledger;
 use crate::schedule::{Periods, Schedule};
 use crate::{status, EngineConfig, Event, ForeignWriter, NodeHealth, Observer, StatusHandle};
 
@@ -59,10 +60,6 @@ impl Drop for BesideTx {
     }
 }
 
-/// How many of our latest commits' generations are remembered (to tell our own
-/// commits from another program's in the nftables notifications).
-const OUR_GENERATIONS: usize = 64;
-
 /// How long the engine waits for the watcher to hear a generation it read (the kernel
 /// queued the notifications before answering; the watcher thread only has to read them).
 pub(crate) const HEARD_WAIT: Duration = Duration::from_millis(50);
@@ -93,15 +90,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) building: Option<ruleset::Build>,
     /// What changed since the compiler was last brought up to date.
     pub(crate) changes: ruleset::Changes,
-    /// The compiler's batch from our last commit to its desired tables (None: only a
-    /// diff from our tables as read back can tell), and whether the compiler's
-    /// confirmed tables are what we last committed.
-    pub(crate) step_ops: Option<Vec<Op>>,
-    pub(crate) batch_valid: bool,
-    /// The generation at which the kernel holds exactly what we committed last: the
-    /// compiler's confirmed tables (None: unknown, read it back). A refused batch changes
-    /// nothing and keeps it.
-    pub(crate) trust: Option<u32>,
+    /// What we know of the kernel's copy of our tables (one writer: its transitions).
+    pub(crate) ledger: Ledger,
     /// UDP destinations whose owner or serving endpoints may have changed since our last
     /// commit: the conntrack cleanup judges their flows again after the next one.
     pub(crate) udp_touched: BTreeSet<ruleset::UdpDest>,
@@ -111,15 +101,10 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// The next commit's news for the cleanup is the whole state (first commit, a
     /// rebuild, a commit after an unknown outcome): every flow is judged again.
     pub(crate) judge_full: bool,
-    /// Whether this process committed (endpoint targets then come from the compiler;
-    /// before, from the endpoint maps of the tables a previous run left).
-    pub(crate) applied: bool,
     /// Services whose status facts (health checks, local endpoints) are to be looked
     /// at again after the next successful sync.
     pub(crate) status_dirty: BTreeSet<ServiceKey>,
     pub(crate) per_service: status::PerService,
-    /// Generations produced by our latest commits.
-    pub(crate) our_gens: VecDeque<u32>,
     /// Commits this process made outside our tables (iptables mode's `KUBE-FORWARD`).
     pub(crate) side_commits: SideCommits,
     /// Service ports left out because the kernel refused their rules.
@@ -196,16 +181,12 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             compiler: None,
             building: None,
             changes: ruleset::Changes::default(),
-            step_ops: None,
-            batch_valid: false,
-            trust: None,
+            ledger: Ledger::new(),
             udp_touched: BTreeSet::new(),
             udp_deleted: BTreeMap::new(),
             judge_full: true,
-            applied: false,
             status_dirty: BTreeSet::new(),
             per_service: status::PerService::default(),
-            our_gens: VecDeque::new(),
             side_commits: SideCommits::default(),
             skips: Skips::default(),
             trigger_times: Vec::new(),
@@ -236,7 +217,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// The ruleset as of the last successful commit (None: not known, e.g. after a
     /// failed one). Built on demand from the compiler's tables.
     pub fn committed(&self) -> Option<Vec<Table>> {
-        self.trust?;
+        self.ledger.held()?;
         Some(self.compiler.as_ref()?.tables())
     }
 
@@ -294,7 +275,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         self.absorb_side_commits();
         let touches: Vec<&crate::watch::Touch> = touches
             .iter()
-            .filter(|t| !self.our_gens.contains(&t.genid))
+            .filter(|t| !self.ledger.is_ours(t.genid))
             .collect();
         let overflow = overflow && !self.kernel_holds_our_commit();
         if touches.is_empty() && !overflow {
@@ -342,7 +323,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
 
     /// Whether a batch of ours was committed by this engine.
     pub fn has_committed(&self) -> bool {
-        self.applied
+        self.ledger.has_committed()
     }
 
     /// The handle on which this process reports its commits outside our tables.
@@ -355,11 +336,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// proves nobody committed in between), and is ours for the watcher.
     pub(crate) fn absorb_side_commits(&mut self) {
         for base in self.side_commits.take() {
-            let g = crate::next_generation(base);
-            if self.trust == Some(base) {
-                self.trust = Some(g);
-            }
-            self.our_generation(g);
+            self.ledger.side_commit(base);
         }
     }
 
@@ -381,8 +358,8 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         let Some(h) = &self.heard else {
             return from == to;
         };
-        let ours = &self.our_gens;
-        let moved_on = h.others_only(from, to, &|g| ours.contains(&g), HEARD_WAIT);
+        let ledger = &self.ledger;
+        let moved_on = h.others_only(from, to, &|g| ledger.is_ours(g), HEARD_WAIT);
         if moved_on && from != to {
             tracing::trace!(from, to, "only other programs' tables changed meanwhile");
         }
@@ -395,7 +372,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// notifications: a repair.
     pub fn watcher_opened(&mut self) {
         self.absorb_side_commits();
-        let Some(ours) = self.trust else {
+        let Some(ours) = self.ledger.held() else {
             return; // a verification is already due
         };
         match self.nft.generation() {
@@ -410,7 +387,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
 
     /// Whether the kernel's generation is the one our last commit produced.
     fn kernel_holds_our_commit(&mut self) -> bool {
-        let Some(ours) = self.trust else {
+        let Some(ours) = self.ledger.held() else {
             return false;
         };
         match self.nft.generation() {
@@ -420,14 +397,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
                 false
             }
         }
-    }
-
-    /// Remember the generation one of our commits produced.
-    pub(crate) fn our_generation(&mut self, g: u32) {
-        if self.our_gens.len() >= OUR_GENERATIONS {
-            self.our_gens.pop_front();
-        }
-        self.our_gens.push_back(g);
     }
 
     pub(crate) fn queue(&mut self) {

@@ -36,6 +36,7 @@ pub mod engine;
 pub mod heard;
 pub mod isolate;
 pub mod kernel;
+pub mod ledger;
 pub mod plan;
 mod publish;
 pub mod run;

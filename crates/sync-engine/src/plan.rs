@@ -34,18 +34,21 @@ pub enum Base {
 /// Our tables as the kernel holds them (or as we trust it holds them).
 pub type Bases = Vec<(TableRef, Base)>;
 
-/// What we know of the kernel, one type.
+/// What we know of the kernel, one type (made from the engine's
+/// [`crate::ledger::View`]: the compiler's batch comes only with a trusted view).
 #[derive(Debug, Clone)]
 pub enum Kernel {
-    /// It holds exactly what we committed last, at this generation.
-    Trusted { genid: u32 },
-    /// Our tables as read back at this generation. `was_trusted`: we knew what the
-    /// kernel held until the generation moved (another program may have changed our
-    /// tables: a repair).
+    /// It holds exactly what we committed last, at this generation; `ops` is the
+    /// compiler's batch since that commit.
+    Trusted { genid: u32, ops: Vec<Op> },
+    /// Our tables as read back at this generation. `since_ours`: the batch since our
+    /// last commit, when we knew the kernel held that commit until the generation moved
+    /// (another program may have changed our tables: played on the tables read back, it
+    /// tells a repair).
     Read {
         genid: u32,
         tables: Bases,
-        was_trusted: bool,
+        since_ours: Option<Vec<Op>>,
     },
 }
 
@@ -76,8 +79,6 @@ impl Why {
 /// The desired state.
 pub struct Desired<'a> {
     pub compiler: &'a Compiler,
-    /// The compiler's batch since our last commit (None: only a diff can tell).
-    pub ops: Option<&'a [Op]>,
     /// Replace our tables rather than diff them.
     pub replace: bool,
 }
@@ -98,23 +99,22 @@ pub struct Plan {
 /// Plan one commit.
 pub fn plan(kernel: Kernel, want: &Desired) -> Plan {
     let families = families(want.compiler);
-    let (genid, read, was_trusted) = match kernel {
-        Kernel::Trusted { genid } => (genid, None, false),
+    let (genid, read, since_ours) = match kernel {
+        Kernel::Trusted { genid, ops } if !want.replace => {
+            return Plan {
+                ops,
+                genid,
+                became_served: BTreeSet::new(),
+                why: Why::Incremental,
+            };
+        }
+        Kernel::Trusted { genid, .. } => (genid, None, None),
         Kernel::Read {
             genid,
             tables,
-            was_trusted,
-        } => (genid, Some(tables), was_trusted),
+            since_ours,
+        } => (genid, Some(tables), since_ours),
     };
-    let incremental = !want.replace && want.ops.is_some() && read.is_none();
-    if incremental {
-        return Plan {
-            ops: want.ops.map(<[Op]>::to_vec).unwrap_or_default(),
-            genid,
-            became_served: BTreeSet::new(),
-            why: Why::Incremental,
-        };
-    }
     // the desired tables, their large sets' elements packed (shared with the
     // compiler): a table created from scratch is created from them as they are
     let d = want.compiler.packed_tables();
@@ -126,10 +126,7 @@ pub fn plan(kernel: Kernel, want: &Desired) -> Plan {
     // We knew what the kernel held, but the generation moved: did another program
     // change our tables? (Our last batch played forward on the tables read back must
     // reach the desired ones.)
-    let repaired = match (was_trusted, want.ops) {
-        (true, Some(ops)) => drifted(&base, ops, &d),
-        _ => false,
-    };
+    let repaired = since_ours.is_some_and(|ops| drifted(&base, &ops, &d));
     let (ops, why) = if want.replace {
         (replace(&base, d), Why::Replacement)
     } else {

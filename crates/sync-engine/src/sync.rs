@@ -11,8 +11,9 @@ use nft_model::Op;
 use crate::conntrack::Cleaned;
 use crate::engine::Engine;
 use crate::kernel::{Clock, CommitStats, ConntrackKernel, NftKernel};
+use crate::ledger::View;
 use crate::plan::{self, Base, Kernel, Plan, Why};
-use crate::{compile, isolate, next_generation, our_tables, EngineError, SyncReport};
+use crate::{compile, isolate, our_tables, EngineError, SyncReport};
 
 /// How often one sync plans its batch again without the service ports a refusal is to
 /// blame on, before it replaces our tables.
@@ -71,7 +72,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         self.schedule.attempt(now);
         // a periodic or forced full sync (its batch is still the compiler's when the
         // generation shows the kernel holds our last commit)
-        let full = self.trust.is_none() || self.schedule.full_due(now);
+        let full = self.ledger.held().is_none() || self.schedule.full_due(now);
         match self.sync_once(full) {
             Ok((report, followup)) => {
                 self.synced(now, &report, followup);
@@ -123,10 +124,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         self.judge_full |= step.full;
         // the compiler's batch starts from our last commit only once one was made with
         // this compiler
-        self.step_ops = step.ops.filter(|_| !built && self.batch_valid);
-        if built || self.step_ops.is_none() {
-            self.batch_valid = false;
-        }
+        self.ledger.compiled(step.ops, built);
     }
 
     /// Commit; a refused batch is planned again without the service ports it is to
@@ -210,9 +208,9 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
                     let now = self.nft.generation().map_err(Failure::Other)?;
                     if !self.others_only(plan.genid, now) {
                         tracing::debug!("ruleset changed under us; re-reading and retrying");
-                        self.trust = None;
-                    } else if self.trust == Some(plan.genid) {
-                        self.trust = Some(now);
+                        self.ledger.lost();
+                    } else {
+                        self.ledger.moved_on(plan.genid, now);
                     }
                 }
                 Err(e) if e.is_rejection() => {
@@ -228,7 +226,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
                     } else {
                         self.ct_aborted();
                     }
-                    self.trust = None;
+                    self.ledger.lost();
                     return Err(Failure::Other(e));
                 }
             }
@@ -240,20 +238,21 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// as read back.
     fn read_kernel(&mut self) -> Result<Kernel, EngineError> {
         let genid = self.nft.generation()?;
-        if let Some(ours) = self.trust.filter(|g| *g != genid) {
-            if self.step_ops.is_some() && self.others_only(ours, genid) {
-                self.trust = Some(genid);
+        if let Some(ours) = self.ledger.held().filter(|g| *g != genid) {
+            if self.ledger.incremental() && self.others_only(ours, genid) {
+                self.ledger.moved_on(ours, genid);
             }
         }
-        if self.trust == Some(genid) && self.step_ops.is_some() {
-            return Ok(Kernel::Trusted { genid });
-        }
+        let since_ours = match self.ledger.view(genid) {
+            View::Trusted { genid, ops } => return Ok(Kernel::Trusted { genid, ops }),
+            View::Unknown { since_ours } => since_ours,
+        };
         // a dump the generation moved under is good when only other tables changed
         let heard = self.heard.clone();
-        let our_gens = self.our_gens.clone();
+        let ledger = &self.ledger;
         let mut others_only = |a: u32, b: u32| {
             heard.as_ref().is_some_and(|h| {
-                h.others_only(a, b, &|g| our_gens.contains(&g), crate::engine::HEARD_WAIT)
+                h.others_only(a, b, &|g| ledger.is_ours(g), crate::engine::HEARD_WAIT)
             })
         };
         let mut tables = Vec::new();
@@ -272,7 +271,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         Ok(Kernel::Read {
             genid,
             tables,
-            was_trusted: self.trust.is_some(),
+            since_ours,
         })
     }
 
@@ -282,11 +281,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
                 "no compiler after compiling".into(),
             )));
         };
-        let want = plan::Desired {
-            compiler,
-            ops: self.step_ops.as_deref(),
-            replace,
-        };
+        let want = plan::Desired { compiler, replace };
         Ok(plan::plan(kernel, &want))
     }
 
@@ -317,16 +312,12 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// The kernel holds the plan's batch now: trust it, take its cleanup targets.
     fn take_commit(&mut self, plan: Plan, stats: CommitStats, commit: Duration) -> Committed {
         let mut followup = Followup::None;
-        if plan.ops.is_empty() {
-            self.trust = Some(plan.genid);
-        } else {
-            let expected = next_generation(plan.genid);
-            self.our_generation(expected);
-            self.trust = Some(expected);
+        let expected = self.ledger.committed(plan.genid, plan.ops.is_empty());
+        if !plan.ops.is_empty() {
             match self.nft.generation() {
                 Ok(g) if g == expected => {}
                 // others committed right after us, to their own tables only
-                Ok(g) if self.others_only(expected, g) => self.trust = Some(g),
+                Ok(g) if self.others_only(expected, g) => self.ledger.moved_on(expected, g),
                 // Someone committed right after us: verify on the next sync.
                 Ok(_) => followup = Followup::Repair,
                 Err(e) => {
@@ -338,9 +329,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         if let Some(c) = self.compiler.as_mut() {
             c.confirm();
         }
-        self.batch_valid = true;
-        self.step_ops = Some(Vec::new());
-        self.applied = true;
         for p in self.skips.committed() {
             tracing::info!(service = %p.service, port = %p.port_name,
                 "service port accepted by the kernel again; no longer skipped");

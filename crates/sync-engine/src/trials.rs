@@ -20,7 +20,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// be tried before the next sync).
     pub(crate) fn check_due(&self) -> Option<Instant> {
         let c = self.compiler.as_ref()?;
-        if self.trust.is_none() || !self.batch_valid || !c.confirmed() {
+        if !self.ledger.incremental() || !c.confirmed() {
             return None;
         }
         self.skips.next_due(&self.changes.services)

@@ -231,8 +231,6 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         node_ports: settings.ruleset.clone(),
         localhost: settings.localhost_proxy_families.clone(),
         migrate: touches_kernel(flags).then(|| operate::migrate_options(settings)),
-        forward: touches_kernel(flags)
-            && settings.ruleset.proxier == ruleset::config::Proxier::Iptables,
     };
     let cfg = EngineConfig {
         ruleset: settings.ruleset.clone(),
@@ -241,6 +239,9 @@ fn run(flags: &Flags, settings: &mut Settings) -> anyhow::Result<ExitCode> {
         watch_tamper: touches_kernel(flags),
         conntrack_cleanup: touches_kernel(flags),
         localhost_node_port_families: settings.localhost_proxy_families.clone(),
+        forward: (touches_kernel(flags)
+            && settings.ruleset.proxier == ruleset::config::Proxier::Iptables)
+            .then(|| operate::forward_config(&settings.ruleset)),
         ..EngineConfig::default()
     };
     match &flags.render_to {
@@ -287,8 +288,6 @@ struct Operate {
     localhost: Vec<kube_model::IpFamily>,
     /// Remove kube-proxy's leftovers after our first sync (with these options).
     migrate: Option<leftovers::Options>,
-    /// iptables mode: `KUBE-FORWARD` in the iptables filter tables after every sync.
-    forward: bool,
 }
 
 /// `/proxyMode` and `/configz`: the mode and the effective configuration (v1alpha1, as
@@ -351,12 +350,6 @@ where
         }),
         operate::metrics_observer(&ops.metrics),
     ];
-    if ops.forward {
-        observers.push(Box::new(operate::ForwardRules::new(
-            &ops.node_ports,
-            engine.side_commits(),
-        )));
-    }
     if let Some(opts) = ops.migrate {
         observers.push(Box::new(operate::MigrateOnce::new(opts)));
     }

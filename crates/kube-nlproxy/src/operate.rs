@@ -64,61 +64,12 @@ impl Observer for MigrateOnce {
     }
 }
 
-/// iptables mode: after every sync, make upstream's `KUBE-FORWARD` chain and its jump
-/// from `FORWARD` be in the iptables-nft `filter` tables (`nft_netlink::forward`; the
-/// one thing written outside our tables), as the iptables proxier ensures them on every
-/// sync. A check that finds them in place sends nothing. Before the migration observer,
-/// so that on takeover kube-proxy's chain is adopted (the migration keeps it).
-pub struct ForwardRules {
-    families: Vec<nft_model::Family>,
-    cfg: nft_netlink::forward::ForwardConfig,
-    failures: std::sync::atomic::AtomicU64,
-    /// Our commits outside our tables, told to the engine (not a tamper).
-    side: sync_engine::SideCommits,
-}
-
-impl ForwardRules {
-    pub fn new(cfg: &ParsedConfig, side: sync_engine::SideCommits) -> ForwardRules {
-        ForwardRules {
-            families: cfg
-                .families
-                .iter()
-                .map(|f| match f {
-                    kube_model::IpFamily::V4 => nft_model::Family::Ip,
-                    kube_model::IpFamily::V6 => nft_model::Family::Ip6,
-                })
-                .collect(),
-            cfg: nft_netlink::forward::ForwardConfig {
-                mark: cfg.masquerade_mark,
-                drop_invalid: cfg.drops_invalid_forwarded(),
-            },
-            failures: std::sync::atomic::AtomicU64::new(0),
-            side,
-        }
-    }
-}
-
-impl Observer for ForwardRules {
-    fn synced(&self, _r: &SyncReport) {
-        let r = nft_netlink::Nft::open()
-            .and_then(|mut n| n.ensure_kube_forward(&self.families, self.cfg));
-        match r {
-            Ok(done) if done.ops == 0 => {}
-            Ok(done) => {
-                done.guards.iter().for_each(|g| self.side.committed(*g));
-                tracing::info!(
-                    ops = done.ops,
-                    "wrote the KUBE-FORWARD chain and its jump from FORWARD (iptables filter table)"
-                )
-            }
-            Err(e) => {
-                // the 1st, 2nd, 4th, ... failure of a run
-                let n = self.failures.fetch_add(1, Ordering::SeqCst) + 1;
-                if n.is_power_of_two() {
-                    warn!(err = %e, failures = n, "could not write the KUBE-FORWARD chain; forwarded service traffic may be dropped where FORWARD's policy is DROP");
-                }
-            }
-        }
+/// iptables mode's `KUBE-FORWARD` as the engine writes it after each sync
+/// (`sync_engine::EngineConfig::forward`).
+pub fn forward_config(cfg: &ParsedConfig) -> nft_netlink::forward::ForwardConfig {
+    nft_netlink::forward::ForwardConfig {
+        mark: cfg.masquerade_mark,
+        drop_invalid: cfg.drops_invalid_forwarded(),
     }
 }
 
@@ -135,7 +86,7 @@ pub fn leftover_options(settings: &Settings, extra_ops: Vec<nft_model::Op>) -> l
 }
 
 /// The migration's options when running: [`leftover_options`] keeping, in iptables
-/// mode, the `KUBE-FORWARD` chain we write ourselves ([`ForwardRules`]).
+/// mode, the `KUBE-FORWARD` chain we write ourselves (the engine, [`forward_config`]).
 pub fn migrate_options(settings: &Settings) -> leftovers::Options {
     let mut o = leftover_options(settings, Vec::new());
     if settings.ruleset.proxier == ruleset::config::Proxier::Iptables {

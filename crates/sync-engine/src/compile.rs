@@ -94,9 +94,12 @@ pub fn build_ahead(
 
 /// The table families the compiler programs.
 pub fn families(compiler: &Compiler) -> Vec<Family> {
-    compiler
-        .config()
-        .families
+    families_of(compiler.config())
+}
+
+/// The table families a configuration programs.
+pub fn families_of(cfg: &ParsedConfig) -> Vec<Family> {
+    cfg.families
         .iter()
         .map(|f| ruleset::nft_family(*f))
         .collect()

@@ -105,8 +105,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     /// at again after the next successful sync.
     pub(crate) status_dirty: BTreeSet<ServiceKey>,
     pub(crate) per_service: status::PerService,
-    /// Commits this process made outside our tables (iptables mode's `KUBE-FORWARD`).
-    pub(crate) side_commits: SideCommits,
+    /// Failed attempts at `KUBE-FORWARD` in this run (logged at the 1st, 2nd, 4th...).
+    pub(crate) forward_failures: u64,
     /// Service ports left out because the kernel refused their rules.
     pub(crate) skips: Skips,
     /// Trigger times of the EndpointSlice changes not yet synced (for the network
@@ -187,7 +187,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             judge_full: true,
             status_dirty: BTreeSet::new(),
             per_service: status::PerService::default(),
-            side_commits: SideCommits::default(),
+            forward_failures: 0,
             skips: Skips::default(),
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
@@ -272,7 +272,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// last commit produced (nobody committed after it: e.g. our own large batch
     /// overflowed the watcher's socket).
     pub fn foreign_change(&mut self, touches: &[crate::watch::Touch], overflow: bool) {
-        self.absorb_side_commits();
         let touches: Vec<&crate::watch::Touch> = touches
             .iter()
             .filter(|t| !self.ledger.is_ours(t.genid))
@@ -326,20 +325,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         self.ledger.has_committed()
     }
 
-    /// The handle on which this process reports its commits outside our tables.
-    pub fn side_commits(&self) -> SideCommits {
-        self.side_commits.clone()
-    }
-
-    /// Take the side commits reported since: each one made from the generation we
-    /// trust moves that trust on (it did not touch our tables, and the generation guard
-    /// proves nobody committed in between), and is ours for the watcher.
-    pub(crate) fn absorb_side_commits(&mut self) {
-        for base in self.side_commits.take() {
-            self.ledger.side_commit(base);
-        }
-    }
-
     /// The watcher's subscription: from now on it is dropped for the time of each of
     /// our commits, so that the kernel builds no notification of our own elements
     /// ([`Listening`]).
@@ -371,7 +356,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// commit's (while we trust the kernel to hold it) is handled as lost
     /// notifications: a repair.
     pub fn watcher_opened(&mut self) {
-        self.absorb_side_commits();
         let Some(ours) = self.ledger.held() else {
             return; // a verification is already due
         };
@@ -664,29 +648,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             Work::Check => self.check_skipped(),
         }
         Some(work)
-    }
-}
-
-/// Commits this process makes outside our tables, each by the generation its guard
-/// read (the commit produced the next one): the engine takes them into its trust
-/// (`Engine::absorb_side_commits`), so they are neither a tamper nor a reason to read
-/// our tables back. Cloned to whoever commits (the daemon's `KUBE-FORWARD` writer).
-#[derive(Debug, Clone, Default)]
-pub struct SideCommits(std::sync::Arc<std::sync::Mutex<Vec<u32>>>);
-
-impl SideCommits {
-    /// A commit guarded by generation `base` succeeded.
-    pub fn committed(&self, base: u32) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(base);
-        }
-    }
-
-    fn take(&self) -> Vec<u32> {
-        self.0
-            .lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default()
     }
 }
 

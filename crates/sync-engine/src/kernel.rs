@@ -7,7 +7,7 @@ use std::time::Instant;
 use ct_netlink::{Flow, FlowEvent};
 use kube_model::IpFamily;
 
-use nft_model::{Op, Table, TableRef};
+use nft_model::{Family, Op, Table, TableRef};
 
 use crate::cleanup::{Removal, Scope};
 use crate::EngineError;
@@ -31,6 +31,17 @@ pub trait NftKernel {
         t: &TableRef,
         others_only: &mut dyn FnMut(u32, u32) -> bool,
     ) -> Result<Option<Table>, EngineError>;
+    /// Put `KUBE-FORWARD` and its jump in place in the `filter` tables of `families`
+    /// (a guarded batch per family that needs one). Returns the generation that guarded
+    /// each committed batch (empty: everything was in place). A kernel without iptables
+    /// tables to tend (a file, a test's) has nothing to do.
+    fn ensure_forward(
+        &mut self,
+        _families: &[Family],
+        _cfg: nft_netlink::forward::ForwardConfig,
+    ) -> Result<Vec<u32>, EngineError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The nftables watcher's subscription to notifications, dropped (`set(false)`) right
@@ -67,6 +78,13 @@ impl NftKernel for nft_netlink::Nft {
         others_only: &mut dyn FnMut(u32, u32) -> bool,
     ) -> Result<Option<Table>, EngineError> {
         Ok(nft_netlink::Nft::dump_table_judged(self, t, others_only)?)
+    }
+    fn ensure_forward(
+        &mut self,
+        families: &[Family],
+        cfg: nft_netlink::forward::ForwardConfig,
+    ) -> Result<Vec<u32>, EngineError> {
+        Ok(nft_netlink::Nft::ensure_kube_forward(self, families, cfg)?.guards)
     }
 }
 

@@ -33,6 +33,7 @@ pub mod compile;
 mod conntrack;
 mod ctnetlink;
 pub mod engine;
+mod forward;
 pub mod heard;
 pub mod isolate;
 pub mod kernel;
@@ -53,7 +54,7 @@ pub use k8s_openapi;
 /// The events in and their channel (`proxy-events`, which the sources use too).
 pub use proxy_events::{channel, Event, EventReceiver, EventSender};
 
-pub use engine::{Engine, SideCommits, Work};
+pub use engine::{Engine, Work};
 pub use heard::Heard;
 pub use kernel::ConntrackOpener;
 pub use kernel::{
@@ -107,6 +108,11 @@ pub struct EngineConfig {
     /// subscription dropped (the kernel then builds no notification of our elements);
     /// smaller ones are heard, and another program's commit right after them told apart.
     pub quiet_above_ops: usize,
+    /// iptables mode: after each successful sync, upstream's `KUBE-FORWARD` chain and
+    /// its jump from `FORWARD` in the iptables-nft `filter` tables of the compiler's
+    /// families, put in place by a batch of their own (`nft-netlink::forward`) whose
+    /// generation the engine knows as its own. None (the default): not written.
+    pub forward: Option<nft_netlink::forward::ForwardConfig>,
 }
 
 impl Default for EngineConfig {
@@ -126,6 +132,7 @@ impl Default for EngineConfig {
             repair_quiet: Duration::from_secs(60),
             localhost_node_port_families: Vec::new(),
             quiet_above_ops: 2_000,
+            forward: None,
         }
     }
 }

@@ -73,6 +73,9 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         if report.repaired {
             self.observer.repaired();
         }
+        // before the observers: the migration (one of them, once) finds the chain in
+        // place on takeover and keeps it
+        self.ensure_forward();
         self.observer.synced(report);
     }
 

@@ -67,7 +67,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         if !self.listed() {
             return Err(EngineError::NotListed);
         }
-        self.absorb_side_commits();
         let now = self.clock.now();
         self.schedule.attempt(now);
         // a periodic or forced full sync (its batch is still the compiler's when the

@@ -750,44 +750,70 @@ fn a_stalled_source_is_stale_after_twice_the_sync_period() {
     assert_eq!(e.status().snapshot().stale_source(since + period * 3), None);
 }
 
-/// A commit this process made outside our tables (reported on `side_commits`) is not a
-/// tamper: its notification schedules no repair. The same transaction unreported is a
-/// foreign change (the control).
+/// iptables mode's `KUBE-FORWARD`, written by the engine after each sync in a batch of
+/// its own, is a commit of ours: its generation neither ends the trust in our tables
+/// (the next sync is incremental, no read-back) nor counts as another program's write
+/// when the watcher reports it. The same transaction made by someone else is a foreign
+/// change and makes the next sync read our tables back (the control).
 #[test]
-fn side_commits_outside_our_tables_are_ours() {
-    for reported in [true, false] {
+fn kube_forward_is_a_commit_of_ours() {
+    for ours in [true, false] {
         let w = World::new();
-        let mut e = w.engine(true);
+        let mut cfg = w.config(true);
+        if ours {
+            cfg.forward = Some(nft_netlink::forward::ForwardConfig {
+                mark: 0x4000,
+                drop_invalid: true,
+            });
+        }
+        let mut e = w.engine_with(cfg);
         e.handle(Event::ServiceApplied(udp_lb()));
         listed(&mut e);
         e.sync().unwrap();
-        // another batch of ours, guarded by the generation of our last commit
+        // the chain is missing: written after the next sync, in a batch of its own
         let base = *w.gen.lock().unwrap();
-        *w.gen.lock().unwrap() = next_generation(base);
-        if reported {
-            e.side_commits().committed(base);
+        if ours {
+            *w.forward_missing.lock().unwrap() = 1;
         }
-        // the watcher's notification of that transaction (it touched no table of
-        // ours, but a foreign program's would be reported the same way)
+        e.handle(Event::SliceApplied(slice(
+            "dns-1",
+            &[("198.18.2.2", true, true, false)],
+        )));
+        w.clock.advance(Duration::from_secs(2));
+        e.sync().unwrap();
+        let side = *w.gen.lock().unwrap();
+        if !ours {
+            // the same transaction, by another program
+            *w.gen.lock().unwrap() = next_generation(side);
+        }
+        let side = if ours { side } else { next_generation(side) };
+        assert_eq!(side, next_generation(next_generation(base)));
+        // the watcher's notification of that transaction
         e.foreign_change(
             &[sync_engine::watch::Touch {
-                genid: next_generation(base),
+                genid: side,
                 pid: Some(1),
                 proc_name: Some("kube-nlproxy".into()),
             }],
             false,
         );
-        let t0 = w.clock.now();
-        drive(&mut e, &w, t0 + Duration::from_secs(5), vec![]);
+        let dumps = *w.dumps.lock().unwrap();
+        e.handle(Event::SliceApplied(slice(
+            "dns-1",
+            &[("198.18.2.3", true, true, false)],
+        )));
+        w.clock.advance(Duration::from_secs(2));
+        let r = e.sync().unwrap();
         let st = e.status().snapshot();
-        if reported {
-            assert_eq!(
-                (st.foreign_writes, st.repairs),
-                (0, 0),
-                "reported side commit"
-            );
+        if ours {
+            assert_eq!(*w.forward_calls.lock().unwrap(), 3, "after every sync");
+            assert_eq!((st.foreign_writes, st.repairs), (0, 0));
+            assert_eq!(r.kind, "incremental");
+            assert_eq!(*w.dumps.lock().unwrap(), dumps, "no read-back");
         } else {
-            assert_eq!(st.foreign_writes, 1, "an unreported transaction is foreign");
+            assert_eq!(*w.forward_calls.lock().unwrap(), 0, "not configured");
+            assert_eq!(st.foreign_writes, 1, "another program's transaction");
+            assert_ne!(r.kind, "incremental");
         }
     }
 }

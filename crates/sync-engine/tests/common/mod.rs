@@ -52,6 +52,10 @@ pub struct FakeNft {
     /// changes ([`FakeListening`]).
     pub kernel_log: Arc<Mutex<Vec<&'static str>>>,
     pub neighbour: Neighbour,
+    /// `KUBE-FORWARD` batches the next `ensure_forward` commits (each moves the
+    /// generation), and the calls so far.
+    pub forward_missing: Arc<Mutex<u32>>,
+    pub forward_calls: Arc<Mutex<u32>>,
 }
 
 /// Another program committing to a table of its own (not ours): what the watcher hears
@@ -241,6 +245,21 @@ impl NftKernel for FakeNft {
             tries: 8,
         }))
     }
+    fn ensure_forward(
+        &mut self,
+        _families: &[nft_model::Family],
+        _cfg: nft_netlink::forward::ForwardConfig,
+    ) -> Result<Vec<u32>, EngineError> {
+        *self.forward_calls.lock().unwrap() += 1;
+        let n = std::mem::take(&mut *self.forward_missing.lock().unwrap());
+        let mut g = self.gen.lock().unwrap();
+        let mut guards = Vec::new();
+        for _ in 0..n {
+            guards.push(*g);
+            *g = next_generation(*g);
+        }
+        Ok(guards)
+    }
 }
 
 /// What the fake conntrack answers to one call (scripted, in order; when the script is
@@ -407,6 +426,8 @@ pub struct World {
     /// The watcher's subscription cannot be taken again.
     pub listen_fails: Arc<Mutex<bool>>,
     pub neighbour: Neighbour,
+    pub forward_missing: Arc<Mutex<u32>>,
+    pub forward_calls: Arc<Mutex<u32>>,
     pub clock: FakeClock,
 }
 
@@ -431,6 +452,8 @@ impl World {
             kernel_log: Arc::default(),
             listen_fails: Arc::default(),
             neighbour: Neighbour::default(),
+            forward_missing: Arc::default(),
+            forward_calls: Arc::default(),
             clock: FakeClock(Arc::new(Mutex::new(Instant::now()))),
         }
     }
@@ -463,6 +486,8 @@ impl World {
             refuse_next: self.refuse_next.clone(),
             kernel_log: self.kernel_log.clone(),
             neighbour: self.neighbour.clone(),
+            forward_missing: self.forward_missing.clone(),
+            forward_calls: self.forward_calls.clone(),
         }
     }
     /// The watcher's subscription, recording into the kernel log.

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use ct_netlink::FlowEvent;
+use ct_netlink::{Flow, FlowEvent};
 use flume::{Receiver, Sender};
 use kube_model::IpFamily;
 use proxy_status::{CleanupReport, FilterWork, StatusHandle};
@@ -274,114 +274,142 @@ fn run_job<C: ConntrackKernel>(
     job: Job,
     now: Instant,
 ) -> CleanupReport {
-    let mut r = CleanupReport::default();
     match job {
-        Job::Seed(families) => {
-            let mut flows = Vec::new();
-            let mut complete = true;
-            for f in &families {
-                match kernel.list_udp(*f, &mut flows) {
-                    Ok(c) => complete &= c,
-                    Err(e) => {
-                        tracing::warn!(family = f.k8s_name(), error = %e, "listing the UDP flows to index them");
-                        complete = false;
-                    }
-                }
-                r.filters.push(work(
-                    *f,
-                    "seed",
-                    if complete { "listed" } else { "incomplete" },
-                    0,
-                ));
+        Job::Seed(families) => seed(state, kernel, &families, now),
+        Job::List(scopes) => list(state, kernel, &scopes, now),
+        Job::Delete(flows) => delete(state, kernel, &flows, now),
+    }
+}
+
+/// Every UDP flow of `families` listed into the index.
+fn seed<C: ConntrackKernel>(
+    state: &mut Cleanup,
+    kernel: &mut C,
+    families: &[IpFamily],
+    now: Instant,
+) -> CleanupReport {
+    let mut r = CleanupReport::default();
+    let mut flows = Vec::new();
+    let mut complete = true;
+    for f in families {
+        match kernel.list_udp(*f, &mut flows) {
+            Ok(c) => complete &= c,
+            Err(e) => {
+                tracing::warn!(family = f.k8s_name(), error = %e, "listing the UDP flows to index them");
+                complete = false;
             }
-            r.targets = families.len();
-            let j = state.seeded(flows, complete, now);
-            r.done = usize::from(complete) * families.len();
-            tracing::debug!(
-                flows = state.indexed_flows(),
-                stale = j.stale,
-                complete,
-                "conntrack flows indexed"
-            );
         }
-        Job::List(scopes) => {
-            let mut flows = Vec::new();
-            let done: Vec<(Scope, bool)> = match kernel.list(&scopes, &mut flows) {
-                Ok(c) => scopes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| (*s, c.get(i).copied().unwrap_or(false)))
-                    .collect(),
-                Err(e) => {
-                    tracing::warn!(error = %e, scopes = scopes.len(), "listing conntrack flows failed; retrying with a backoff");
-                    scopes.iter().map(|s| (*s, false)).collect()
-                }
-            };
-            let strategy = kernel.listing();
-            for (s, complete) in &done {
-                r.filters.push(work(
-                    scope_family(s),
-                    strategy,
-                    if *complete { "listed" } else { "incomplete" },
-                    0,
-                ));
-            }
-            r.targets = done.len();
-            r.done = done.iter().filter(|(_, c)| *c).count();
-            state.listed(&done, flows, now);
+        r.filters.push(work(
+            *f,
+            "seed",
+            if complete { "listed" } else { "incomplete" },
+            0,
+        ));
+    }
+    r.targets = families.len();
+    let j = state.seeded(flows, complete, now);
+    r.done = usize::from(complete) * families.len();
+    tracing::debug!(
+        flows = state.indexed_flows(),
+        stale = j.stale,
+        complete,
+        "conntrack flows indexed"
+    );
+    r
+}
+
+/// The flows sent to `scopes` listed (no index).
+fn list<C: ConntrackKernel>(
+    state: &mut Cleanup,
+    kernel: &mut C,
+    scopes: &[Scope],
+    now: Instant,
+) -> CleanupReport {
+    let mut r = CleanupReport::default();
+    let mut flows = Vec::new();
+    let done: Vec<(Scope, bool)> = match kernel.list(scopes, &mut flows) {
+        Ok(c) => scopes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (*s, c.get(i).copied().unwrap_or(false)))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, scopes = scopes.len(), "listing conntrack flows failed; retrying with a backoff");
+            scopes.iter().map(|s| (*s, false)).collect()
         }
-        Job::Delete(flows) => {
-            let outcomes = kernel.delete(&flows).unwrap_or_else(|e| {
-                tracing::warn!(error = %e, flows = flows.len(), "deleting conntrack flows failed; retrying with a backoff");
-                Vec::new()
-            });
-            let source = if state.indexed() {
-                "index"
-            } else {
-                kernel.listing()
-            };
-            let mut per: [(u64, u64, u64); 2] = [(0, 0, 0); 2];
-            for (i, f) in flows.iter().enumerate() {
-                let o = outcomes.get(i).copied().unwrap_or(Removal::Failed);
-                let k = usize::from(f.dst.is_ipv6());
-                match o {
-                    Removal::Deleted => per[k].0 += 1,
-                    Removal::AlreadyGone => per[k].1 += 1,
-                    Removal::Failed => per[k].2 += 1,
-                }
-                if o != Removal::Failed {
-                    r.done += 1;
-                }
-                if o == Removal::Deleted {
-                    tracing::trace!(flow = %f, "conntrack flow deleted");
-                }
-            }
-            for (k, (deleted, gone, failed)) in per.iter().enumerate() {
-                if deleted + gone + failed == 0 {
-                    continue;
-                }
-                let fam = if k == 1 { IpFamily::V6 } else { IpFamily::V4 };
-                let outcome = if *failed > 0 {
-                    "failed"
-                } else if *deleted > 0 {
-                    "deleted"
-                } else {
-                    "already-gone"
-                };
-                r.filters.push(work(fam, source, outcome, *deleted));
-                r.deleted += deleted;
-                if *failed > 0 {
-                    tracing::warn!(
-                        family = fam.k8s_name(),
-                        failed,
-                        "conntrack deletes failed; retrying with a backoff"
-                    );
-                }
-            }
-            r.targets = flows.len();
-            state.deleted(&flows, &pad(outcomes, flows.len()), now);
+    };
+    let strategy = kernel.listing();
+    for (s, complete) in &done {
+        r.filters.push(work(
+            scope_family(s),
+            strategy,
+            if *complete { "listed" } else { "incomplete" },
+            0,
+        ));
+    }
+    r.targets = done.len();
+    r.done = done.iter().filter(|(_, c)| *c).count();
+    state.listed(&done, flows, now);
+    r
+}
+
+/// Stale flows deleted, counted per family and outcome.
+fn delete<C: ConntrackKernel>(
+    state: &mut Cleanup,
+    kernel: &mut C,
+    flows: &[Flow],
+    now: Instant,
+) -> CleanupReport {
+    let mut r = CleanupReport::default();
+    let outcomes = kernel.delete(flows).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, flows = flows.len(), "deleting conntrack flows failed; retrying with a backoff");
+        Vec::new()
+    });
+    let source = if state.indexed() {
+        "index"
+    } else {
+        kernel.listing()
+    };
+    let mut per: [(u64, u64, u64); 2] = [(0, 0, 0); 2];
+    for (i, f) in flows.iter().enumerate() {
+        let o = outcomes.get(i).copied().unwrap_or(Removal::Failed);
+        let k = usize::from(f.dst.is_ipv6());
+        match o {
+            Removal::Deleted => per[k].0 += 1,
+            Removal::AlreadyGone => per[k].1 += 1,
+            Removal::Failed => per[k].2 += 1,
+        }
+        if o != Removal::Failed {
+            r.done += 1;
+        }
+        if o == Removal::Deleted {
+            tracing::trace!(flow = %f, "conntrack flow deleted");
         }
     }
+    for (k, (deleted, gone, failed)) in per.iter().enumerate() {
+        if deleted + gone + failed == 0 {
+            continue;
+        }
+        let fam = if k == 1 { IpFamily::V6 } else { IpFamily::V4 };
+        let outcome = if *failed > 0 {
+            "failed"
+        } else if *deleted > 0 {
+            "deleted"
+        } else {
+            "already-gone"
+        };
+        r.filters.push(work(fam, source, outcome, *deleted));
+        r.deleted += deleted;
+        if *failed > 0 {
+            tracing::warn!(
+                family = fam.k8s_name(),
+                failed,
+                "conntrack deletes failed; retrying with a backoff"
+            );
+        }
+    }
+    r.targets = flows.len();
+    state.deleted(flows, &pad(outcomes, flows.len()), now);
     r
 }
 

@@ -51,47 +51,9 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
 ) -> Result<(), EngineError> {
     // A channel whose sender is gone leaves the selection (a closed channel would wake
     // the selector at once, every time).
-    let mut cleaned = None;
-    if let Some(c) = engine.take_cleaner() {
-        match cleaner::beside(c) {
-            Ok(b) => {
-                engine.clean_beside(b.tx);
-                cleaned = Some(b.reports);
-            }
-            Err(b) => {
-                let (e, c) = *b;
-                tracing::warn!(error = %e, "cannot start the conntrack cleanup thread; cleaning after each commit on the engine's thread");
-                engine.clean_here(c);
-            }
-        }
-    }
-    // The watcher listens from the start: a dump of our tables that other programs'
-    // commits to their own tables moved the generation under is then still good. The
-    // first commit of a cold start creates every element of the ruleset: a listener
-    // would make the kernel build one notification per element (its time is the
-    // commit's, and they overflow the socket at scale), so large commits are made with
-    // the subscription dropped (`Engine::quiet_own_commits`).
+    let mut cleaned = start_cleaner(&mut engine);
     // (held until the loop returns: dropping it stops and joins the thread)
-    let mut _watcher: Option<WatcherThread> = None;
-    // the watcher thread's notifications (the sender is the thread's once it runs)
-    let (note_tx, notes) = flume::bounded::<watch::Poll>(64);
-    let mut notes = Some(notes);
-    if engine.config().watch_tamper {
-        let heard = Arc::new(Heard::new());
-        match WatcherThread::start(note_tx, heard.clone()) {
-            Ok(mut w) => {
-                if let Some(m) = w.membership.take() {
-                    engine.quiet_own_commits(Box::new(m));
-                }
-                engine.hear(heard);
-                _watcher = Some(w);
-                engine.watcher_opened();
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
-            }
-        }
-    }
+    let (_watcher, mut notes) = start_watcher(&mut engine);
     loop {
         let worked = engine.step().is_some();
         let now = engine.clock().now();
@@ -111,21 +73,15 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
         if let Some(c) = cleaned.as_ref() {
             selector = selector.recv(c, |r| r.map_or(Woke::CleanerGone, Woke::Cleaned));
         }
-        let woke = selector.wait_timeout(wait).unwrap_or(Woke::Nothing);
-        let first = match woke {
-            Woke::Event(ev) => Some(ev),
-            Woke::Notified(p) => {
-                engine.nftables(p);
-                None
+        match selector.wait_timeout(wait).unwrap_or(Woke::Nothing) {
+            Woke::Event(ev) => {
+                if !take_events(&mut engine, ev, &events) {
+                    return Ok(());
+                }
             }
-            Woke::Cleaned(r) => {
-                engine.cleaned(r);
-                None
-            }
-            Woke::WatcherGone => {
-                notes = None;
-                None
-            }
+            Woke::Notified(p) => engine.nftables(p),
+            Woke::Cleaned(r) => engine.cleaned(r),
+            Woke::WatcherGone => notes = None,
             Woke::CleanerGone => {
                 cleaned = None;
                 tracing::error!(
@@ -134,27 +90,84 @@ pub fn run<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
                 engine.status().update(|s| {
                     s.cleanup_unavailable = Some("the conntrack cleanup thread ended".into())
                 });
-                None
             }
             Woke::Closed => return Ok(()),
-            Woke::Nothing => None,
-        };
-        if let Some(ev) = first {
-            if matches!(ev, Event::Shutdown) {
-                return Ok(());
+            Woke::Nothing => {}
+        }
+    }
+}
+
+/// `first` and everything already queued after it, then (nothing waiting) the initial
+/// lists' compile ahead. False: shut down (asked, or every sender gone).
+fn take_events<N: NftKernel, C: ConntrackKernel + 'static, K: Clock>(
+    engine: &mut Engine<N, C, K>,
+    first: Event,
+    events: &EventReceiver,
+) -> bool {
+    if matches!(first, Event::Shutdown) {
+        return false;
+    }
+    engine.handle(first);
+    for _ in 0..100_000 {
+        match events.recv_timeout(Duration::ZERO) {
+            Ok(Event::Shutdown) => return false,
+            Ok(ev) => engine.handle(ev),
+            Err(RecvTimeoutError::Timeout) => break,
+            Err(RecvTimeoutError::Disconnected) => return false,
+        }
+    }
+    engine.build_ahead();
+    true
+}
+
+/// The conntrack cleanup on a thread of its own (`ct-cleanup`); its reports' channel
+/// (None: it runs on the engine's thread, as when the thread cannot start).
+fn start_cleaner<N: NftKernel, C: ConntrackKernel + Send + 'static, K: Clock>(
+    engine: &mut Engine<N, C, K>,
+) -> Option<flume::Receiver<CleanupReport>> {
+    let c = engine.take_cleaner()?;
+    match cleaner::beside(c) {
+        Ok(b) => {
+            engine.clean_beside(b.tx);
+            Some(b.reports)
+        }
+        Err(b) => {
+            let (e, c) = *b;
+            tracing::warn!(error = %e, "cannot start the conntrack cleanup thread; cleaning after each commit on the engine's thread");
+            engine.clean_here(c);
+            None
+        }
+    }
+}
+
+/// The nftables watcher's thread and its notifications (when `watch_tamper` is on).
+/// It listens from the start: a dump of our tables that other programs' commits to
+/// their own tables moved the generation under is then still good. The first commit
+/// of a cold start creates every element of the ruleset: a listener would make the
+/// kernel build one notification per element (its time is the commit's, and they
+/// overflow the socket at scale), so large commits are made with the subscription
+/// dropped (`Engine::quiet_own_commits`).
+fn start_watcher<N: NftKernel, C: ConntrackKernel + 'static, K: Clock>(
+    engine: &mut Engine<N, C, K>,
+) -> (Option<WatcherThread>, Option<flume::Receiver<watch::Poll>>) {
+    // (the sender is the thread's once it runs)
+    let (note_tx, notes) = flume::bounded::<watch::Poll>(64);
+    if !engine.config().watch_tamper {
+        return (None, None);
+    }
+    let heard = Arc::new(Heard::new());
+    match WatcherThread::start(note_tx, heard.clone()) {
+        Ok(mut w) => {
+            if let Some(m) = w.membership.take() {
+                engine.quiet_own_commits(Box::new(m));
             }
-            engine.handle(ev);
-            // Take everything already queued before deciding what to do next.
-            for _ in 0..100_000 {
-                match events.recv_timeout(Duration::ZERO) {
-                    Ok(Event::Shutdown) => return Ok(()),
-                    Ok(ev) => engine.handle(ev),
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
-                }
-            }
-            // Nothing waiting: compile ahead what arrived of the initial lists.
-            engine.build_ahead();
+            engine.hear(heard);
+            engine.watcher_opened();
+            (Some(w), Some(notes))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch nftables events; relying on periodic resyncs");
+            (None, None)
         }
     }
 }

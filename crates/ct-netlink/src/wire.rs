@@ -9,7 +9,7 @@ use netlink_packet_netfilter::conntrack::{
     ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol, Tuple,
 };
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
-use nl_core::{NlaIter, NlaWriter, NFGENMSG_LEN};
+use nl_core::{NlaIter, NlaWriter};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub(crate) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
@@ -141,8 +141,7 @@ pub(crate) fn parse_tuple(payload: &[u8]) -> TupleView {
 /// Returns None when even the nfgenmsg header is missing or the original tuple
 /// cannot be found; unknown and malformed attributes are skipped.
 pub(crate) fn parse_entry(payload: &[u8]) -> Option<EntryView<'_>> {
-    let family = *payload.first()?;
-    let attrs = payload.get(NFGENMSG_LEN..)?;
+    let (family, _, attrs) = nl_core::split_nfgen(payload)?;
     let mut e = EntryView {
         family,
         ..Default::default()

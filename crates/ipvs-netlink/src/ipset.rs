@@ -94,7 +94,7 @@ pub fn destroy_request(seq: u32, name: &str) -> Vec<u8> {
 /// The set type (`hash:ip,port`, ...) in a header answer's payload (after nlmsghdr).
 /// Never panics.
 pub fn parse_header_type(payload: &[u8]) -> Option<String> {
-    let attrs = payload.get(nl_core::NFGENMSG_LEN..)?;
+    let (_, _, attrs) = nl_core::split_nfgen(payload)?;
     NlaIter::new(attrs)
         .find(|a| a.kind == IPSET_ATTR_TYPENAME)
         .and_then(|a| a.str())

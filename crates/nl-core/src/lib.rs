@@ -21,7 +21,7 @@ pub mod nla;
 pub mod sock;
 
 pub use consts::*;
-pub use msg::{NlMsg, NlMsgIter};
+pub use msg::{split_nfgen, NlMsg, NlMsgIter};
 pub use nla::{Nla, NlaIter, NlaWriter};
 pub use sock::{
     is_enobufs, is_timeout, AckRound, AckWait, Answer, Control, DumpRun, NlSocket, OnLoss,

@@ -132,12 +132,18 @@ impl<'a> NlMsg<'a> {
     /// For netfilter messages: the family and resource id from `nfgenmsg` and the
     /// attributes after it.
     pub fn nfgen(&self) -> Option<(u8, u16, &'a [u8])> {
-        if self.payload.len() < NFGENMSG_LEN {
-            return None;
-        }
-        let res_id = u16::from_be_bytes([self.payload[2], self.payload[3]]);
-        Some((self.payload[0], res_id, &self.payload[NFGENMSG_LEN..]))
+        split_nfgen(self.payload)
     }
+}
+
+/// A netfilter message's payload (after the netlink header) split at its `nfgenmsg`:
+/// the family, the resource id and the attributes after it (None: too short).
+pub fn split_nfgen(payload: &[u8]) -> Option<(u8, u16, &[u8])> {
+    if payload.len() < NFGENMSG_LEN {
+        return None;
+    }
+    let res_id = u16::from_be_bytes([payload[2], payload[3]]);
+    Some((payload[0], res_id, &payload[NFGENMSG_LEN..]))
 }
 
 /// Iterates over the messages of one datagram; a malformed header ends the iteration

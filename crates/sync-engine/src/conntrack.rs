@@ -190,24 +190,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         n
     }
 
-    /// Run the cleanup jobs that are due now, one after the other (for a one-shot run
-    /// that exits after its sync: what is left, e.g. deletes backing off, is judged
-    /// again by the next run, which judges every flow once). Returns the jobs run.
-    pub fn drain_cleanup(&mut self) -> usize {
-        let mut n = 0;
-        while let Some((at, crate::Work::Cleanup)) = self.next_work() {
-            if at > self.clock.now() || n >= 1_000_000 {
-                break;
-            }
-            let ran = self.cleanup_turn();
-            if ran == 0 {
-                break;
-            }
-            n += ran;
-        }
-        n
-    }
-
     /// A cleanup job's report (on this thread, or from beside): logged, to the observer.
     pub fn cleaned(&mut self, r: CleanupReport) {
         if r.targets == 0 {

@@ -6,9 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_model::{ns_key, Cluster, ServiceKey};
+use kube_model::{Cluster, ServiceKey};
 use nft_model::Table;
 
 use crate::cleaner::{Cleaner, ToCleaner};
@@ -18,23 +16,10 @@ use crate::isolate::Skips;
 use crate::kernel::{Clock, ConntrackKernel, ConntrackOpener, Listening, NftKernel};
 use crate::ledger::Ledger;
 use crate::schedule::{Periods, Schedule};
-use crate::{status, EngineConfig, Event, ForeignWriter, NodeHealth, Observer, StatusHandle};
+use crate::{status, EngineConfig, ForeignWriter, Observer, StatusHandle};
 
 struct NoObserver;
 impl Observer for NoObserver {}
-
-/// A kind of work of the loop (see [`Engine::next_work`]), in the order they go when
-/// several are due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Work {
-    /// A rule sync.
-    Sync,
-    /// Conntrack cleanup work between syncs (a retry, a listing, opening ctnetlink
-    /// again), when the cleanup runs on the engine's thread.
-    Cleanup,
-    /// Checking a service port skipped because the kernel refused its rules.
-    Check,
-}
 
 /// Where the conntrack cleanup runs.
 pub(crate) enum CtLink<C> {
@@ -397,7 +382,12 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// Keep an object's problems for the reports; log them when they are new (an object
     /// sent again with the same problems, e.g. a Node's status updates, is not logged
     /// again).
-    fn note_errors(&mut self, object: String, mut warnings: Vec<String>, err: Option<String>) {
+    pub(crate) fn note_errors(
+        &mut self,
+        object: String,
+        mut warnings: Vec<String>,
+        err: Option<String>,
+    ) {
         warnings.extend(err);
         if warnings.is_empty() {
             self.model_errors.remove(&object);
@@ -411,7 +401,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
 
     /// A service's Service or one of its slices changed: recompile it at the next
     /// sync, look at its status facts again, and keep its slices' orphan errors.
-    fn touched(&mut self, key: &ServiceKey) {
+    pub(crate) fn touched(&mut self, key: &ServiceKey) {
         self.changes.services.insert(key.clone());
         self.status_dirty.insert(key.clone());
         let orphans: Vec<String> = if self.cluster.services.contains_key(key) {
@@ -439,172 +429,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         }
     }
 
-    /// Notifications from nftables (the loop's own watcher thread): the transactions
-    /// that touched our tables, and whether notifications were lost.
-    pub fn nftables(&mut self, p: crate::watch::Poll) {
-        self.foreign_change(&p.touches, p.overflow);
-    }
-
-    /// Take one input. Changes that leave the model as it was are dropped. Work
-    /// proportional to the object, never to the cluster.
-    pub fn handle(&mut self, ev: Event) {
-        match ev {
-            Event::ServiceApplied(svc) => self.service_applied(svc),
-            Event::ServiceDeleted(svc) => {
-                let key = ns_key(&svc.metadata);
-                self.model_errors.remove(&format!("service {key}"));
-                if self.cluster.remove_service(&key).is_some() {
-                    self.skipped_service_changed(&key, true);
-                    self.touched(&key);
-                    self.queue();
-                }
-            }
-            Event::SliceApplied(slice) => self.slice_applied(slice),
-            Event::SliceDeleted(slice) => {
-                let key = ns_key(&slice.metadata);
-                self.model_errors.remove(&format!("endpointslice {key}"));
-                if let Some(old) = self.cluster.remove_slice(&key) {
-                    self.endpoints -= old.endpoints.len();
-                    self.touched(&old.service);
-                    self.queue();
-                }
-            }
-            Event::NodeApplied(node) => self.node_applied(&node),
-            Event::ServicesListed => self.schedule.services_listed(),
-            Event::SlicesListed => self.schedule.slices_listed(),
-            Event::Resync => self.request_repair(),
-            Event::ServiceCidrs(cidrs) => {
-                if self.cfg.ruleset.service_cidrs != cidrs {
-                    self.cfg.ruleset.service_cidrs = cidrs;
-                    self.queue();
-                }
-            }
-            Event::HostAddresses(addrs) => {
-                if self.cfg.ruleset.local_addresses != addrs {
-                    let text: Vec<String> = addrs.iter().map(ToString::to_string).collect();
-                    tracing::info!(addresses = %text.join(","), "host addresses changed");
-                    self.cfg.ruleset.local_addresses = addrs;
-                    self.queue();
-                }
-            }
-            Event::SourceStalled { source, since } => self.status.update(|s| {
-                s.stalled_sources.insert(source, since);
-            }),
-            Event::SourceRecovered { source } => self.status.update(|s| {
-                s.stalled_sources.remove(&source);
-            }),
-            Event::Shutdown => {}
-        }
-    }
-
-    fn service_applied(&mut self, svc: Service) {
-        let key = ns_key(&svc.metadata);
-        let before = self.cluster.services.get(&key).cloned();
-        let mut warnings = Vec::new();
-        let r = self.cluster.upsert_service(&svc, &mut warnings);
-        drop(svc);
-        self.note_errors(
-            format!("service {key}"),
-            warnings.iter().map(ToString::to_string).collect(),
-            r.err().map(|e| e.to_string()),
-        );
-        if self.cluster.services.get(&key) != before.as_ref() {
-            self.skipped_service_changed(&key, false);
-            self.touched(&key);
-            self.queue();
-        }
-    }
-
-    fn slice_applied(&mut self, slice: EndpointSlice) {
-        let key = ns_key(&slice.metadata);
-        let before = self.cluster.slice(&key).cloned();
-        let mut warnings = Vec::new();
-        let r = self.cluster.upsert_slice(&slice, &mut warnings);
-        let trigger = kube_model::last_change_trigger_time(&slice.metadata);
-        drop(slice);
-        self.note_errors(
-            format!("endpointslice {key}"),
-            warnings.iter().map(ToString::to_string).collect(),
-            r.err().map(|e| e.to_string()),
-        );
-        let after = self.cluster.slice(&key);
-        if after != before.as_ref() {
-            // kube-proxy's network programming latency starts at the change
-            // behind this update (not for deletions)
-            if let (Some(t), Some(s)) = (trigger, after) {
-                if t > self.started_wall {
-                    self.trigger_times.push((s.family, t));
-                }
-            }
-            let (n_after, svc_after) =
-                after.map_or((0, None), |s| (s.endpoints.len(), Some(s.service.clone())));
-            self.endpoints += n_after;
-            if let Some(b) = &before {
-                self.endpoints -= b.endpoints.len();
-                self.touched(&b.service);
-            }
-            if let Some(k) = svc_after {
-                self.touched(&k);
-            }
-            self.queue();
-        }
-    }
-
-    fn node_applied(&mut self, node: &Node) {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let ours = &self.cfg.ruleset.node_name;
-        if !ours.is_empty() && &name != ours {
-            tracing::debug!(node = %name, "ignoring another node");
-            return;
-        }
-        let health = NodeHealth {
-            name: name.clone(),
-            deleting: node.metadata.deletion_timestamp.is_some(),
-            to_be_deleted_taint: node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_ref())
-                .is_some_and(|t| t.iter().any(|t| t.key == "ToBeDeletedByClusterAutoscaler")),
-        };
-        self.status.update(|s| s.node = Some(health));
-        let before = self.cluster.node.clone();
-        let mut warnings = Vec::new();
-        let r = self.cluster.set_node(node, &mut warnings);
-        self.note_errors(
-            format!("node {name}"),
-            warnings.iter().map(ToString::to_string).collect(),
-            r.err().map(|e| e.to_string()),
-        );
-        let primary = self
-            .cluster
-            .node
-            .as_ref()
-            .map(|n| n.primary_ips.clone())
-            .unwrap_or_default();
-        self.status.update(|s| s.node_primary_ips = primary);
-        if self.cluster.node != before {
-            self.changes.node = true;
-            self.queue();
-        }
-    }
-
-    /// Before the first sync, while the initial lists still arrive: compile the
-    /// services that arrived, so that the first sync only finishes the build (called
-    /// by the loop when no event is waiting; the compile then overlaps the sources'
-    /// reading and decoding). Returns whether it compiled anything.
-    pub fn build_ahead(&mut self) -> bool {
-        if self.compiler.is_some() || self.listed() {
-            return false;
-        }
-        crate::compile::build_ahead(
-            &mut self.building,
-            &self.cluster,
-            &self.cfg.ruleset,
-            &self.skips.excluded(),
-            &mut self.changes,
-        )
-    }
-
     /// Whether both sources delivered their initial list.
     pub fn listed(&self) -> bool {
         self.schedule.listed()
@@ -614,40 +438,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// [`crate::schedule`].
     pub fn next_sync_at(&self) -> Option<Instant> {
         self.schedule.due(self.clock.now())
-    }
-
-    /// The next work of the loop and when it is due. Of the work due now, a rule sync
-    /// goes first, then conntrack cleanup work, then checking a skipped port; otherwise
-    /// the earliest. None: nothing is due until an event arrives.
-    pub fn next_work(&self) -> Option<(Instant, Work)> {
-        let now = self.clock.now();
-        [
-            self.next_sync_at().map(|t| (t, Work::Sync)),
-            self.cleanup_due().map(|t| (t, Work::Cleanup)),
-            self.check_due().map(|t| (t, Work::Check)),
-        ]
-        .into_iter()
-        .flatten()
-        .min_by_key(|(t, w)| ((*t).max(now), *w as u8))
-    }
-
-    /// Do the work due now, if any (one sync, one cleanup job or one check), and
-    /// say which. Sync failures are counted and retried with a backoff.
-    pub fn step(&mut self) -> Option<Work> {
-        let (at, work) = self.next_work()?;
-        if at > self.clock.now() {
-            return None;
-        }
-        match work {
-            Work::Sync => {
-                let _ = self.sync();
-            }
-            Work::Cleanup => {
-                self.cleanup_turn();
-            }
-            Work::Check => self.check_skipped(),
-        }
-        Some(work)
     }
 }
 

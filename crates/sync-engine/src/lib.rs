@@ -9,10 +9,13 @@
 //! checked one by one between syncs. Notifications from nftables (its own watcher
 //! thread) repair our tables when another program changes them. See docs/sync.md.
 //!
-//! Modules, by job (each file imports only those above it in the list):
+//! Modules, by job (each file imports only those above it in the list, and the
+//! `Engine`'s methods in one file call only those of files above it):
 //! - [`kernel`], [`backoff`], [`schedule`], [`status`], `stoppable`: the kernel traits,
 //!   the backoff rule, when the next sync is due, the status, a thread stopped by an
 //!   eventfd;
+//! - [`ledger`]: what the engine knows of the kernel, one type with named transitions
+//!   (pure);
 //! - [`stale`]: which UDP flows are stale, by the committed state (pure);
 //! - [`cleanup`]: the conntrack cleanup's state, one type with named transitions (pure);
 //! - [`cleaner`]: its driver on a conntrack kernel, on the engine's thread or beside it;
@@ -20,10 +23,13 @@
 //! - [`plan`]: the planner: the batch, the frontends it serves that the tables read back
 //!   did not, and why (pure);
 //! - [`isolate`]: the service ports a refusal is to blame on, the skipped ports (pure);
-//! - [`engine`]: the engine's state and events in;
-//! - `sync` (the executor: [`Engine::sync`]), `conntrack` (telling the cleanup of each
-//!   commit), `trials` (checking skipped ports), `publish` (status and metrics after a
-//!   sync), `ctnetlink` (the conntrack kernel on `ct-netlink`);
+//! - [`engine`]: the engine's state, what the watcher tells of other programs;
+//! - `inputs` (the sources' events in), `skipped` (the skipped ports published and
+//!   paced), `conntrack` (telling the cleanup of each commit), `forward` (iptables
+//!   mode's `KUBE-FORWARD` after a sync), `publish` (status and metrics after a sync),
+//!   `ctnetlink` (the conntrack kernel on `ct-netlink`);
+//! - `sync` (the executor: [`Engine::sync`]), then `trials` (checking skipped ports),
+//!   then `work` (what is due and doing it: [`Engine::step`]);
 //! - [`run`]: the loop around it.
 
 mod backoff;
@@ -35,6 +41,7 @@ mod ctnetlink;
 pub mod engine;
 mod forward;
 pub mod heard;
+mod inputs;
 pub mod isolate;
 pub mod kernel;
 pub mod ledger;
@@ -42,19 +49,21 @@ pub mod plan;
 mod publish;
 pub mod run;
 pub mod schedule;
+mod skipped;
 pub mod stale;
 pub mod status;
 mod stoppable;
 mod sync;
 mod trials;
 pub mod watch;
+mod work;
 
 /// The k8s-openapi version the events carry.
 pub use k8s_openapi;
 /// The events in and their channel (`proxy-events`, which the sources use too).
 pub use proxy_events::{channel, Event, EventReceiver, EventSender};
 
-pub use engine::{Engine, Work};
+pub use engine::Engine;
 pub use heard::Heard;
 pub use kernel::ConntrackOpener;
 pub use kernel::{
@@ -65,6 +74,7 @@ pub use proxy_status::{
     SkippedPort, Status, StatusHandle, SyncReport,
 };
 pub use run::{real_engine, run};
+pub use work::Work;
 
 use std::time::Duration;
 

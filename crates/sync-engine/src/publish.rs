@@ -91,15 +91,6 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         self.observer.failed(e);
     }
 
-    /// A Service changed: its skipped ports are checked again at once (those of a
-    /// deleted Service are forgotten).
-    pub(crate) fn skipped_service_changed(&mut self, key: &ServiceKey, deleted: bool) {
-        let now = self.clock.now();
-        if self.skips.service_changed(key, deleted, now) {
-            self.publish_skipped();
-        }
-    }
-
     /// Log each conflict between services (two claiming one address and port) once, at
     /// WARN with both names, when it appears in the committed rules, and once at INFO
     /// when it is gone; not on every sync.

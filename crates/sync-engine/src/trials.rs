@@ -77,18 +77,4 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         }
         self.publish_skipped();
     }
-
-    /// The backoff of skipped ports' retries: from `max(retry_initial, minSyncPeriod)`.
-    pub(crate) fn skip_backoff(&self) -> (std::time::Duration, std::time::Duration) {
-        (
-            self.cfg.retry_initial.max(self.cfg.min_sync_period),
-            self.cfg.retry_max,
-        )
-    }
-
-    /// The skipped service ports into the status.
-    pub(crate) fn publish_skipped(&mut self) {
-        let list = self.skips.list();
-        self.status.update(|s| s.skipped_service_ports = list);
-    }
 }

@@ -1,7 +1,8 @@
 //! The sources of desired state, turned into engine events: the Kubernetes API
 //! ([`api_client`]: the vetted client and its time-bounded transport; [`rate_limit`]:
 //! its QPS and burst; [`rest_metrics`]: its `rest_client_*` metrics; [`kube_source`]:
-//! the watchers, lists and watches in protobuf or JSON through [`list_watch`];
+//! the watchers, lists and watches in protobuf or JSON through [`list_watch`], each
+//! object a [`lenient::Lenient`];
 //! [`node_event`]: the node's start event) or manifest files ([`manifests`]). Every
 //! event reaches the engine through an [`events::EventSender`] ([`node_ip`]: the
 //! `bindAddress` override it applies to Node events). Also the `--config` file's watch
@@ -13,6 +14,7 @@ pub mod api_client;
 pub mod config_watch;
 pub mod events;
 pub mod kube_source;
+pub mod lenient;
 pub mod list_watch;
 pub mod manifests;
 pub mod node_event;

@@ -3,6 +3,7 @@
 
 pub mod change;
 pub mod churn;
+pub mod churn_attr;
 pub mod churn_probes;
 pub mod churn_prod;
 pub mod churn_trace;

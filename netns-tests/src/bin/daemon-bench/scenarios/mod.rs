@@ -16,6 +16,7 @@ pub mod idle;
 pub mod neighbour;
 pub mod peers;
 pub mod prod;
+pub mod prod_sample;
 pub mod stale;
 
 use std::path::{Path, PathBuf};

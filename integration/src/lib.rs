@@ -14,11 +14,10 @@
 //!   test, run as a child process and killed on drop; [`ApiDaemon`]: the one command
 //!   line of the daemon against the API double, which every API test starts it with.
 //!
-//! Modules: `api_server` (the state and its knobs), `http` (requests, content
-//! negotiation, counted responses), `serve` (lists and watches), `cpu` (its threads'
-//! CPU time), `daemon`, `objects`,
-//! [`proto`] (the protobuf encoders), [`scale`] (synthetic clusters) and
-//! [`testdata`].
+//! Modules: `store` (the state: objects, events, knobs), `api_server` (its handle),
+//! `http` (requests, content negotiation, counted responses), `serve` (lists and
+//! watches), `cpu` (its threads' CPU time), `daemon`, `objects`, [`proto`] (the protobuf
+//! encoders), [`scale`] (synthetic clusters) and [`testdata`].
 
 mod api_server;
 mod cpu;
@@ -28,12 +27,14 @@ mod objects;
 pub mod proto;
 pub mod scale;
 mod serve;
+mod store;
 pub mod testdata;
 
-pub use api_server::{ApiServer, Res};
+pub use api_server::ApiServer;
 pub use cpu::ThreadsCpu;
 pub use daemon::{
     content_type_args, free_port, http_get, read, wait_for, ApiDaemon, Daemon, TempDir,
 };
 pub use http::{Counts, Encoding, Traffic};
 pub use objects::{node, service, slice};
+pub use store::Res;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::api_server::{selected, Res, Shared, Stored, WatchEvent};
 use crate::http::{negotiate, read_request, Encoding, Meter, Out, Request};
 use crate::proto;
+use crate::store::{selected, Res, Shared, Stored, WatchEvent};
 
 /// The annotation of the bookmark that ends a watch's initial events.
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";

@@ -51,7 +51,7 @@ use kube_proto::FromProto;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info};
 
-use crate::kube_source::Lenient;
+use crate::lenient::Lenient;
 
 mod frames;
 mod json_list;

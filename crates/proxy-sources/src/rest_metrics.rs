@@ -104,7 +104,7 @@ where
         let size = req.body().size_hint();
         let throttled = req
             .extensions()
-            .get::<crate::api_client::RateLimited>()
+            .get::<crate::rate_limit::RateLimited>()
             .map(|w| w.0);
         if let Some(r) = rest() {
             r.request_size(&verb, &host, size.exact().unwrap_or(size.lower()));

@@ -7,7 +7,7 @@ use kube_model::lean::Decode;
 use kube_proto::{FromProto, WatchEvent, WatchReader};
 
 use super::{ListWatchError, MAX_JSON_LINE};
-use crate::kube_source::Lenient;
+use crate::lenient::Lenient;
 
 /// How a watch response is read.
 pub(super) enum Frames<K> {

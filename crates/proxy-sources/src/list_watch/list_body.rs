@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::json_list::{JsonListError, Part, Scanner};
 use super::{Answer, ListWatchError};
-use crate::kube_source::Lenient;
+use crate::lenient::Lenient;
 
 /// What a list body yields, in order.
 #[allow(clippy::large_enum_variant)]

@@ -23,7 +23,7 @@ use netns_tests::bench_cluster::who;
 use netns_tests::Netns;
 use serde_json::{json, Value};
 
-use super::churn_prod::{recent, Attr};
+use super::churn_attr::{recent, Attr};
 use super::churn_trace::{Change, Kind, Op, Witness};
 use super::prod::probe_service;
 use crate::probe::{first_after_none, Probe, Shot};

@@ -3,6 +3,7 @@
 
 pub mod change;
 pub mod churn;
+pub mod churn_attr;
 pub mod churn_probes;
 pub mod churn_prod;
 pub mod churn_trace;
@@ -15,6 +16,7 @@ pub mod idle;
 pub mod neighbour;
 pub mod peers;
 pub mod prod;
+pub mod prod_sample;
 pub mod stale;
 
 use std::path::{Path, PathBuf};

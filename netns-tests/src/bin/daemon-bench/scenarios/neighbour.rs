@@ -12,7 +12,7 @@ use netns_tests::bench::{loadavg, Daemon};
 use netns_tests::neighbour::Neighbour;
 use netns_tests::Netns;
 
-use super::prod::{Sample, KINDS};
+use super::prod_sample::{Sample, KINDS};
 use crate::report::*;
 
 /// The daemon's CPU in cores over `window` (after 2 s of settling), with a neighbour

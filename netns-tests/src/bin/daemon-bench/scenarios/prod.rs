@@ -17,6 +17,7 @@ use netns_tests::bench_cluster::{api_with, identity_server, NsApi};
 use netns_tests::{addr, veth, Netns};
 use serde_json::{json, Value};
 
+use super::prod_sample::{Sample, KINDS};
 use super::{running_daemon, SPACING};
 use crate::observer::{Expect, Observer};
 use crate::options::Opts;
@@ -34,14 +35,6 @@ const EPS: [&str; 4] = [
 const TCP_VIP: &str = "198.18.240.1";
 const UDP_VIP: &str = "198.18.240.2";
 const UDP_PORT: u16 = 53;
-
-pub const KINDS: [&str; 5] = [
-    "endpoint added",
-    "endpoint removed",
-    "service created",
-    "service deleted",
-    "UDP endpoint removed",
-];
 
 /// client (198.18.250.2) -- node (198.18.250.1, 198.18.251.1; the daemon and the API
 /// double) -- endpoints (198.18.251.2-.5), forwarding and conntrack on the node.
@@ -134,20 +127,6 @@ pub fn prod_api(ns: &Netns, n: u32, seed: u64, probes: bool) -> (NsApi, shape::S
         }
     });
     (api, stats)
-}
-
-/// One change measured from outside (ms from the double's write to the watch).
-#[derive(Debug, Clone, Copy)]
-pub struct Sample {
-    pub kernel: f64,
-    pub first_packet: Option<f64>,
-    pub ack: Option<f64>,
-    /// Element notifications in the transaction that held it.
-    pub elements: usize,
-    /// Another sync (the periodic resync) ran between the quiet wait and the change's
-    /// own: the change may wait for minSyncPeriod (judged against minSyncPeriod + 20
-    /// ms, not 5 ms).
-    pub held: bool,
 }
 
 /// What a change should show.

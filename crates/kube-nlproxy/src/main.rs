@@ -42,6 +42,7 @@ const OUR_CRATES: &[&str] = &[
     "ops_server",
     "localhost_proxy",
     "proxy_status",
+    "proxy_events",
     "ruleset",
     "kube_model",
     "kube_proto",

@@ -345,14 +345,14 @@ where
     K: Clock,
 {
     let synced = Arc::new(AtomicBool::new(false));
-    let mut observers: Vec<Box<dyn Observer>> = vec![
+    let observers: Vec<Box<dyn Observer>> = vec![
         Box::new(LogObserver {
             synced: synced.clone(),
         }),
         operate::metrics_observer(&ops.metrics),
     ];
     if let Some(opts) = ops.migrate {
-        observers.push(Box::new(operate::MigrateOnce::new(opts)));
+        engine.after_first_sync(Box::new(operate::Migrate(opts)));
     }
     engine.set_observer(Box::new(operate::Observers(observers)));
     if !flags.once {

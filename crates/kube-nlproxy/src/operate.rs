@@ -3,7 +3,6 @@
 //! (any mode, `leftovers`) after our first sync, and `explain`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,27 +39,18 @@ impl Observer for Observers {
 }
 
 /// After the first successful sync (our rules are in), remove what kube-proxy left
-/// behind, once. Our rules handle every service before kube-proxy's go, so no packet
-/// meets neither ruleset (see `docs/migration.md`).
-pub struct MigrateOnce {
-    done: AtomicBool,
-    opts: leftovers::Options,
-}
+/// behind, once: the engine's first sync step, which knows the nftables batch as its
+/// own. Our rules handle every service before kube-proxy's go, so no packet meets
+/// neither ruleset (see `docs/migration.md`).
+pub struct Migrate(pub leftovers::Options);
 
-impl MigrateOnce {
-    pub fn new(opts: leftovers::Options) -> MigrateOnce {
-        MigrateOnce {
-            done: AtomicBool::new(false),
-            opts,
-        }
-    }
-}
-
-impl Observer for MigrateOnce {
-    fn synced(&self, _r: &SyncReport) {
-        if !self.done.swap(true, Ordering::SeqCst) {
-            leftovers::migrate(&self.opts);
-        }
+impl sync_engine::FirstSyncStep for Migrate {
+    fn run(self: Box<Self>) -> Vec<u32> {
+        leftovers::migrate(&self.0)
+            .nft
+            .and_then(|r| r.guard)
+            .into_iter()
+            .collect()
     }
 }
 

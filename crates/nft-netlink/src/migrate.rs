@@ -167,6 +167,8 @@ pub struct MigrationReport {
     /// (directly, or through other kept kube-proxy chains): `"<family> <table> <chain>"`
     /// and the referencing chains. Removing them would mean editing that program's rules.
     pub kept: Vec<(String, Vec<String>)>,
+    /// The generation that guarded the committed batch (None: nothing was sent).
+    pub guard: Option<u32>,
 }
 
 impl MigrationReport {
@@ -201,6 +203,7 @@ impl Plan {
                 })
                 .collect(),
             kept: self.kept.clone(),
+            guard: None,
         }
     }
 }
@@ -372,9 +375,13 @@ impl Nft {
     ) -> Result<MigrationReport, NftError> {
         let mut report = MigrationReport::default();
         self.commit_guarded(5, |nft| {
+            // the guard's generation (a later change fails the guarded commit)
+            let base = nft.generation()?;
             let p = plan(&nft.scan_leftovers()?, keep);
             report = p.report();
-            Ok(extra.iter().cloned().chain(p.ops).collect())
+            let ops: Vec<Op> = extra.iter().cloned().chain(p.ops).collect();
+            report.guard = (!ops.is_empty()).then_some(base);
+            Ok(ops)
         })?;
         Ok(report)
     }

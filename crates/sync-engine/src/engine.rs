@@ -92,6 +92,8 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) per_service: status::PerService,
     /// Failed attempts at `KUBE-FORWARD` in this run (logged at the 1st, 2nd, 4th...).
     pub(crate) forward_failures: u64,
+    /// The step to run once after the first successful sync (None: none, or run).
+    pub(crate) first_sync_step: Option<Box<dyn crate::kernel::FirstSyncStep>>,
     /// Service ports left out because the kernel refused their rules.
     pub(crate) skips: Skips,
     /// Trigger times of the EndpointSlice changes not yet synced (for the network
@@ -173,6 +175,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             status_dirty: BTreeSet::new(),
             per_service: status::PerService::default(),
             forward_failures: 0,
+            first_sync_step: None,
             skips: Skips::default(),
             trigger_times: Vec::new(),
             started_wall: SystemTime::now(),
@@ -308,6 +311,12 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// Whether a batch of ours was committed by this engine.
     pub fn has_committed(&self) -> bool {
         self.ledger.has_committed()
+    }
+
+    /// Run `step` once, right after the first successful sync (its nftables commits
+    /// are then known as ours: see [`crate::FirstSyncStep`]).
+    pub fn after_first_sync(&mut self, step: Box<dyn crate::kernel::FirstSyncStep>) {
+        self.first_sync_step = Some(step);
     }
 
     /// The watcher's subscription: from now on it is dropped for the time of each of

@@ -44,6 +44,14 @@ pub trait NftKernel {
     }
 }
 
+/// A step the engine runs once, right after its first successful sync (the daemon's
+/// removal of kube-proxy's leftovers: other programs' chains and tables, never ours).
+/// Returns the generation that guarded each nftables batch it committed: the engine
+/// enters them in its ledger as commits of its own (`Ledger::side_commit`).
+pub trait FirstSyncStep: Send {
+    fn run(self: Box<Self>) -> Vec<u32>;
+}
+
 /// The nftables watcher's subscription to notifications, dropped (`set(false)`) right
 /// before each of our large commits and taken again (`set(true)`) right after it, before
 /// the generation is read: the kernel builds a notification per element of a commit only

@@ -67,7 +67,8 @@ pub use engine::Engine;
 pub use heard::Heard;
 pub use kernel::ConntrackOpener;
 pub use kernel::{
-    Clock, CommitStats, ConntrackKernel, FlowEvents, Listening, NftKernel, Received, SystemClock,
+    Clock, CommitStats, ConntrackKernel, FirstSyncStep, FlowEvents, Listening, NftKernel, Received,
+    SystemClock,
 };
 pub use proxy_status::{
     CleanupReport, FilterWork, ForeignWriter, HealthCheck, LocalhostNodePort, NodeHealth, Observer,

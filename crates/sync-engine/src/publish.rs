@@ -73,9 +73,10 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         if report.repaired {
             self.observer.repaired();
         }
-        // before the observers: the migration (one of them, once) finds the chain in
+        // KUBE-FORWARD first: the migration (the first sync's step) finds the chain in
         // place on takeover and keeps it
         self.ensure_forward();
+        self.first_sync_step();
         self.observer.synced(report);
     }
 

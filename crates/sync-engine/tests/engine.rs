@@ -957,3 +957,58 @@ fn a_compile_begun_while_the_lists_arrive_commits_the_same_first_batch() {
     assert_eq!(ahead, plain);
     assert_eq!(ahead_deletes, plain_deletes);
 }
+
+/// The step run once after the first successful sync (the daemon's removal of
+/// kube-proxy's leftovers) commits a batch of its own; told to the engine, its
+/// generation keeps the trust in our tables (the next sync is incremental, nothing is
+/// read back). Untold (the control), the moved generation makes the next sync read our
+/// tables back.
+#[test]
+fn the_first_sync_step_runs_once_and_its_commit_is_ours() {
+    struct Step {
+        gen: Arc<Mutex<u32>>,
+        runs: Arc<Mutex<u32>>,
+        tell: bool,
+    }
+    impl FirstSyncStep for Step {
+        fn run(self: Box<Self>) -> Vec<u32> {
+            *self.runs.lock().unwrap() += 1;
+            let mut g = self.gen.lock().unwrap();
+            let base = *g;
+            *g = next_generation(base);
+            if self.tell {
+                vec![base]
+            } else {
+                Vec::new()
+            }
+        }
+    }
+    for tell in [true, false] {
+        let w = World::new();
+        let mut e = w.engine(true);
+        let runs = Arc::new(Mutex::new(0));
+        e.after_first_sync(Box::new(Step {
+            gen: w.gen.clone(),
+            runs: runs.clone(),
+            tell,
+        }));
+        e.handle(Event::ServiceApplied(udp_lb()));
+        listed(&mut e);
+        e.sync().unwrap();
+        assert_eq!(*runs.lock().unwrap(), 1);
+        let dumps = *w.dumps.lock().unwrap();
+        e.handle(Event::SliceApplied(slice(
+            "dns-1",
+            &[("198.18.2.2", true, true, false)],
+        )));
+        w.clock.advance(Duration::from_secs(2));
+        let r = e.sync().unwrap();
+        assert_eq!(*runs.lock().unwrap(), 1, "once");
+        if tell {
+            assert_eq!(r.kind, "incremental");
+            assert_eq!(*w.dumps.lock().unwrap(), dumps, "no read-back");
+        } else {
+            assert!(*w.dumps.lock().unwrap() > dumps, "read back");
+        }
+    }
+}

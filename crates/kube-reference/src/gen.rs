@@ -3,13 +3,16 @@
 //! "Legal" as the API server's validation defines it (upstream
 //! `pkg/apis/core/validation/validation.go` `ValidateService*`, and
 //! `pkg/apis/discovery/validation`): ports unique by name and by (port, protocol), names
-//! required when a service has several ports; NodePorts in 30000-32767 and unique in the
-//! cluster (allocator); ClusterIPs from the service CIDRs, unique, one per family in the
+//! required when a service has several ports; NodePorts in the cluster's
+//! `--service-node-port-range` (`Env::node_port_range`) and unique in it (allocator);
+//! ClusterIPs from the service CIDRs, unique, one per family in the
 //! order of `ipFamilies`, as `ipFamilyPolicy` allows; `externalTrafficPolicy` only on
 //! externally accessible services (NodePort, LoadBalancer, ClusterIP with externalIPs),
 //! `healthCheckNodePort` only for LoadBalancer + Local; `loadBalancerSourceRanges` only on
-//! LoadBalancer; affinity timeout 1..=86400; slices of at most 100 endpoints whose
-//! addresses match `addressType`, ports unique by name.
+//! LoadBalancer; `ipMode` only on an ingress entry with an IP; namespaces and Service
+//! names DNS labels of at most 63 characters; slices of at most 100 endpoints of 1 to 100
+//! addresses matching `addressType` (IPv4, IPv6 or FQDN), ports unique by name (name and
+//! protocol may be left out, the number too).
 //!
 //! One constraint the API server does not make: external and LoadBalancer IPs are unique
 //! across services (two services on the same IP and port make upstream's whole

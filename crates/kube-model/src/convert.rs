@@ -13,7 +13,8 @@ use crate::{Kind, ObjectError, ObjectRef};
 
 /// Services and slices carrying this label belong to another proxy and are ignored.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
-/// EndpointSlices of headless services carry this label; they are ignored.
+/// EndpointSlices of headless services carry this label; any Service or slice carrying
+/// it is ignored (kube-proxy's informers filter it out).
 pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
 /// Links an EndpointSlice to its Service.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
@@ -70,7 +71,11 @@ pub fn service_from_k8s(
 ) -> Result<Option<Service>, ObjectError> {
     let object = obj_ref(Kind::Service, &svc.metadata);
     check_name(&object)?;
-    if has_label(&svc.metadata, LABEL_SERVICE_PROXY_NAME) {
+    // kube-proxy's informers list Services with the same selector as EndpointSlices
+    // (cmd/kube-proxy/app/server.go): a Service labelled headless is never seen either
+    if has_label(&svc.metadata, LABEL_SERVICE_PROXY_NAME)
+        || has_label(&svc.metadata, LABEL_HEADLESS)
+    {
         return Ok(None);
     }
     let Some(spec) = &svc.spec else {

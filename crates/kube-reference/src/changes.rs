@@ -152,18 +152,18 @@ fn step(c: &mut Case, rng: &mut Rng, next_name: &mut usize) -> (String, Vec<(Str
         }
         // create a service, or give one other ports (a new version of it)
         _ => {
-            let mut alloc = Alloc::of(&c.services);
+            let mut alloc = Alloc::of(&c.env, &c.services);
             let replace = !c.services.is_empty() && rng.chance(40);
-            let name = if replace {
+            let (ns, name) = if replace {
                 let i = rng.below(c.services.len() as u64) as usize;
                 let s = c.services.remove(i);
-                alloc = Alloc::of(&c.services);
-                s.metadata.name.clone().unwrap_or_default()
+                alloc = Alloc::of(&c.env, &c.services);
+                key(&s)
             } else {
                 *next_name += 1;
-                format!("svc{}", *next_name)
+                ("ns1".to_string(), format!("svc{}", *next_name))
             };
-            let svc = service(rng, &mut alloc, &name);
+            let svc = service(rng, &mut alloc, &ns, &name);
             let k = key(&svc);
             c.slices.retain(|sl| owner(sl) != k);
             let env = c.env.clone();

@@ -39,7 +39,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 
 use crate::gen::{endpoints, family_of, Case, Env};
-use crate::model::{frontends, hints_of, slice_endpoints, Frontends};
+use crate::model::{filtered_out, frontends, hints_of, slice_endpoints, Frontends};
 
 mod table;
 #[cfg(test)]
@@ -398,7 +398,7 @@ fn slice_infos(
 ) -> BTreeMap<(String, String), BTreeMap<String, SliceInfo>> {
     let mut out: BTreeMap<(String, String), BTreeMap<String, SliceInfo>> = BTreeMap::new();
     for sl in slices {
-        if sl.address_type != ["IPv4", "IPv6"][fam] {
+        if sl.address_type != ["IPv4", "IPv6"][fam] || filtered_out(&sl.metadata) {
             continue;
         }
         let Some(key) = owner(sl) else { continue };
@@ -446,13 +446,15 @@ fn slice_infos(
 /// cache keeps no entry without endpoints).
 fn has_udp_entry(slices: &[discovery::EndpointSlice], key: &(String, String), fam: usize) -> bool {
     slices.iter().any(|sl| {
+        // a name left out is "" (the API server's default), so every port has one
         sl.address_type == ["IPv4", "IPv6"][fam]
+            && !filtered_out(&sl.metadata)
             && owner(sl).as_ref() == Some(key)
-            && sl.ports.iter().flatten().any(|p| {
-                p.protocol.as_deref() == Some("UDP")
-                    && p.name.is_some()
-                    && p.port.is_some_and(|n| n != 0)
-            })
+            && sl
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.protocol.as_deref() == Some("UDP") && p.port.is_some_and(|n| n != 0))
             && endpoints(sl).iter().any(|e| {
                 e.addresses
                     .first()

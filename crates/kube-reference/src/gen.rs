@@ -3,13 +3,16 @@
 //! "Legal" as the API server's validation defines it (upstream
 //! `pkg/apis/core/validation/validation.go` `ValidateService*`, and
 //! `pkg/apis/discovery/validation`): ports unique by name and by (port, protocol), names
-//! required when a service has several ports; NodePorts in 30000-32767 and unique in the
-//! cluster (allocator); ClusterIPs from the service CIDRs, unique, one per family in the
+//! required when a service has several ports; NodePorts in the cluster's
+//! `--service-node-port-range` (`Env::node_port_range`) and unique in it (allocator);
+//! ClusterIPs from the service CIDRs, unique, one per family in the
 //! order of `ipFamilies`, as `ipFamilyPolicy` allows; `externalTrafficPolicy` only on
 //! externally accessible services (NodePort, LoadBalancer, ClusterIP with externalIPs),
 //! `healthCheckNodePort` only for LoadBalancer + Local; `loadBalancerSourceRanges` only on
-//! LoadBalancer; affinity timeout 1..=86400; slices of at most 100 endpoints whose
-//! addresses match `addressType`, ports unique by name.
+//! LoadBalancer; `ipMode` only on an ingress entry with an IP; namespaces and Service
+//! names DNS labels of at most 63 characters; slices of at most 100 endpoints of 1 to 100
+//! addresses matching `addressType` (IPv4, IPv6 or FQDN), ports unique by name (name and
+//! protocol may be left out, the number too).
 //!
 //! One constraint the API server does not make: external and LoadBalancer IPs are unique
 //! across services (two services on the same IP and port make upstream's whole
@@ -44,6 +47,9 @@ pub struct Env {
     pub service_cidrs: Vec<(IpAddr, u8)>,
     /// `masqueradeAll`.
     pub masquerade_all: bool,
+    /// The API server's `--service-node-port-range` (what the generator allocates
+    /// NodePorts from; the proxy never reads it).
+    pub node_port_range: (i32, i32),
 }
 
 impl Default for Env {
@@ -62,6 +68,7 @@ impl Default for Env {
             pod_cidrs: vec![(ip("198.18.1.0"), 24), (ip("2001:db8:0:1::"), 64)],
             service_cidrs: vec![(ip("198.18.100.0"), 24), (ip("2001:db8:100::"), 112)],
             masquerade_all: false,
+            node_port_range: (30000, 32767),
         }
     }
 }
@@ -151,20 +158,35 @@ pub(crate) fn family_of(a: &IpAddr) -> usize {
     usize::from(a.is_ipv6())
 }
 
+/// A service proxied by another proxy (kube-proxy's informers filter it out).
+pub const LABEL_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+/// Set by the EndpointSlice controller on a headless service's slices (kube-proxy's
+/// informers filter out any object carrying it).
+pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+
 const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
 const COMMON_PORTS: [i32; 6] = [53, 80, 443, 8080, 3868, 9000];
 
 /// Cluster-wide allocators (unique ClusterIPs, NodePorts, external IPs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Alloc {
     cluster_ips: [BTreeSet<u16>; 2],
+    node_port_range: (i32, i32),
     node_ports: BTreeSet<i32>,
     vips: BTreeSet<IpAddr>,
 }
 
 impl Alloc {
-    pub(crate) fn of(services: &[core::Service]) -> Alloc {
-        let mut a = Alloc::default();
+    pub(crate) fn new(env: &Env) -> Alloc {
+        Alloc {
+            cluster_ips: Default::default(),
+            node_port_range: env.node_port_range,
+            node_ports: BTreeSet::new(),
+            vips: BTreeSet::new(),
+        }
+    }
+    pub(crate) fn of(env: &Env, services: &[core::Service]) -> Alloc {
+        let mut a = Alloc::new(env);
         for s in services {
             let Some(spec) = &s.spec else { continue };
             for c in spec.cluster_ips.iter().flatten() {
@@ -201,7 +223,8 @@ impl Alloc {
     }
     fn node_port(&mut self, rng: &mut Rng) -> i32 {
         loop {
-            let n = rng.range(30000, 32767) as i32;
+            let (lo, hi) = self.node_port_range;
+            let n = rng.range(lo as u64, hi as u64) as i32;
             if self.node_ports.insert(n) {
                 return n;
             }
@@ -238,13 +261,20 @@ fn last16(a: &IpAddr) -> u16 {
 /// Generate the case of `seed`.
 pub fn generate(seed: u64) -> Case {
     let mut rng = Rng::new(seed);
-    let env = Env::default();
-    let mut alloc = Alloc::default();
+    let mut env = Env::default();
+    // one cluster in ten with another `--service-node-port-range`
+    if rng.chance(10) {
+        env.node_port_range = *rng.pick(&[(20000, 22767), (80, 32767), (1, 65535)]);
+    }
+    let mut alloc = Alloc::new(&env);
     let n = rng.range(1, 6);
     let mut services = Vec::new();
     let mut slices = Vec::new();
+    let mut keys: Vec<(String, String)> = Vec::new();
     for i in 0..n {
-        let svc = service(&mut rng, &mut alloc, &format!("svc{i}"));
+        let (ns, name) = service_key(&mut rng, i, &keys);
+        keys.push((ns.clone(), name.clone()));
+        let svc = service(&mut rng, &mut alloc, &ns, &name);
         slices.extend(slices_for(&mut rng, &env, &svc));
         services.push(svc);
     }
@@ -255,6 +285,47 @@ pub fn generate(seed: u64) -> Case {
         services,
         slices,
     }
+}
+
+/// A DNS label of 63 characters (the longest a namespace or a Service name may be)
+/// starting with `prefix`.
+fn long_label(prefix: &str) -> String {
+    let mut s = format!("{prefix}-");
+    while s.len() < 62 {
+        s.push(char::from(b'a' + (s.len() % 26) as u8));
+    }
+    s.push('9');
+    s
+}
+
+/// The namespace and name of the `i`th service: mostly `ns1/svc<i>`; some in other
+/// namespaces (one of them with the longest name allowed), some with the longest name,
+/// and some with an earlier service's name in another namespace.
+fn service_key(rng: &mut Rng, i: u64, earlier: &[(String, String)]) -> (String, String) {
+    let ns = if rng.chance(80) {
+        "ns1".to_string()
+    } else {
+        match rng.below(4) {
+            0 => "ns2".to_string(),
+            1 => "ns3".to_string(),
+            2 => "kube-system".to_string(),
+            _ => long_label("ns"),
+        }
+    };
+    let mut name = if rng.chance(5) {
+        long_label(&format!("svc{i}"))
+    } else {
+        format!("svc{i}")
+    };
+    if rng.chance(10) {
+        let free = |(n, other): &&(String, String)| {
+            *n != ns && !earlier.iter().any(|(m, o)| *m == ns && o == other)
+        };
+        if let Some((_, other)) = earlier.iter().find(free) {
+            name = other.clone();
+        }
+    }
+    (ns, name)
 }
 
 /// The proxier's Node object.
@@ -333,8 +404,8 @@ fn port_name(i: usize) -> String {
     ["http", "dns", "metrics", "grpc", "p-4", "p-5"][i % 6].to_string()
 }
 
-/// One random legal Service named `name` in namespace `ns1`.
-pub(crate) fn service(rng: &mut Rng, alloc: &mut Alloc, name: &str) -> core::Service {
+/// One random legal Service named `name` in namespace `ns`.
+pub(crate) fn service(rng: &mut Rng, alloc: &mut Alloc, ns: &str, name: &str) -> core::Service {
     let kind = rng.below(100);
     let type_ = match kind {
         0..=34 => "ClusterIP",
@@ -514,8 +585,19 @@ pub(crate) fn service(rng: &mut Rng, alloc: &mut Alloc, name: &str) -> core::Ser
             let ingress = (0..k)
                 .map(|_| {
                     let f = *rng.pick(&fams);
+                    // a load balancer known by a hostname only (no IP, so no ipMode:
+                    // validation allows ipMode only with an ip)
+                    if rng.chance(10) {
+                        return core::LoadBalancerIngress {
+                            hostname: Some(format!("lb-{}.example.test", rng.below(10))),
+                            ..Default::default()
+                        };
+                    }
                     core::LoadBalancerIngress {
                         ip: Some(alloc.vip(rng, f, true).to_string()),
+                        hostname: rng
+                            .chance(5)
+                            .then(|| format!("lb-{}.example.test", rng.below(10))),
                         ip_mode: match rng.below(6) {
                             0 => Some("Proxy".into()),
                             1 | 2 => Some("VIP".into()),
@@ -533,10 +615,22 @@ pub(crate) fn service(rng: &mut Rng, alloc: &mut Alloc, name: &str) -> core::Ser
             });
         }
     }
+    // the labels kube-proxy's informers leave out (cmd/kube-proxy/app/server.go: one
+    // selector, "no service-proxy-name and no headless label", for Services and
+    // EndpointSlices alike): another proxy's service, and the headless label set by hand
+    let mut labels = BTreeMap::new();
+    if rng.chance(3) {
+        let v = *rng.pick(&["", "other-proxy"]);
+        labels.insert(LABEL_PROXY_NAME.to_string(), v.to_string());
+    }
+    if rng.chance(2) {
+        labels.insert(LABEL_HEADLESS.to_string(), String::new());
+    }
     core::Service {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            namespace: Some("ns1".into()),
+            namespace: Some(ns.into()),
+            labels: (!labels.is_empty()).then_some(labels),
             ..Default::default()
         },
         spec: Some(spec),
@@ -581,12 +675,7 @@ pub(crate) fn slices_for(
             }
             for p in spec.ports.iter().flatten().filter(|_| !inherit) {
                 if rng.chance(85) {
-                    ports.push(discovery::EndpointPort {
-                        name: Some(p.name.clone().unwrap_or_default()),
-                        protocol: p.protocol.clone(),
-                        port: Some(rng.range(1, 65535) as i32),
-                        ..Default::default()
-                    });
+                    ports.push(slice_port(rng, p));
                 }
             }
             if !inherit && rng.chance(10) {
@@ -641,6 +730,15 @@ pub(crate) fn slices_for(
                 if !addrs.insert(addr.to_string()) {
                     continue;
                 }
+                let mut addresses = vec![addr.to_string()];
+                if rng.chance(4) {
+                    // several addresses (the API allows up to 100 of the slice's type);
+                    // consumers use the first one
+                    for k in 1..=rng.range(1, 2) as u16 {
+                        let other = pod_ip(fam, rng.chance(50), counter.wrapping_mul(7) + 3 * k);
+                        addresses.push(other.to_string());
+                    }
+                }
                 let node_name = match rng.below(5) {
                     0 => None,
                     _ if local => Some(env.node_name.clone()),
@@ -671,7 +769,7 @@ pub(crate) fn slices_for(
                     _ => None,
                 };
                 eps.push(discovery::Endpoint {
-                    addresses: vec![addr.to_string()],
+                    addresses,
                     conditions: Some(discovery::EndpointConditions {
                         ready: rng.tristate(),
                         serving: rng.tristate(),
@@ -686,11 +784,8 @@ pub(crate) fn slices_for(
             out.push(discovery::EndpointSlice {
                 metadata: ObjectMeta {
                     name: Some(format!("{name}-{}{j}", ["v4", "v6"][fam])),
-                    namespace: Some("ns1".into()),
-                    labels: Some(BTreeMap::from([(
-                        "kubernetes.io/service-name".to_string(),
-                        name.clone(),
-                    )])),
+                    namespace: svc.metadata.namespace.clone(),
+                    labels: Some(slice_labels(rng, svc)),
                     ..Default::default()
                 },
                 address_type: ["IPv4", "IPv6"][fam].into(),
@@ -699,7 +794,93 @@ pub(crate) fn slices_for(
             });
         }
     }
+    if rng.chance(3) {
+        out.push(fqdn_slice(rng, svc));
+    }
     out
+}
+
+/// A slice's labels as the EndpointSlice controller writes them (the service's labels,
+/// the headless label exactly when the service is headless, the service name), and a
+/// few slices written by hand with another proxy's label or the headless label.
+fn slice_labels(rng: &mut Rng, svc: &core::Service) -> BTreeMap<String, String> {
+    let mut l = svc.metadata.labels.clone().unwrap_or_default();
+    l.remove(LABEL_HEADLESS);
+    let spec = svc.spec.as_ref().expect("generated with a spec");
+    if spec.cluster_ip.as_deref() == Some("None") {
+        l.insert(LABEL_HEADLESS.into(), String::new());
+    }
+    l.insert(
+        "kubernetes.io/service-name".into(),
+        svc.metadata.name.clone().expect("named"),
+    );
+    match rng.below(100) {
+        0 | 1 => {
+            l.insert(LABEL_PROXY_NAME.into(), "other-proxy".into());
+        }
+        2 => {
+            l.insert(LABEL_HEADLESS.into(), String::new());
+        }
+        _ => {}
+    }
+    l
+}
+
+/// A slice's port for the service port `p`: its name and protocol sometimes left out (the
+/// API server defaults them to "" and TCP, `pkg/apis/discovery/v1/defaults.go`), and a
+/// few without a port number (legal: "all ports"; upstream's endpoint slice cache takes
+/// no endpoint from such a port).
+fn slice_port(rng: &mut Rng, p: &core::ServicePort) -> discovery::EndpointPort {
+    let name = p.name.clone().unwrap_or_default();
+    let name = if name.is_empty() && rng.chance(50) {
+        None
+    } else {
+        Some(name)
+    };
+    let protocol = match p.protocol.as_deref() {
+        None | Some("TCP") if rng.chance(30) => None,
+        _ => p.protocol.clone(),
+    };
+    discovery::EndpointPort {
+        name,
+        protocol,
+        port: (!rng.chance(3)).then(|| rng.range(1, 65535) as i32),
+        ..Default::default()
+    }
+}
+
+/// An EndpointSlice of `addressType: FQDN` for `svc` (legal, written by hand or by other
+/// controllers; kube-proxy handles IPv4 and IPv6 slices only).
+fn fqdn_slice(rng: &mut Rng, svc: &core::Service) -> discovery::EndpointSlice {
+    let name = svc.metadata.name.clone().expect("named");
+    let spec = svc.spec.as_ref().expect("generated with a spec");
+    let ports = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| slice_port(rng, p))
+        .collect();
+    let endpoints = (0..rng.range(1, 3))
+        .map(|k| discovery::Endpoint {
+            addresses: vec![format!("db-{k}.example.test")],
+            node_name: rng.chance(50).then(|| "node-a".to_string()),
+            ..Default::default()
+        })
+        .collect();
+    discovery::EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}-fqdn")),
+            namespace: svc.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([(
+                "kubernetes.io/service-name".to_string(),
+                name,
+            )])),
+            ..Default::default()
+        },
+        address_type: "FQDN".into(),
+        endpoints: Some(endpoints),
+        ports: Some(ports),
+    }
 }
 
 #[cfg(test)]
@@ -716,8 +897,39 @@ mod tests {
 
     #[test]
     fn generated_objects_are_legal() {
+        let label = |s: &str| {
+            s.len() <= 63
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !s.starts_with('-')
+                && !s.ends_with('-')
+        };
         for seed in 0..2000 {
             let c = generate(seed);
+            let keys: BTreeSet<_> = c
+                .services
+                .iter()
+                .map(|s| (s.metadata.namespace.clone(), s.metadata.name.clone()))
+                .collect();
+            assert_eq!(keys.len(), c.services.len(), "seed {seed}: unique services");
+            for (ns, name) in &keys {
+                assert!(
+                    label(ns.as_deref().unwrap()),
+                    "seed {seed}: namespace {ns:?}"
+                );
+                let name = name.as_deref().unwrap();
+                assert!(label(name) && name.starts_with(|c: char| c.is_ascii_lowercase()));
+            }
+            let slice_keys: BTreeSet<_> = c
+                .slices
+                .iter()
+                .map(|s| (s.metadata.namespace.clone(), s.metadata.name.clone()))
+                .collect();
+            assert_eq!(
+                slice_keys.len(),
+                c.slices.len(),
+                "seed {seed}: unique slices"
+            );
             let mut node_ports = BTreeSet::new();
             for s in &c.services {
                 let spec = s.spec.as_ref().unwrap();
@@ -729,7 +941,8 @@ mod tests {
                 }
                 for p in ports {
                     if let Some(np) = p.node_port {
-                        assert!((30000..=32767).contains(&np));
+                        let (lo, hi) = c.env.node_port_range;
+                        assert!((lo..=hi).contains(&np));
                         assert!(node_ports.insert(np), "seed {seed}: nodePort {np} twice");
                     }
                 }
@@ -745,10 +958,119 @@ mod tests {
             for sl in &c.slices {
                 assert!(endpoints(sl).len() <= 100);
                 for e in endpoints(sl) {
-                    let a: IpAddr = e.addresses[0].parse().unwrap();
-                    assert_eq!(a.is_ipv6(), sl.address_type == "IPv6");
+                    assert!((1..=100).contains(&e.addresses.len()), "seed {seed}");
+                    for a in &e.addresses {
+                        match sl.address_type.as_str() {
+                            "FQDN" => assert!(a.parse::<IpAddr>().is_err(), "seed {seed}"),
+                            t => assert_eq!(a.parse::<IpAddr>().unwrap().is_ipv6(), t == "IPv6"),
+                        }
+                    }
+                }
+                let names: BTreeSet<_> = sl
+                    .ports
+                    .iter()
+                    .flatten()
+                    .map(|p| p.name.clone().unwrap_or_default())
+                    .collect();
+                assert_eq!(
+                    names.len(),
+                    sl.ports.as_ref().map_or(0, Vec::len),
+                    "seed {seed}: unique slice port names"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod coverage {
+    use super::*;
+
+    /// The rarer shapes all occur over 2,000 seeds, none in more than 60 % of the cases
+    /// (each is a few percent of its objects; issue 39 item 2).
+    #[test]
+    fn every_shape_occurs_at_a_modest_rate() {
+        let mut n: BTreeMap<&str, usize> = BTreeMap::new();
+        let cases = 2000;
+        for seed in 0..cases {
+            let c = generate(seed);
+            let mut seen = BTreeSet::new();
+            for sl in &c.slices {
+                if endpoints(sl).iter().any(|e| e.addresses.len() > 1) {
+                    seen.insert("several addresses");
+                }
+                for p in sl.ports.iter().flatten() {
+                    if p.name.is_none() {
+                        seen.insert("port without name");
+                    }
+                    if p.protocol.is_none() {
+                        seen.insert("port without protocol");
+                    }
+                    if p.port.is_none() {
+                        seen.insert("port without number");
+                    }
+                }
+                if sl.address_type == "FQDN" {
+                    seen.insert("FQDN slice");
+                }
+                let l = sl.metadata.labels.as_ref().unwrap();
+                if l.contains_key(LABEL_PROXY_NAME) {
+                    seen.insert("slice of another proxy");
+                }
+                if l.contains_key(LABEL_HEADLESS) {
+                    seen.insert("slice labelled headless");
                 }
             }
+            for s in &c.services {
+                let l = s.metadata.labels.clone().unwrap_or_default();
+                if l.contains_key(LABEL_PROXY_NAME) {
+                    seen.insert("service of another proxy");
+                }
+                if l.contains_key(LABEL_HEADLESS) {
+                    seen.insert("service labelled headless");
+                }
+                let ing = s.status.as_ref().and_then(|s| s.load_balancer.as_ref());
+                if ing
+                    .and_then(|l| l.ingress.as_ref())
+                    .is_some_and(|i| i.iter().any(|i| i.ip.is_none()))
+                {
+                    seen.insert("ingress hostname only");
+                }
+                let spec = s.spec.as_ref().unwrap();
+                if spec
+                    .ports
+                    .iter()
+                    .flatten()
+                    .filter_map(|p| p.node_port)
+                    .any(|np| !(30000..=32767).contains(&np))
+                {
+                    seen.insert("NodePort outside 30000-32767");
+                }
+                let ns = s.metadata.namespace.as_deref().unwrap();
+                if ns != "ns1" {
+                    seen.insert("other namespace");
+                }
+                if ns.len() == 63 || s.metadata.name.as_ref().unwrap().len() == 63 {
+                    seen.insert("63-character name");
+                }
+                let name = s.metadata.name.as_ref();
+                if c.services.iter().any(|o| {
+                    o.metadata.name.as_ref() == name && o.metadata.namespace != s.metadata.namespace
+                }) {
+                    seen.insert("a name in two namespaces");
+                }
+            }
+            for k in seen {
+                *n.entry(k).or_default() += 1;
+            }
+        }
+        eprintln!("cases with each shape, of {cases}: {n:#?}");
+        assert_eq!(n.len(), 14, "{n:?}");
+        for (k, v) in &n {
+            assert!(
+                *v >= 10 && *v <= cases as usize / 2,
+                "{k}: {v} cases of {cases}"
+            );
         }
     }
 }

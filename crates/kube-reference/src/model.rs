@@ -16,7 +16,9 @@ use std::net::{IpAddr, SocketAddr};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 
-use crate::gen::{family_of, Case, Env};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::gen::{family_of, Case, Env, LABEL_HEADLESS, LABEL_PROXY_NAME};
 use crate::packets::{Origin, Probe};
 
 /// What kube-proxy does with the packet.
@@ -53,9 +55,22 @@ pub(crate) struct Frontends {
     pub(crate) lb_vips: Vec<IpAddr>,
 }
 
+/// Whether kube-proxy never sees the object: its informers list Services and
+/// EndpointSlices with one label selector, "neither `service.kubernetes.io/service-proxy-name`
+/// nor `service.kubernetes.io/headless`, whatever the value" (upstream
+/// `cmd/kube-proxy/app/server.go`, the informer factory's list options).
+pub(crate) fn filtered_out(meta: &ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_PROXY_NAME) || l.contains_key(LABEL_HEADLESS))
+}
+
 /// The service's frontends in family `fam`; `None` when the service is not in that
 /// family's service port map at all (ExternalName, headless, no ClusterIP of the family).
 pub(crate) fn frontends(fam: usize, svc: &core::Service) -> Option<Frontends> {
+    if filtered_out(&svc.metadata) {
+        return None;
+    }
     let spec = svc.spec.as_ref()?;
     if spec.type_.as_deref() == Some("ExternalName") {
         return None;
@@ -200,12 +215,18 @@ pub(crate) fn slice_endpoints(
             .labels
             .as_ref()
             .and_then(|l| l.get("kubernetes.io/service-name"));
-        if owner.map(String::as_str) != Some(svc) {
+        if owner.map(String::as_str) != Some(svc) || filtered_out(&sl.metadata) {
             continue;
         }
+        // the proxier of a family takes the slices of its address type only: FQDN slices
+        // go to neither (upstream's dual-stack meta proxier dispatches by address type,
+        // and the endpoints change tracker drops any type but IPv4 and IPv6)
         if sl.address_type != ["IPv4", "IPv6"][fam] {
             continue;
         }
+        // a port's name and protocol left out are "" and TCP (the API server's defaults,
+        // pkg/apis/discovery/v1/defaults.go); a port without a number gives no endpoint
+        // (endpointInfoByServicePort skips it); an endpoint is its first address
         for port in sl.ports.iter().flatten() {
             if port.name.as_deref().unwrap_or("") != pname
                 || port.protocol.as_deref().unwrap_or("TCP") != proto

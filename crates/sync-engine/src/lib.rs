@@ -115,7 +115,8 @@ pub struct EngineConfig {
     /// nodePortAddresses): the engine then publishes them in the status
     /// (`Status::localhost_node_ports`). Empty by default.
     pub localhost_node_port_families: Vec<kube_model::IpFamily>,
-    /// Commits of more operations than this are made with the nftables watcher's
+    /// Commits of more operations than this (each element of an element list counted
+    /// as one: the kernel notifies each) are made with the nftables watcher's
     /// subscription dropped (the kernel then builds no notification of our elements);
     /// smaller ones are heard, and another program's commit right after them told apart.
     pub quiet_above_ops: usize,

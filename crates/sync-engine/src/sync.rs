@@ -288,7 +288,10 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// [`crate::kernel::Listening`]), taken again before anything else reads the kernel. If it cannot be taken again, the watcher
     /// is deaf from then on: logged, and the periodic resyncs are what remains.
     fn commit_unheard(&mut self, ops: &[Op], genid: u32) -> Result<CommitStats, EngineError> {
-        let quiet = (self.listening.as_ref()).filter(|_| ops.len() > self.cfg.quiet_above_ops);
+        // the kernel builds a notification per element: a cold start's few packed
+        // element lists hold the whole ruleset
+        let weight: usize = ops.iter().map(|o| o.element_count().max(1)).sum();
+        let quiet = (self.listening.as_ref()).filter(|_| weight > self.cfg.quiet_above_ops);
         let dropped = match quiet.map(|l| l.set(false)) {
             Some(Ok(())) => true,
             Some(Err(e)) => {

@@ -104,3 +104,35 @@ fn small_commits_are_made_heard() {
     let log = take(&w);
     assert!(log.contains(&"commit") && !log.contains(&"drop"), "{log:?}");
 }
+
+/// A batch of few operations holding many elements (a cold start's packed element
+/// lists) is large: the kernel would build a notification per element, so it is made
+/// unheard. (Counted by operations, the 100,000-service cold start's 195 ops were made
+/// heard and its commit took 23 s instead of 2 s.)
+#[test]
+fn a_few_element_lists_of_many_elements_are_made_unheard() {
+    let w = World::new();
+    let mut e = w.engine(true);
+    e.quiet_own_commits(Box::new(w.listening()));
+    e.handle(Event::ServiceApplied(udp_lb()));
+    for s in 0..3u32 {
+        let addrs: Vec<String> = (0..800u32)
+            .map(|i| {
+                let n = s * 800 + i;
+                format!("198.19.{}.{}", n / 250, n % 250 + 1)
+            })
+            .collect();
+        let eps: Vec<(&str, bool, bool, bool)> = addrs
+            .iter()
+            .map(|a| (a.as_str(), true, true, false))
+            .collect();
+        e.handle(Event::SliceApplied(slice(&format!("dns-{s}"), &eps)));
+    }
+    listed(&mut e);
+    take(&w);
+    e.sync().unwrap();
+    let batch = w.take_batches().pop().expect("a batch");
+    assert!(batch.len() < 2_000, "{} ops", batch.len());
+    let log = take(&w);
+    assert!(log.contains(&"drop"), "{log:?}");
+}

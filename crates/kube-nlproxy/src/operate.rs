@@ -233,12 +233,15 @@ pub fn start_servers(rt: &tokio::runtime::Runtime, s: Servers) {
     rt.spawn(async move {
         loop {
             ports.reconcile().await;
-            let now = status.snapshot();
-            metrics.update_from_status(&now);
+            // (read in place: no copy of the whole status on every change)
+            let pending = status.read(|now| {
+                metrics.update_from_status(now);
+                now.cleanup_pending
+            });
             // Until the status changes, a port is due for another bind, or (while
             // cleanup targets wait) the oldest target's age gauge is due.
             let mut wait = IDLE_RECHECK;
-            if now.cleanup_pending > 0 {
+            if pending > 0 {
                 wait = wait.min(Duration::from_millis(500));
             }
             if let Some(t) = ports.next_retry() {

@@ -45,16 +45,18 @@ pub fn body(key: &ServiceKey, local_endpoints: usize, healthy: bool) -> String {
 }
 
 async fn answer<S: StatusSource>(State(ctx): State<Arc<Ctx<S>>>) -> Response {
-    let status = ctx.source.snapshot();
-    let healthy = status.healthy(ctx.source.now());
+    let now = ctx.source.now();
     // The count of the service as it is now; a service that moved to another port
     // answers 0 here until its server is closed.
-    let n = status
-        .health_checks
-        .get(&ctx.key)
-        .filter(|h| h.node_port == ctx.port)
-        .map(|h| h.local_endpoints)
-        .unwrap_or(0);
+    let (healthy, n) = ctx.source.read(|status| {
+        let n = status
+            .health_checks
+            .get(&ctx.key)
+            .filter(|h| h.node_port == ctx.port)
+            .map(|h| h.local_endpoints)
+            .unwrap_or(0);
+        (status.healthy(now), n)
+    });
     let code = if n > 0 && healthy {
         StatusCode::OK
     } else {
@@ -130,13 +132,17 @@ impl<S: StatusSource> HealthCheckPorts<S> {
     }
 
     pub async fn reconcile(&mut self) {
-        let status = self.source.snapshot();
-        let addrs = (self.bind)(&status);
-        let want: BTreeMap<u16, ServiceKey> = status
-            .health_checks
-            .into_iter()
-            .map(|(k, h)| (h.node_port, k))
-            .collect();
+        // (read in place: a copy of the whole status on every change costs in
+        // proportion to the cluster)
+        let bind = &self.bind;
+        let (addrs, want): (_, BTreeMap<u16, ServiceKey>) = self.source.read(|status| {
+            let want = status
+                .health_checks
+                .iter()
+                .map(|(k, h)| (h.node_port, k.clone()))
+                .collect();
+            (bind(status), want)
+        });
         let stale: Vec<u16> = self
             .open
             .iter()

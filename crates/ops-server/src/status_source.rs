@@ -9,6 +9,10 @@ use std::time::Instant;
 /// fixed status in tests).
 pub trait StatusSource: Clone + Send + Sync + 'static {
     fn snapshot(&self) -> Status;
+    /// What `f` reads of the status (by default from a copy).
+    fn read<T>(&self, f: impl FnOnce(&Status) -> T) -> T {
+        f(&self.snapshot())
+    }
     fn now(&self) -> Instant {
         Instant::now()
     }
@@ -17,5 +21,8 @@ pub trait StatusSource: Clone + Send + Sync + 'static {
 impl StatusSource for StatusHandle {
     fn snapshot(&self) -> Status {
         StatusHandle::snapshot(self)
+    }
+    fn read<T>(&self, f: impl FnOnce(&Status) -> T) -> T {
+        StatusHandle::read(self, f)
     }
 }

@@ -292,8 +292,13 @@ impl StatusHandle {
     pub fn snapshot(&self) -> Status {
         self.lock().0.clone()
     }
+    /// What `f` reads of the status, without copying the rest (the status holds maps
+    /// per service: a copy on every sync costs in proportion to the cluster).
+    pub fn read<T>(&self, f: impl FnOnce(&Status) -> T) -> T {
+        f(&self.lock().0)
+    }
     pub fn healthy(&self, now: Instant) -> bool {
-        self.snapshot().healthy(now)
+        self.read(|s| s.healthy(now))
     }
     /// Change the status in place (the engine is the only writer).
     pub fn update(&self, f: impl FnOnce(&mut Status)) {

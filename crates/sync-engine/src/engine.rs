@@ -226,7 +226,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     pub fn conntrack_available(&self) -> bool {
         match self.ct.as_ref() {
             Some(CtLink::Here(c)) => c.available(),
-            _ => self.status.snapshot().cleanup_unavailable.is_none(),
+            _ => self.status.read(|s| s.cleanup_unavailable.is_none()),
         }
     }
 

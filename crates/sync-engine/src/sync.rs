@@ -378,7 +378,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             conntrack: cleaned.took,
             conntrack_deleted: cleaned.deleted,
             conntrack_targets: cleaned.targets,
-            conntrack_pending: self.status.snapshot().cleanup_pending,
+            conntrack_pending: self.status.read(|s| s.cleanup_pending),
             errors: self.problems(),
             committed_at: Some(c.committed_at),
             since_event,

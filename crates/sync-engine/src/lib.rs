@@ -11,7 +11,7 @@
 //!
 //! Modules, by job (each file imports only those above it in the list, and the
 //! `Engine`'s methods in one file call only those of files above it):
-//! - [`kernel`], [`backoff`], [`schedule`], [`status`], `stoppable`: the kernel traits,
+//! - [`kernel`], `backoff`, [`schedule`], [`status`], `stoppable`: the kernel traits,
 //!   the backoff rule, when the next sync is due, the status, a thread stopped by an
 //!   eventfd;
 //! - [`ledger`]: what the engine knows of the kernel, one type with named transitions
@@ -30,7 +30,7 @@
 //!   `ctnetlink` (the conntrack kernel on `ct-netlink`);
 //! - `sync` (the executor: [`Engine::sync`]), then `trials` (checking skipped ports),
 //!   then `work` (what is due and doing it: [`Engine::step`]);
-//! - [`run`]: the loop around it.
+//! - [`run`](mod@run): the loop around it.
 
 mod backoff;
 pub mod cleaner;

@@ -268,6 +268,16 @@ impl Default for ParsedConfig {
 }
 
 impl ParsedConfig {
+    /// Whether `other` differs from this configuration in the host's addresses or the
+    /// service CIDRs at most (what the compiler takes without recompiling everything).
+    pub fn same_but_addresses(&self, other: &ParsedConfig) -> bool {
+        ParsedConfig {
+            local_addresses: other.local_addresses.clone(),
+            service_cidrs: other.service_cidrs.clone(),
+            ..self.clone()
+        } == *other
+    }
+
     /// nodePortAddresses' CIDRs of `family`.
     fn node_port_cidrs_of(&self, family: IpFamily) -> impl Iterator<Item = &Cidr> {
         self.node_port_cidrs

@@ -398,12 +398,7 @@ impl Compiler {
     /// changed: the skeleton and the ports depending on node addresses are recompiled;
     /// otherwise everything is (`Update::full`), and the batch is the diff of the tables.
     pub fn set_config(&mut self, cfg: ParsedConfig, cluster: &Cluster) -> Update {
-        let same_but_addresses = ParsedConfig {
-            local_addresses: cfg.local_addresses.clone(),
-            service_cidrs: cfg.service_cidrs.clone(),
-            ..self.cfg.clone()
-        } == cfg;
-        if same_but_addresses && cluster.node == self.node {
+        if self.cfg.same_but_addresses(&cfg) && cluster.node == self.node {
             self.cfg = cfg;
             let mut out = Update::default();
             for st in &mut self.families {

@@ -143,12 +143,7 @@ impl Build {
         if &c.cfg == cfg {
             return;
         }
-        let same_but_addresses = ParsedConfig {
-            local_addresses: cfg.local_addresses.clone(),
-            service_cidrs: cfg.service_cidrs.clone(),
-            ..c.cfg.clone()
-        } == *cfg;
-        if !same_but_addresses {
+        if !c.cfg.same_but_addresses(cfg) {
             let excluded = std::mem::take(&mut c.excluded);
             *c = Compiler::staged(cfg.clone(), cluster, excluded);
             return;

@@ -166,6 +166,11 @@ impl Entry<'_> {
 pub struct Documents<'a> {
     pub format: Format,
     docs: Vec<Cow<'a, str>>,
+    /// Each document's head, read in the pass that split a JSON text (a concatenation
+    /// of objects, the usual shape): the entries are then named without reading the
+    /// documents again. None where a document is not such an object (then its head is
+    /// read on demand, with its error).
+    heads: Vec<Option<Head<'a>>>,
 }
 
 /// Whether `text` is read as JSON (kubectl's rule: it starts with `{` or `[`).
@@ -201,6 +206,39 @@ pub fn documents(text: &str) -> Result<Documents<'_>, ManifestError> {
 }
 
 fn json_documents(text: &str) -> Result<Documents<'_>, ManifestError> {
+    json_objects(text).map_or_else(|| json_values(text), Ok)
+}
+
+/// A concatenation of JSON objects split in one pass that also reads each one's head
+/// (for a `kind: List`, the slices of its items): None when the text is anything else
+/// (a top-level array, another value, a syntax error), which [`json_values`] reads.
+fn json_objects(text: &str) -> Option<Documents<'_>> {
+    if text.trim_start().starts_with('[') {
+        return None;
+    }
+    let mut docs = Vec::new();
+    let mut heads = Vec::new();
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Head<'_>>();
+    let mut start = 0;
+    while let Some(r) = stream.next() {
+        let head = r.ok()?;
+        let end = stream.byte_offset();
+        let raw = text.get(start..end)?.trim_start();
+        if !raw.starts_with('{') {
+            return None;
+        }
+        docs.push(Cow::Borrowed(raw));
+        heads.push(Some(head));
+        start = end;
+    }
+    Some(Documents {
+        format: Format::Json,
+        docs,
+        heads,
+    })
+}
+
+fn json_values(text: &str) -> Result<Documents<'_>, ManifestError> {
     let mut docs = Vec::new();
     let stream = serde_json::Deserializer::from_str(text).into_iter::<&RawValue>();
     for (document, r) in stream.enumerate() {
@@ -224,9 +262,11 @@ fn json_documents(text: &str) -> Result<Documents<'_>, ManifestError> {
             })?;
         docs = items.into_iter().map(|r| Cow::Borrowed(r.get())).collect();
     }
+    let heads = vec![None; docs.len()];
     Ok(Documents {
         format: Format::Json,
         docs,
+        heads,
     })
 }
 
@@ -274,14 +314,16 @@ fn yaml_documents(text: &str) -> Result<Documents<'_>, ManifestError> {
             docs.push(Cow::Owned(json));
         }
     }
+    let heads = vec![None; docs.len()];
     Ok(Documents {
         format: Format::Yaml,
         docs,
+        heads,
     })
 }
 
 /// `kind`, `apiVersion`, `metadata` and `items` of an object, the rest skipped.
-#[derive(Deserialize)]
+#[derive(Deserialize, Debug, Clone)]
 struct Head<'a> {
     #[serde(default, deserialize_with = "lenient_str")]
     kind: Option<String>,
@@ -296,6 +338,7 @@ struct Head<'a> {
 /// `items`: the elements' texts when it is an array (read in the same pass as the
 /// head), else nothing (a List whose items are not an array is read again for the
 /// error).
+#[derive(Debug, Clone)]
 enum Items<'a> {
     Array(Vec<&'a RawValue>),
     Other,
@@ -428,6 +471,14 @@ fn entry<'a>(place: Place, raw: &'a str) -> Result<(Entry<'a>, Option<Items<'a>>
         place,
         reason: e.to_string(),
     })?;
+    entry_of(place, raw, head)
+}
+
+fn entry_of<'a>(
+    place: Place,
+    raw: &'a str,
+    head: Head<'a>,
+) -> Result<(Entry<'a>, Option<Items<'a>>), ManifestError> {
     let meta: HeadMeta = head
         .metadata
         .and_then(|m| serde_json::from_str(m.get()).ok())
@@ -467,12 +518,33 @@ impl<'t> Documents<'t> {
     /// the list. An entry whose head cannot be read is an error in its place.
     pub fn entries(&self) -> Vec<Result<Entry<'_>, ManifestError>> {
         let mut out = Vec::new();
+        self.each_entry(|e| {
+            out.push(e);
+            true
+        });
+        out
+    }
+
+    /// [`Documents::entries`] one at a time, each named when it is reached (a list's
+    /// items one by one), until `f` returns false.
+    pub fn each_entry<'s>(&'s self, mut f: impl FnMut(Result<Entry<'s>, ManifestError>) -> bool) {
+        let mut out = Out {
+            f: &mut f,
+            more: true,
+        };
         for (document, doc) in self.docs.iter().enumerate() {
+            if !out.more {
+                return;
+            }
             let place = Place {
                 document,
                 item: None,
             };
-            match entry(place, doc) {
+            let head = match self.heads.get(document) {
+                Some(Some(h)) => entry_of(place, doc, h.clone()),
+                _ => entry(place, doc),
+            };
+            match head {
                 Err(e) => out.push(Err(e)),
                 Ok((list, Some(items))) => {
                     let items = match items {
@@ -490,6 +562,9 @@ impl<'t> Documents<'t> {
                         Err(e) => out.push(Err(list.error(format!("items: {e}")))),
                         Ok(items) => {
                             for (i, raw) in items.into_iter().enumerate() {
+                                if !out.more {
+                                    return;
+                                }
                                 let place = Place {
                                     document,
                                     item: Some(i),
@@ -502,7 +577,23 @@ impl<'t> Documents<'t> {
                 Ok((e, None)) => out.push(Ok(e)),
             }
         }
-        out
+    }
+}
+
+/// The receiver of [`Documents::each_entry`] and whether it wants more.
+struct Out<'f, F> {
+    f: &'f mut F,
+    more: bool,
+}
+
+impl<F> Out<'_, F> {
+    fn push<'s>(&mut self, e: Result<Entry<'s>, ManifestError>)
+    where
+        F: FnMut(Result<Entry<'s>, ManifestError>) -> bool,
+    {
+        if self.more {
+            self.more = (self.f)(e);
+        }
     }
 }
 

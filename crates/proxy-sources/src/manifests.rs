@@ -4,7 +4,9 @@
 //!
 //! Nothing of a Kubernetes object is kept after it is sent: per object only its key,
 //! its file and a hash of its text (plus this node's Node object and the ServiceCIDRs'
-//! `spec.cidrs`). Only entries whose text changed are decoded, one at a time.
+//! `spec.cidrs`). Only entries whose text changed are decoded, one at a time. At a cold
+//! start (nothing sent yet) each object is decoded and sent in the pass that names it,
+//! once its file is known to parse, so the engine compiles while the rest is read.
 //!
 //! Never a torn read, never a prefix (see [`settle`] for the rules): a changed file is
 //! taken when it was renamed into place, when its writer closed it (both seen over
@@ -120,6 +122,14 @@ struct Parsed {
     /// The entries `read_file` found, where the text is JSON: it is parsed once. None
     /// for YAML (its documents are JSON made while parsing): parsed again to decode.
     entries: Option<Vec<Spanned>>,
+}
+
+/// Where a cold start's objects go as they are read: the engine, whether it is still
+/// there, and how many events were sent.
+struct Streamed<'s> {
+    send: &'s mut dyn FnMut(Event) -> bool,
+    ok: bool,
+    events: usize,
 }
 
 /// An entry of a file read this round: its key, the hash and place of its text, and
@@ -291,6 +301,13 @@ impl Reader {
         let now = Instant::now();
         let mut looked = Looked::default();
         let mut parsed: BTreeMap<PathBuf, Parsed> = BTreeMap::new();
+        // A cold start (nothing sent, no file read): objects are sent as they are read.
+        let cold = self.sent.is_empty() && self.files.values().all(|st| st.used.is_none());
+        let mut streamed = Streamed {
+            send,
+            ok: true,
+            events: 0,
+        };
         for (p, stamp) in &listing.files {
             let st = self.files.entry(p.clone()).or_default();
             if st.used == Some(*stamp) || st.failed == Some(*stamp) {
@@ -317,7 +334,8 @@ impl Reader {
                     continue;
                 }
             };
-            match self.read_file(p, *stamp, &version, whole, now) {
+            let stream = cold.then_some(&mut streamed);
+            match self.read_file(p, *stamp, &version, whole, now, stream) {
                 Ok(pf) => {
                     parsed.insert(p.clone(), pf);
                     looked.taken.push(p.clone());
@@ -328,8 +346,10 @@ impl Reader {
         }
         // Nothing read and no file gone: nothing to compare (an idle look costs a stat
         // per file, not a pass over every object).
+        looked.events = streamed.events;
         if !parsed.is_empty() || removed {
-            looked.events = self.apply(parsed, send);
+            let send = streamed.send;
+            looked.events += self.apply(parsed, send);
         }
         if self.node.is_none() && !self.warned_no_node && looked.pending == 0 {
             self.warned_no_node = true;
@@ -345,6 +365,10 @@ impl Reader {
     /// objects are recorded and the text is returned for decoding. Otherwise the file
     /// keeps its objects; `Err(Some(t))`: look again at `t` (held back, or changed
     /// meanwhile).
+    ///
+    /// With `stream` (a cold start: nothing sent yet, no file read before), each object
+    /// is decoded and sent as soon as the text is known to parse, in the pass that names
+    /// it, and nothing is left to decode.
     fn read_file(
         &mut self,
         p: &Path,
@@ -352,6 +376,7 @@ impl Reader {
         version: &Version,
         whole: bool,
         now: Instant,
+        mut stream: Option<&mut Streamed<'_>>,
     ) -> Result<Parsed, Option<Instant>> {
         let name = p.display().to_string();
         self.logged.remove(p);
@@ -386,7 +411,8 @@ impl Reader {
         };
         let mut objects = HashMap::new();
         let mut entries = Some(Vec::new());
-        for e in docs.entries() {
+        let file: Arc<Path> = Arc::from(p);
+        docs.each_entry(|e| {
             match e {
                 Err(err) => self.note(
                     p,
@@ -400,14 +426,19 @@ impl Reader {
                             let msg = format!("{name}: {k} defined twice; the last one wins");
                             self.note(p, msg, "duplicate manifest object");
                         }
-                        entries = entries.and_then(|mut v| {
-                            v.push(Spanned::of(k, h, e, &text)?);
-                            Some(v)
-                        });
+                        if let Some(out) = stream.as_mut() {
+                            self.stream_entry(&file, k, h, &e, &mut objects, out);
+                        } else {
+                            entries = entries.take().and_then(|mut v| {
+                                v.push(Spanned::of(k, h, e, &text)?);
+                                Some(v)
+                            });
+                        }
                     }
                 }
             }
-        }
+            true
+        });
         drop(docs);
         let had = self.files.get(p).map_or(0, |st| st.objects.len());
         if !whole && settle::sharp_drop(had, objects.len()) {
@@ -426,7 +457,44 @@ impl Reader {
         st.failed = None;
         st.seen = None;
         st.objects = objects;
+        if stream.is_some() {
+            // Every object was sent as it was read: nothing left to decode.
+            return Ok(Parsed {
+                text: String::new(),
+                entries: Some(Vec::new()),
+            });
+        }
         Ok(Parsed { text, entries })
+    }
+
+    /// Decode one entry of a file read at a cold start and send it at once (the engine
+    /// compiles while the rest is read). A later definition of the same key is sent
+    /// after it, so the last one wins as in [`Reader::apply`]; one that does not decode
+    /// leaves the file's objects, and a version sent before is deleted by `apply`.
+    fn stream_entry(
+        &mut self,
+        file: &Arc<Path>,
+        k: Arc<Key>,
+        h: u64,
+        e: &Entry<'_>,
+        objects: &mut HashMap<Arc<Key>, u64>,
+        out: &mut Streamed<'_>,
+    ) {
+        match e.object() {
+            Ok(Some(o)) => {
+                if let Some(ev) = self.applied(o) {
+                    out.ok = out.ok && (out.send)(ev);
+                    out.events += 1;
+                }
+                self.sent.insert(k, (file.clone(), h));
+            }
+            Ok(None) => {}
+            Err(err) => {
+                let msg = format!("{}: {err}", file.display());
+                self.note(file, msg, "invalid manifest object skipped");
+                objects.remove(&k);
+            }
+        }
     }
 
     /// Compare what the files hold with what was sent; send the difference: changed

@@ -280,3 +280,45 @@ fn a_single_document_reads_as_a_json_value() {
         Err(ManifestError::Syntax { .. })
     ));
 }
+
+/// The one-pass split of a concatenation of JSON objects (heads read while splitting)
+/// names the same entries, with the same errors, as splitting first and reading each
+/// head afterwards; texts it does not take fall back to that. (Negative control: a head
+/// taken from the wrong document, or a list's items dropped, changes an entry.)
+#[test]
+fn one_pass_json_names_the_entries_as_the_two_pass_reading() {
+    let texts = [
+        json(),
+        r#"{"kind":"Service","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"n"}}"#
+            .to_string(),
+        r#"{"apiVersion":"v1","items":[{"kind":"Node","metadata":{"name":"n"}},5,{"metadata":{"name":"x"}}],"kind":"List"}"#
+            .to_string(),
+        r#"{"kind":"List","items":{"a":1}}"#.to_string(),
+        r#"{"kind":"List","items":[]} {"kind":5,"metadata":[]}"#.to_string(),
+        r#"{"kind":"Service","kind":"Node"} {"kind":"Node","metadata":{"name":"n"}}"#.to_string(),
+        r#"{"kind":"Service","metadata":{"name":"a"}} 7 "s""#.to_string(),
+        r#"[{"kind":"Node","metadata":{"name":"n"}}]"#.to_string(),
+    ];
+    for t in &texts {
+        let two = json_values(t).expect("JSON");
+        let one = json_documents(t).expect("JSON");
+        assert_eq!(one.entries(), two.entries(), "{t}");
+        let mut lazy = Vec::new();
+        one.each_entry(|e| {
+            lazy.push(e);
+            true
+        });
+        assert_eq!(lazy, two.entries(), "{t}");
+    }
+    // the usual shapes take the one pass
+    assert!(json_objects(&texts[1]).is_some() && json_objects(&texts[2]).is_some());
+    assert!(json_objects(&texts[7]).is_none());
+    // each_entry stops when asked
+    let docs = json_documents(&texts[2]).expect("JSON");
+    let mut n = 0;
+    docs.each_entry(|_| {
+        n += 1;
+        false
+    });
+    assert_eq!(n, 1);
+}

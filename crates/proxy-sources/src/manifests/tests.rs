@@ -103,7 +103,7 @@ fn json_text() -> String {
 }
 
 #[test]
-fn a_json_file_is_parsed_once_a_yaml_file_again_to_decode() {
+fn a_json_file_is_parsed_once_a_yaml_file_again_to_decode_a_change() {
     let d = Dir::new("once");
     let f = d.join("m.json");
     std::fs::write(&f, json_text()).unwrap();
@@ -123,11 +123,18 @@ fn a_json_file_is_parsed_once_a_yaml_file_again_to_decode() {
     assert_eq!(poll(&mut r, false), ["+slice ns/a-1"]);
     assert_eq!((r.parses, r.text_parses), (2, 2));
 
+    // YAML: at a cold start every object is decoded in the pass that names it (one
+    // parse); a change is parsed again to decode what changed.
     let y = Dir::new("twice");
-    std::fs::write(y.join("m.yaml"), TEXT).unwrap();
+    let yf = y.join("m.yaml");
+    std::fs::write(&yf, TEXT).unwrap();
     let mut r = reader(&y.0);
     assert_eq!(poll(&mut r, true), want);
-    assert_eq!((r.parses, r.text_parses), (1, 2));
+    assert_eq!((r.parses, r.text_parses), (1, 1));
+    std::fs::write(&yf, TEXT.replace("198.18.1.1", "198.18.1.2")).unwrap();
+    assert!(poll(&mut r, false).is_empty(), "read only once settled");
+    assert_eq!(poll(&mut r, false), ["+slice ns/a-1"]);
+    assert_eq!((r.parses, r.text_parses), (2, 3));
 }
 
 #[test]
@@ -355,4 +362,71 @@ fn duplicates_are_named_without_debug_dumps() {
         .unwrap_or_else(|| panic!("{:?}", r.duplicates));
     assert!(dup.contains("Service ns/a also defined in"), "{dup}");
     assert!(!dup.contains("ServiceKey"), "{dup}");
+}
+
+/// A cold start sends each object as it is read (the engine compiles while the rest is
+/// read), and ends where reading the whole file first would: the last definition of a
+/// key wins, and a later definition that does not decode takes an earlier one sent
+/// before with it (deleted in the same look), as when nothing had been sent. The next
+/// change is read the usual way. (Negative control, run 2026-12-06: without the stream,
+/// `ns/a` is sent once and `ns/b` never, and the log differs.)
+#[test]
+fn a_cold_start_streams_and_ends_as_a_whole_read() {
+    let d = Dir::new("stream");
+    let svc = |name: &str, ip: &str| {
+        format!(
+            r#"{{"kind":"Service","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"clusterIP":"{ip}","ports":[{{"port":80}}]}}}}"#
+        )
+    };
+    let bad = r#"{"kind":"Service","apiVersion":"v1","metadata":{"name":"b","namespace":"ns"},"spec":{"ports":[{"port":"eighty"}]}}"#;
+    let text = [
+        svc("a", "198.18.100.1"),
+        svc("b", "198.18.100.2"),
+        svc("a", "198.18.100.3"),
+        bad.to_string(),
+    ]
+    .join("\n");
+    std::fs::write(d.join("m.json"), &text).unwrap();
+    let mut r = reader(&d.0);
+    let mut state: BTreeMap<String, String> = BTreeMap::new();
+    let mut log = Vec::new();
+    let parses_before = r.text_parses;
+    r.poll(&mut |ev| {
+        match ev {
+            Event::ServiceApplied(s) => {
+                let k = kube_model::ns_key(&s.metadata).to_string();
+                log.push(format!("+{k}"));
+                state.insert(k, s.spec.unwrap().cluster_ip.unwrap());
+            }
+            Event::ServiceDeleted(s) => {
+                let k = kube_model::ns_key(&s.metadata).to_string();
+                log.push(format!("-{k}"));
+                state.remove(&k);
+            }
+            _ => {}
+        }
+        true
+    })
+    .unwrap();
+    assert_eq!(
+        state,
+        BTreeMap::from([("ns/a".to_string(), "198.18.100.3".to_string())]),
+        "{log:?}"
+    );
+    // sent while reading: a, b, a again (the later definition), then b deleted
+    assert_eq!(log, ["+ns/a", "+ns/b", "+ns/a", "-ns/b"]);
+    assert_eq!(r.text_parses - parses_before, 1);
+    assert!(r
+        .logged
+        .values()
+        .flatten()
+        .any(|p| p.contains("Service ns/b")));
+    // the next version is read the usual way: only what changed
+    std::fs::write(
+        d.join("m.json"),
+        text.replace("198.18.100.3", "198.18.100.4"),
+    )
+    .unwrap();
+    assert!(poll(&mut r, false).is_empty(), "read only once settled");
+    assert_eq!(poll(&mut r, false), ["+svc ns/a"]);
 }

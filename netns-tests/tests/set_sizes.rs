@@ -195,9 +195,10 @@ impl Prober {
 }
 
 /// 3,000 services: the sets with an element per service (ClusterIPs, dispatch,
-/// endpoint lists) are created with 8,192 (twice 3,000, the next power of two). 3,200
-/// more come in one change: past three quarters (6,144), so the batch declares each of
-/// them again (16,384) with the rules looking them up flushed and added again. New UDP
+/// endpoint lists) are created with 6,144 (twice 3,000, to three quarters of the next
+/// power of two). 3,200 more come in one change: past three quarters (4,608), so the
+/// batch declares each of them again (24,576) with the rules looking them up flushed and
+/// added again. New UDP
 /// flows to a service that is there all along, one after the other from before the
 /// commit to after it, are every one answered: no moment without rules. The kernel
 /// holds the new sizes afterwards.
@@ -223,7 +224,7 @@ fn a_set_grown_past_three_quarters_is_declared_again_in_one_batch_under_traffic(
         "endpoints-cluster-1",
     ] {
         assert!(
-            before.contains(&(name.to_string(), 8192, 3000)),
+            before.contains(&(name.to_string(), 6144, 3000)),
             "{name}: {before:?}"
         );
     }
@@ -287,7 +288,7 @@ fn a_set_grown_past_three_quarters_is_declared_again_in_one_batch_under_traffic(
         "endpoints-cluster-1",
     ] {
         assert!(
-            after.contains(&(name.to_string(), 16384, 6200)),
+            after.contains(&(name.to_string(), 24_576, 6200)),
             "{name}: {after:?}"
         );
     }

@@ -52,8 +52,8 @@ fn shrink(c: &mut Cluster, from: u32, to: u32) {
     }
 }
 
-/// Sets created with 1,024 elements or more get the next power of two at or above
-/// twice their elements; smaller ones none.
+/// Sets created with 1,024 elements or more get the smallest three quarters of a power
+/// of two at or above twice their elements; smaller ones none.
 #[test]
 fn large_sets_are_created_with_a_size_small_ones_without() {
     let c = cluster(1100);
@@ -65,7 +65,7 @@ fn large_sets_are_created_with_a_size_small_ones_without() {
         "hairpin",
         "endpoints-cluster-1",
     ] {
-        assert_eq!(s.get(name), Some(&(4096, 1100)), "{name}: {s:?}");
+        assert_eq!(s.get(name), Some(&(3072, 1100)), "{name}: {s:?}");
     }
     let small = t.set("no-endpoint-services").unwrap();
     assert_eq!(small.size, None);
@@ -75,8 +75,8 @@ fn large_sets_are_created_with_a_size_small_ones_without() {
 
 /// Services added 300 at a time from 1,100 to 3,500: every batch applies to the tables as
 /// the kernel holds them (no element past a size, no set deleted while a rule uses it)
-/// and reaches the compiler's tables; the batch that takes `cluster-ips` (4,096) past
-/// 3,072 elements declares it again (8,192) with the rules using it flushed and added
+/// and reaches the compiler's tables; the batch that takes `cluster-ips` (3,072) past
+/// 2,304 elements declares it again (6,144) with the rules using it flushed and added
 /// again, in that one batch; the batches before it are element operations only.
 #[test]
 fn a_set_past_three_quarters_is_declared_again_in_the_same_batch() {
@@ -106,7 +106,7 @@ fn a_set_past_three_quarters_is_declared_again_in_the_same_batch() {
                 _ => None,
             })
             .collect();
-        if n <= 3072 {
+        if n <= 2304 {
             assert!(redeclared.is_empty(), "{n}: {text}");
             continue;
         }
@@ -119,7 +119,7 @@ fn a_set_past_three_quarters_is_declared_again_in_the_same_batch() {
             Op::AddSet { set, .. } if set.name == "cluster-ips" => Some(set.size),
             _ => None,
         });
-        assert_eq!(added, Some(Some(8192)), "{text}");
+        assert_eq!(added, Some(Some(6144)), "{text}");
         // the chains looking it up, rewritten in the same batch
         for chain in ["services", "cluster-ips-check"] {
             assert!(
@@ -151,13 +151,13 @@ fn sizes_hold_across_a_restart_and_a_configuration_change() {
     let upd = comp.update(&c, &services(1500, 3200));
     apply(&mut kernel, &upd.ops).unwrap();
     comp.confirm();
-    assert_eq!(sized(&kernel[0]).get("cluster-ips"), Some(&(8192, 1500)));
+    assert_eq!(sized(&kernel[0]).get("cluster-ips"), Some(&(12_288, 1500)));
 
     // a restart: built from scratch, the sizes read back
     let mut fresh = Compiler::new(cfg.clone(), &c);
     assert_eq!(
         sized(&fresh.tables()[0]).get("cluster-ips"),
-        Some(&(4096, 1500))
+        Some(&(3072, 1500))
     );
     fresh.adopt_sizes(&kernel);
     assert_eq!(diff(&kernel, &fresh.tables()), Vec::<Op>::new());
@@ -184,8 +184,8 @@ fn a_growth_taken_back_before_its_commit_is_undone() {
     let mut c = cluster(3000);
     let mut comp = Compiler::new(parsed(), &c);
     let kernel = comp.tables();
-    assert_eq!(sized(&kernel[0]).get("cluster-ips"), Some(&(8192, 3000)));
-    // 3,000 of 8,192: take it past 6,144 and back without a commit
+    assert_eq!(sized(&kernel[0]).get("cluster-ips"), Some(&(6144, 3000)));
+    // 3,000 of 6,144: take it past 4,608 and back without a commit
     grow(&mut c, 3000, 6200);
     let upd = comp.update(&c, &services(3000, 6200));
     assert!(upd.ops.iter().any(|o| matches!(o, Op::DeleteSet { .. })));

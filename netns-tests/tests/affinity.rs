@@ -121,13 +121,11 @@ fn chains(c: &Cluster, f: Fam) -> BTreeMap<String, Vec<String>> {
 }
 
 /// What pins the endpoint `pod` in `sticky`'s list chain of port `proto`, family `f`:
-/// the list chain's name, its check rules for the endpoint, the endpoint's chain and
-/// its rules.
+/// the list chain's name and its check rules for the endpoint (the pin looked up, then
+/// refreshed, then DNAT).
 struct EndpointRules {
     list: String,
     checks: Vec<String>,
-    chain: String,
-    rules: Vec<String>,
 }
 
 fn endpoint_rules(c: &Cluster, f: Fam, proto: Proto, pod: &str) -> EndpointRules {
@@ -141,26 +139,25 @@ fn endpoint_rules(c: &Cluster, f: Fam, proto: Proto, pod: &str) -> EndpointRules
         IpAddr::V6(a) => format!("dnat to [{a}]:{TARGET_PORT}"),
         IpAddr::V4(a) => format!("dnat to {a}:{TARGET_PORT}"),
     };
-    let (chain, rules) = all
-        .iter()
-        .find(|(n, r)| {
-            n.starts_with("ep-") && n.ends_with(port) && r.iter().any(|l| l.ends_with(&to))
-        })
-        .expect("the endpoint's chain");
     let (list, list_rules) = all
         .iter()
         .find(|(n, _)| n.starts_with("svc-") && n.ends_with(port))
         .expect("the list chain");
-    let checks = list_rules
+    // a check starts with the client's address (`ip saddr . … @affinity`); a draw
+    // with `numgen` or, the last, `meta l4proto`
+    let checks: Vec<String> = list_rules
         .iter()
-        .filter(|r| r.contains("@affinity") && r.ends_with(&format!("goto {chain}")))
+        .filter(|r| r.contains("saddr . ") && r.ends_with(&to))
+        .filter(|r| !r.starts_with("numgen") && !r.starts_with("meta"))
         .cloned()
         .collect();
+    assert!(
+        !checks.is_empty(),
+        "no check for {pod} in {list}: {list_rules:?}"
+    );
     EndpointRules {
         list: list.clone(),
         checks,
-        chain: chain.clone(),
-        rules: rules.clone(),
     }
 }
 
@@ -177,8 +174,8 @@ fn endpoint_rules(c: &Cluster, f: Fam, proto: Proto, pod: &str) -> EndpointRules
 /// - `AFFINITY_CONTROL=flush-pins`: the pins flushed while the proxy is down (`nft flush
 ///   set … affinity`): the clients are drawn afresh (all 12 back on their endpoint by
 ///   chance: 4^-12); failed with "pins lost across the restart".
-/// - `AFFINITY_CONTROL=keep-removed`: after the removal, the removed endpoint's chain and
-///   pin checks put back by hand (what pins that outlive their endpoint would do):
+/// - `AFFINITY_CONTROL=keep-removed`: after the removal, the removed endpoint's pin
+///   checks put back by hand (what pins that outlive their endpoint would do):
 ///   failed with "still pinned to the removed endpoint".
 #[test]
 fn pins_survive_a_restart_and_a_removed_endpoint_rebalances_its_clients() {
@@ -227,13 +224,10 @@ fn pins_survive_a_restart_and_a_removed_endpoint_rebalances_its_clients() {
         .collect();
     c.apply(&objects(&c, &kept), Duration::from_secs(30));
     if control == "keep-removed" {
-        // the removed endpoint's chain and checks, as they were, back at the head
+        // the removed endpoint's pin checks, as they were, back at the head
         for (f, r) in &saved {
             let t = format!("{} kube-nlproxy", f.pick("ip", "ip6"));
-            let mut script = format!("add chain {t} {}\n", r.chain);
-            for rule in &r.rules {
-                script.push_str(&format!("add rule {t} {} {rule}\n", r.chain));
-            }
+            let mut script = String::new();
             for chk in &r.checks {
                 script.push_str(&format!("insert rule {t} {} {chk}\n", r.list));
             }

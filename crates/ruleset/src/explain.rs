@@ -89,11 +89,13 @@ fn reason(t: &Trace) -> String {
             };
             let n = targets.len();
             let list: Vec<String> = targets.iter().map(|(a, p)| sock(*a, *p)).collect();
-            // session affinity's endpoint chains (`ep-…`) pin the client
-            let pinned = t
-                .outcomes
-                .iter()
-                .any(|o| o.path.iter().any(|c| c.starts_with("ep-")));
+            // session affinity's list chains (`svc-…`, `local-…`: the only per-port
+            // chains) pin the client
+            let pinned = t.outcomes.iter().any(|o| {
+                o.path
+                    .iter()
+                    .any(|c| c.starts_with("svc-") || c.starts_with("local-"))
+            });
             format!(
                 "DNAT to {} endpoint{} ({}){masq}{}",
                 n,

@@ -634,8 +634,9 @@ pub fn served_destinations<'a, T: TableElements + 'a>(
 
 /// Every UDP `address . port` DNAT target of `tables`: the endpoints of UDP
 /// destinations in the endpoint maps (a key is `destination . slot`, and a destination
-/// names its protocol) and the `dnat` of the session-affinity endpoint chains whose rule
-/// matches UDP. Read from tables dumped from the kernel (after a restart, when no
+/// names its protocol) and the `dnat` of the session-affinity list chains' rules that
+/// match UDP (and of the endpoint chains, `ep-…`, a version before decision 0014's
+/// amendment wrote). Read from tables dumped from the kernel (after a restart, when no
 /// compiler state exists), so that the conntrack cleanup targets of endpoints that
 /// vanished meanwhile are UDP endpoints only (TCP and SCTP flows need none).
 pub fn table_endpoints<'a, T: TableElements + 'a>(
@@ -660,20 +661,19 @@ pub fn table_endpoints<'a, T: TableElements + 'a>(
                 }
             });
         }
-        for c in t
-            .table()
-            .chains
-            .iter()
-            .filter(|c| c.name.starts_with("ep-"))
-        {
+        for c in t.table().chains.iter().filter(|c| {
+            ["svc-", "local-", "ep-"]
+                .iter()
+                .any(|p| c.name.starts_with(p))
+        }) {
             out.extend(c.rules.iter().filter_map(|r| udp_dnat(&r.exprs)));
         }
     }
     out
 }
 
-/// The target of a rule `meta l4proto udp dnat to <addr>:<port>` (a session-affinity
-/// endpoint chain's rule, `nft_model::build::dnat_to_proto`).
+/// The target of a rule `… meta l4proto udp … dnat to <addr>:<port>` (a session-affinity
+/// list chain's rule for one endpoint, `compile::affinity`).
 fn udp_dnat(exprs: &[nft_model::Expr]) -> Option<(IpAddr, u16)> {
     use nft_model::{CmpOp, Expr, MetaKey, NatKind};
     let udp = exprs.windows(2).any(|w| {

@@ -178,14 +178,6 @@ impl PortId {
         ])
     }
 
-    /// Per-endpoint chain (session affinity only).
-    pub fn endpoint_chain(&self, addr: &IpAddr, port: u16) -> String {
-        format!(
-            "ep-{:010x}-{}",
-            self.endpoint_hash(addr, port) >> 24,
-            self.readable()
-        )
-    }
     /// The identifier of this service port in its session-affinity pins
     /// ([`AFFINITY`]): the hash's first 32 bits, the hexadecimal digits of its chain
     /// names (`svc-<id>-...`).
@@ -194,8 +186,9 @@ impl PortId {
     }
 
     /// The identifier of an endpoint of this service port in its session-affinity pins:
-    /// the first 32 bits of the endpoint's hash (the first 8 hexadecimal digits of its
-    /// chain's, `ep-<digits>...`), or with `salt` > 0 another hash of the same endpoint
+    /// the first 32 bits of the endpoint's hash (the first 8 hexadecimal digits of the
+    /// per-endpoint chain's name before decision 0014's amendment, `ep-<digits>...`), or
+    /// with `salt` > 0 another hash of the same endpoint
     /// (the compiler's way out of two endpoints of one port with the same identifier).
     /// With [`PortId::affinity_id`], 64 bits naming the pair.
     pub fn endpoint_affinity_id(&self, addr: &IpAddr, port: u16, salt: u32) -> u32 {

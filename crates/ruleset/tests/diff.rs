@@ -116,7 +116,7 @@ fn one_endpoint_change_costs_the_same_at_any_scale() {
     );
 }
 
-/// A new affinity timeout is the endpoint chains' `update` rules rewritten: the pins
+/// A new affinity timeout is the list chains' rules rewritten (their `update`s): the pins
 /// (one set for the family) are kept, each refreshed with the new timeout at its
 /// client's next connection.
 #[test]
@@ -139,7 +139,7 @@ fn affinity_timeout_change_keeps_the_pins() {
     assert!(text.contains("timeout 3m20s"), "{text}");
     assert!(
         ops.iter().all(|o| match o {
-            Op::FlushChain { chain, .. } | Op::AddRule { chain, .. } => chain.starts_with("ep-"),
+            Op::FlushChain { chain, .. } | Op::AddRule { chain, .. } => chain.starts_with("svc-"),
             _ => false,
         }),
         "{text}"

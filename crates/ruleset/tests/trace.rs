@@ -356,7 +356,7 @@ fn terminating_endpoints() {
 }
 
 #[test]
-fn session_affinity_uses_endpoint_chains() {
+fn session_affinity_pins_and_dnats_in_the_list_chain() {
     let c = case("session-affinity");
     let t = c.trace(&Packet::tcp(POD, "198.18.100.120", 80));
     assert_eq!(
@@ -367,14 +367,23 @@ fn session_affinity_uses_endpoint_chains() {
     assert!(
         t.outcomes
             .iter()
-            .all(|o| o.path.iter().any(|c| c.starts_with("ep-"))),
+            .all(|o| o.path.iter().any(|c| c == "svc-c14e41fc-ns1/aff")
+                && !o.path.iter().any(|c| c.starts_with("ep-"))),
         "{t}"
+    );
+    assert!(
+        !c.compiled.tables[0]
+            .chains
+            .iter()
+            .any(|ch| ch.name.starts_with("ep-")),
+        "no chain per endpoint"
     );
 }
 
 /// Pin `client` to the endpoint `ep` (`addr:port`) of the service port whose chains end
 /// in `port` (`ns1/aff`), as the kernel would once the client's first connection went
-/// there: the key its endpoint chain's `update` writes, in the family's `affinity` set.
+/// there: the key the `update` of the list chain's rule for that endpoint writes, in
+/// the family's `affinity` set.
 fn pin(tables: &mut [nft_model::Table], port: &str, ep: &str, client: &str) {
     use nft_model::{Element, Expr, Value};
     let t = &mut tables[0];
@@ -382,12 +391,10 @@ fn pin(tables: &mut [nft_model::Table], port: &str, ep: &str, client: &str) {
     let ids: Vec<u32> = t
         .chains
         .iter()
-        .filter(|c| c.name.starts_with("ep-") && c.name.ends_with(&format!("-{port}")))
-        .find(|c| {
-            nft_model::render::rule(t.family, &c.rules[1]).ends_with(&format!("dnat to {addr}:{p}"))
-        })
-        .expect("the endpoint's chain")
-        .rules[0]
+        .filter(|c| c.name.starts_with("svc-") && c.name.ends_with(&format!("-{port}")))
+        .flat_map(|c| c.rules.iter())
+        .find(|r| nft_model::render::rule(t.family, r).ends_with(&format!("dnat to {addr}:{p}")))
+        .expect("the endpoint's rule")
         .exprs
         .iter()
         .filter_map(|e| match e {

@@ -1,10 +1,11 @@
 //! Session affinity (ClientIP): the one case with per-port chains. A client is pinned to
 //! an endpoint of a service port by an element `client . port id . endpoint id` of the
 //! family's one dynamic set `affinity` (docs/decisions/0014), added or refreshed with the
-//! service's own timeout by the endpoint's chain (`ep-…`), which then DNATs. A list chain
-//! (`svc-…`, `local-…`) first looks every endpoint's pin up (`ip saddr . <port id> .
-//! <endpoint id> @affinity goto ep-…`), then draws one endpoint uniformly (`numgen
-//! random mod k 0 goto ep-…` for k = N, N-1, ..., 2, then the last endpoint). Dispatch
+//! service's own timeout by the rule that chooses the endpoint, which then DNATs. A list
+//! chain (`svc-…`, `local-…`) first looks every endpoint's pin up (`ip saddr . <port id>
+//! . <endpoint id> @affinity meta l4proto tcp update @affinity { … } dnat to …`), then
+//! draws one endpoint uniformly (`numgen random mod k 0 … update … dnat to …` for k = N,
+//! N-1, ..., 2, then the last endpoint). Dispatch
 //! to these chains goes through `goto` elements and rules, which make the kernel
 //! re-validate the table at commit: affinity is rare (see docs/ruleset.md).
 //!
@@ -67,12 +68,12 @@ fn pin_key(port_id: u32, ep_id: u32) -> [KeyField; 3] {
 struct Pinned<'a> {
     ep: &'a ResolvedEndpoint,
     id: u32,
-    chain: String,
 }
 
 /// The chains of a port with affinity: one list chain per list in `lists` (`local`: the
-/// node-local list, `local-…`; else `svc-…`), and one endpoint chain per endpoint of any
-/// of them (shared by the lists, as their pins are).
+/// node-local list, `local-…`; else `svc-…`). Each endpoint's rules pin the client (add
+/// or refresh its pin, with the port's timeout) and DNAT in the rule that chose it: no
+/// chain per endpoint (the kernel walks every chain of the table at each commit).
 pub fn chains(
     ctx: &Ctx,
     id: &PortId,
@@ -100,19 +101,23 @@ pub fn chains(
                 salt += 1;
                 ep_id = id.endpoint_affinity_id(&ep.addr, ep.port, salt);
             }
-            let chain = id.endpoint_chain(&ep.addr, ep.port);
-            (
-                k,
-                Pinned {
-                    ep,
-                    id: ep_id,
-                    chain,
-                },
-            )
+            (k, Pinned { ep, id: ep_id })
         })
         .collect();
     let timeout_ms = u64::from(timeout_s) * 1000;
-    let mut out: Vec<Chain> = Vec::with_capacity(lists.len() + pinned.len());
+    // the endpoint chosen: its pin added or refreshed, then DNAT
+    let pin_and_dnat = |p: &Pinned| -> Vec<Expr> {
+        let mut e = build::l4proto_eq(proto);
+        e.extend(build::set_update_timeout(
+            family,
+            &pin_key(port_id, p.id),
+            AFFINITY,
+            Some(timeout_ms),
+        ));
+        e.extend(build::dnat_to(family, &Value::from(p.ep.addr), p.ep.port));
+        e
+    };
+    let mut out: Vec<Chain> = Vec::with_capacity(lists.len());
     for (local, list) in lists {
         let name = if *local {
             id.local_chain()
@@ -127,7 +132,7 @@ pub fn chains(
         for p in &eps {
             rules.push(rule(vec![
                 build::set_lookup(family, &pin_key(port_id, p.id), AFFINITY, false),
-                vec![goto(&p.chain)],
+                pin_and_dnat(p),
             ]));
         }
         // a uniform draw: endpoint i is taken with probability 1/(N-i) once the draws
@@ -136,28 +141,12 @@ pub fn chains(
         for (i, p) in eps.iter().enumerate() {
             let left = n - i as u32;
             if left > 1 {
-                rules.push(rule(vec![build::one_in(left), vec![goto(&p.chain)]]));
+                rules.push(rule(vec![build::one_in(left), pin_and_dnat(p)]));
             } else {
-                rules.push(rule(vec![vec![goto(&p.chain)]]));
+                rules.push(rule(vec![pin_and_dnat(p)]));
             }
         }
         out.push(Chain::regular(name).with_rules(rules));
-    }
-    for p in pinned.values() {
-        out.push(Chain::regular(p.chain.clone()).with_rules(vec![
-            Rule::new(build::set_update_timeout(
-                family,
-                &pin_key(port_id, p.id),
-                AFFINITY,
-                Some(timeout_ms),
-            )),
-            Rule::new(build::dnat_to_proto(
-                family,
-                proto,
-                &Value::from(p.ep.addr),
-                p.ep.port,
-            )),
-        ]));
     }
     out
 }

@@ -189,7 +189,10 @@ mod tests {
             let h = hint(n).unwrap() as usize;
             assert!(h >= 2 * n && !needs_growth(h as u32, n), "{n}");
             // the kernel's buckets (size * 4 / 3, rounded up) are exactly a power of two
-            assert!((h * 4 / 3).is_power_of_two() && (h * 4).is_multiple_of(3), "{n}");
+            assert!(
+                (h * 4 / 3).is_power_of_two() && (h * 4).is_multiple_of(3),
+                "{n}"
+            );
         }
     }
 }

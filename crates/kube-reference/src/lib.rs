@@ -18,6 +18,7 @@
 pub mod changes;
 pub mod cleanup;
 pub mod gen;
+pub mod ip;
 pub mod model;
 pub mod packets;
 pub mod rng;

@@ -76,7 +76,7 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
         .slices
         .iter()
         .flat_map(crate::gen::endpoints)
-        .filter_map(|e| e.addresses.first()?.parse::<IpAddr>().ok())
+        .filter_map(|e| crate::ip::parse_ip(e.addresses.first()?))
         .find(|a| family_of(a) == fam && a.to_string() != v[0].0.to_string())
     {
         v.push((a, Origin::Pod));
@@ -98,7 +98,7 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
             .flatten()
             .chain(spec.external_ips.iter().flatten())
         {
-            ips.extend(s.parse::<IpAddr>().ok());
+            ips.extend(crate::ip::parse_ip(s));
         }
         let ing = svc
             .status
@@ -106,7 +106,7 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|l| l.ingress.as_ref());
         for i in ing.into_iter().flatten() {
-            ips.extend(i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()));
+            ips.extend(i.ip.as_deref().and_then(crate::ip::parse_ip));
         }
         for p in spec.ports.iter().flatten() {
             let proto = proto_number(p.protocol.as_deref());

@@ -30,8 +30,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::rng::Rng;
 
+mod large;
 mod legacy;
 mod slices;
+pub use large::generate_large;
 pub(crate) use legacy::{respell_service, respell_slices};
 pub(crate) use slices::slices_for;
 
@@ -175,19 +177,26 @@ const COMMON_PORTS: [i32; 6] = [53, 80, 443, 8080, 3868, 9000];
 /// Cluster-wide allocators (unique ClusterIPs, NodePorts, external IPs).
 #[derive(Debug)]
 pub(crate) struct Alloc {
-    cluster_ips: [BTreeSet<u16>; 2],
+    cluster_ips: BTreeSet<IpAddr>,
     node_port_range: (i32, i32),
     node_ports: BTreeSet<i32>,
     vips: BTreeSet<IpAddr>,
+    /// Pools for thousands of services (gen/large.rs): the environment's IPv4 service
+    /// CIDR is wider than a /24.
+    wide: bool,
 }
 
 impl Alloc {
     pub(crate) fn new(env: &Env) -> Alloc {
         Alloc {
-            cluster_ips: Default::default(),
+            cluster_ips: BTreeSet::new(),
             node_port_range: env.node_port_range,
             node_ports: BTreeSet::new(),
             vips: BTreeSet::new(),
+            wide: env
+                .service_cidrs
+                .iter()
+                .any(|(a, l)| a.is_ipv4() && *l < 24),
         }
     }
     pub(crate) fn of(env: &Env, services: &[core::Service]) -> Alloc {
@@ -195,9 +204,7 @@ impl Alloc {
         for s in services {
             let Some(spec) = &s.spec else { continue };
             for c in spec.cluster_ips.iter().flatten() {
-                if let Some(ip) = crate::ip::parse_ip(c) {
-                    a.cluster_ips[family_of(&ip)].insert(last16(&ip));
-                }
+                a.cluster_ips.extend(crate::ip::parse_ip(c));
             }
             for p in spec.ports.iter().flatten() {
                 a.node_ports.extend(p.node_port);
@@ -215,13 +222,23 @@ impl Alloc {
     }
     fn cluster_ip(&mut self, rng: &mut Rng, fam: usize) -> IpAddr {
         loop {
-            let n = rng.range(1, 254) as u16;
-            if self.cluster_ips[fam].insert(n) {
-                return if fam == 0 {
-                    v4(100, n as u8)
-                } else {
-                    v6(0x100, n)
-                };
+            let a = match (fam, self.wide) {
+                (0, false) => v4(100, rng.range(1, 254) as u8),
+                // 198.18.96.0/20 (large::SERVICE_CIDR4), not the probes' unallocated
+                // 198.18.100.255
+                (0, true) => {
+                    let n = rng.range(1, 4094) as u16;
+                    let a = v4(96 + (n >> 8) as u8, n as u8);
+                    if a == v4(100, 255) {
+                        continue;
+                    }
+                    a
+                }
+                (_, false) => v6(0x100, rng.range(1, 254) as u16),
+                (_, true) => v6(0x100, rng.range(1, 65534) as u16),
+            };
+            if self.cluster_ips.insert(a) {
+                return a;
             }
         }
     }
@@ -236,12 +253,15 @@ impl Alloc {
     }
     fn vip(&mut self, rng: &mut Rng, fam: usize, lb: bool) -> IpAddr {
         loop {
-            let n = rng.range(1, 254) as u16;
-            let a = match (fam, lb) {
-                (0, false) => v4(250, n as u8),
-                (0, true) => v4(251, n as u8),
-                (_, false) => v6(0x250, n),
-                (_, true) => v6(0x251, n),
+            let a = match (fam, self.wide) {
+                (0, false) => v4(250 + u8::from(lb), rng.range(1, 254) as u8),
+                // 198.18.240.0/21 external, 198.18.248.0/21 LoadBalancer
+                (0, true) => v4(
+                    240 + 8 * u8::from(lb) + rng.below(8) as u8,
+                    rng.range(1, 254) as u8,
+                ),
+                (_, false) => v6(0x250 + u16::from(lb), rng.range(1, 254) as u16),
+                (_, true) => v6(0x250 + u16::from(lb), rng.range(1, 65534) as u16),
             };
             if self.vips.insert(a) {
                 return a;
@@ -253,13 +273,6 @@ impl Alloc {
 /// A slice's endpoints (none when the list is absent).
 pub fn endpoints(sl: &discovery::EndpointSlice) -> &[discovery::Endpoint] {
     sl.endpoints.as_deref().unwrap_or(&[])
-}
-
-fn last16(a: &IpAddr) -> u16 {
-    match a {
-        IpAddr::V4(v) => u16::from(v.octets()[3]),
-        IpAddr::V6(v) => v.segments()[7],
-    }
 }
 
 /// Generate the case of `seed`.

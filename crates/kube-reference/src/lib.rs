@@ -27,7 +27,7 @@ pub use cleanup::{
     cleanup_required, flows, newly_active, unnated_deletes, upstream_deletes, CleanupModel, CtFlow,
     MapEndpoint, Origin as FlowOrigin, PortRef, Reason, Rule, UdpServicePort,
 };
-pub use gen::{generate, Case, Env};
+pub use gen::{generate, generate_large, Case, Env};
 pub use model::{Model, Verdict};
 pub use packets::{Origin, Probe};
 pub use rng::Rng;

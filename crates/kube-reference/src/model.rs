@@ -295,7 +295,22 @@ impl Model {
             ports: [Vec::new(), Vec::new()],
             cluster_ips: [BTreeSet::new(), BTreeSet::new()],
         };
+        // each service's slices once (by namespace and the service-name label), so that a
+        // case of thousands of services is not a scan of every slice per service port
+        let mut own: BTreeMap<(&str, &str), Vec<discovery::EndpointSlice>> = BTreeMap::new();
+        for sl in slices {
+            let ns = sl.metadata.namespace.as_deref().unwrap_or("default");
+            let labels = sl.metadata.labels.as_ref();
+            if let Some(svc) = labels.and_then(|l| l.get("kubernetes.io/service-name")) {
+                own.entry((ns, svc)).or_default().push(sl.clone());
+            }
+        }
         for svc in services {
+            let key = (
+                svc.metadata.namespace.as_deref().unwrap_or("default"),
+                svc.metadata.name.as_deref().unwrap_or(""),
+            );
+            let slices = own.get(&key).map_or(&[][..], Vec::as_slice);
             for fam in 0..2 {
                 m.add_service(fam, svc, slices);
             }

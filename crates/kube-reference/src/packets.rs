@@ -84,8 +84,12 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
     v
 }
 
+/// The most probes a case gives when asked for all of them ([`probes`] with `max` 0): a
+/// case of thousands of services has hundreds of thousands, which are sampled down.
+pub const ALL_PROBES_CAP: usize = 20_000;
+
 /// Every probe of `case`, then at most `max` of them sampled with `rng` (all of them
-/// when `max` is 0).
+/// when `max` is 0, but never more than [`ALL_PROBES_CAP`]).
 pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
     let mut dsts: BTreeSet<(IpAddr, u8, u16)> = BTreeSet::new();
     let node_addrs: Vec<IpAddr> = case.env.local_addrs.clone();
@@ -146,7 +150,8 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
             });
         }
     }
-    if max > 0 && out.len() > max {
+    let max = if max == 0 { ALL_PROBES_CAP } else { max };
+    if out.len() > max {
         // partial Fisher-Yates: a uniform sample
         for i in 0..max {
             let j = i + rng.below((out.len() - i) as u64) as usize;

@@ -9,11 +9,14 @@
 //!
 //! `FUZZ_CASES` (default 60) cases from `FUZZ_SEED` (default: from the clock, printed);
 //! every failure names its seed: `FUZZ_SEED=<seed> FUZZ_CASES=1` reproduces it.
-//! `FUZZ_PROBES` bounds the packets per case (default 60, 0 = all).
+//! `FUZZ_PROBES` bounds the packets per case (default 60, 0 = all, at most 20,000).
+//! Large clusters (`generate_large`): `FUZZ_LARGE_CASES` (default 1) cases of
+//! `FUZZ_LARGE_SERVICES` (default 2,000) services, 200 packets each, then 3 changes
+//! through the incremental compiler.
 
 mod reference;
 
-use kube_reference::{changes, generate, Rng};
+use kube_reference::{changes, generate, generate_large, Rng};
 use reference::{changes as step_changes, cluster, compare, config, env_u64, report, start_seed};
 use ruleset::compile;
 
@@ -80,6 +83,50 @@ fn incremental_change_sequences_agree_with_the_reference() {
         if failures.len() > 50 {
             break;
         }
+    }
+    report(&failures, cases, seed);
+}
+
+#[test]
+fn large_clusters_agree_with_the_reference() {
+    let seed = start_seed().wrapping_add(2 << 32);
+    let cases = env_u64("FUZZ_LARGE_CASES").unwrap_or(1);
+    let services = env_u64("FUZZ_LARGE_SERVICES").unwrap_or(2000) as usize;
+    eprintln!(
+        "fuzz (large): FUZZ_SEED={seed} FUZZ_LARGE_CASES={cases} FUZZ_LARGE_SERVICES={services}"
+    );
+    let mut failures = Vec::new();
+    for i in 0..cases {
+        let started = std::time::Instant::now();
+        let case = generate_large(seed.wrapping_add(i), services);
+        let cfg = config(&case).parse().expect("config is valid");
+        let mut compiler = ruleset::Compiler::new(cfg, &cluster(&case));
+        let mut kernel = compiler.tables();
+        let mut rng = Rng::new(case.seed ^ 0x5eed);
+        failures.extend(compare(&case, &kernel, &mut rng, 200, "full"));
+        for (n, step) in changes::sequence(&case, &mut rng.fork(), 3)
+            .into_iter()
+            .enumerate()
+        {
+            let up = compiler.update(&cluster(&step.case), &step_changes(&step));
+            compiler.confirm();
+            let what = format!("step {n} ({})", step.what);
+            if let Err(e) = ruleset::apply(&mut kernel, &up.ops) {
+                failures.push(format!(
+                    "seed {} {what}: the batch does not apply: {e}",
+                    case.seed
+                ));
+                break;
+            }
+            failures.extend(compare(&step.case, &kernel, &mut rng, 100, &what));
+        }
+        eprintln!(
+            "fuzz (large): seed {}: {} services, {} slices in {:?}",
+            case.seed,
+            case.services.len(),
+            case.slices.len(),
+            started.elapsed()
+        );
     }
     report(&failures, cases, seed);
 }

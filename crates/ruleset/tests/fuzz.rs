@@ -130,3 +130,45 @@ fn large_clusters_agree_with_the_reference() {
     }
     report(&failures, cases, seed);
 }
+
+/// `kube-model`'s lenient parsers against the model's own (written apart from
+/// upstream's rules) on random texts over the address alphabet: they must agree on every
+/// text the API server could store (no surrounding whitespace; a range with its `/`).
+#[test]
+fn address_parsers_agree_with_the_reference() {
+    let seed = start_seed().wrapping_add(3 << 32);
+    let cases = env_u64("FUZZ_CASES").unwrap_or(60) * 1000;
+    let mut rng = Rng::new(seed);
+    let pieces = [
+        "0", "1", "9", "00", "198", "255", "256", "018", "0000", "ffff", "FFFF", "db8", "2001",
+        "10000", "a", ".", ".", ".", ":", ":", "::", "/", "24", "96", "120", "0024", "129",
+    ];
+    let mut failures = Vec::new();
+    for _ in 0..cases {
+        let text: String = (0..rng.range(1, 12)).map(|_| *rng.pick(&pieces)).collect();
+        let product = kube_model::parse_ip_sloppy(&text);
+        let model = kube_reference::ip::parse_ip(&text);
+        if product != model {
+            failures.push(format!(
+                "ip {text:?}: kube-model {product:?}, model {model:?}"
+            ));
+        }
+        if text.contains('/') {
+            let product = kube_model::parse_cidr_sloppy(&text).map(|c| (c.addr, c.prefix));
+            let model = kube_reference::ip::parse_cidr(&text);
+            if product != model {
+                failures.push(format!(
+                    "cidr {text:?}: kube-model {product:?}, model {model:?}"
+                ));
+            }
+        }
+        if failures.len() > 20 {
+            break;
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "FUZZ_SEED={seed}: {}",
+        failures.join("\n")
+    );
+}

@@ -18,7 +18,8 @@
 //! across services (two services on the same IP and port make upstream's whole
 //! transaction fail; kube-nlproxy skips one of them, see docs/fuzzing.md).
 //!
-//! Every address is from 198.18.0.0/15 or 2001:db8::/32.
+//! Every address is from 198.18.0.0/15 or 2001:db8::/32, a few of them written in
+//! the legacy texts old objects keep (gen/legacy.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

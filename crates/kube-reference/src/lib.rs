@@ -2,6 +2,11 @@
 //!
 //! - [`gen`]: random *legal* clusters (Services, EndpointSlices, the Node) as the API
 //!   server's validation defines them, from a seed ([`rng::Rng`], splitmix64).
+//!   Some addresses in legacy texts the API server still serves (leading zeros,
+//!   IPv4-mapped, non-canonical IPv6, host bits in ranges); [`generate_large`]: thousands
+//!   of services in one case.
+//! - [`ip`]: addresses and ranges read as kube-proxy reads them (the model's own
+//!   `ParseIPSloppy`/`ParseCIDRSloppy`).
 //! - [`changes`]: random change sequences over a generated cluster.
 //! - [`model`]: an independent reference of kube-proxy's (nftables mode) verdict for the
 //!   first packet of a connection, written from upstream's proxier, endpoint slice cache

@@ -1,6 +1,7 @@
 //! Lenient IP and CIDR parsing, as Kubernetes' "sloppy" parsers accept: surrounding
-//! whitespace is trimmed, IPv4 octets with leading zeros are read as decimal, and
-//! IPv4-mapped IPv6 addresses are IPv4.
+//! whitespace is trimmed, IPv4 octets and IPv6 groups with leading zeros are read as
+//! decimal and hex (any number of zeros), and IPv4-mapped IPv6 addresses (and prefixes of
+//! length 96 or more) are IPv4.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -42,28 +43,75 @@ impl fmt::Display for IpFamily {
     }
 }
 
-/// Parse an address the way Kubernetes' sloppy parser does. `None` when it is not one.
+/// Parse an address the way Kubernetes' sloppy parser does (`ParseIPSloppy`, Go 1.16's
+/// grammar): IPv4 components may carry any number of leading zeros (read as decimal),
+/// IPv6 groups too (so a group may be longer than four digits), an IPv6 text may end in
+/// such a dotted IPv4; an IPv4-mapped IPv6 address is IPv4. Surrounding whitespace is
+/// trimmed. `None` when it is not an address.
 pub fn parse_ip_sloppy(s: &str) -> Option<IpAddr> {
     let s = s.trim();
-    if s.is_empty() || s.len() > 64 {
+    if s.is_empty() || s.len() > 256 {
         return None;
     }
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Some(ip.to_canonical());
+    if s.contains(':') {
+        return sloppy_v6(s).map(|a| IpAddr::V6(a).to_canonical());
     }
-    // IPv4 with leading zeros: "010.020.030.041" is 10.20.30.41.
-    let parts: Vec<&str> = s.split('.').collect();
-    if parts.len() != 4 {
-        return None;
+    sloppy_v4(s).map(IpAddr::V4)
+}
+
+/// Dotted decimal IPv4, each component digits with any number of leading zeros.
+fn sloppy_v4(s: &str) -> Option<Ipv4Addr> {
+    if let Ok(a) = s.parse::<Ipv4Addr>() {
+        return Some(a);
     }
     let mut o = [0u8; 4];
-    for (i, p) in parts.iter().enumerate() {
-        if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+    let mut parts = s.split('.');
+    for x in o.iter_mut() {
+        let p = parts.next()?;
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        o[i] = p.parse::<u16>().ok().filter(|v| *v <= 255)? as u8;
+        let digits = p.trim_start_matches('0');
+        if digits.len() > 3 {
+            return None;
+        }
+        *x = if digits.is_empty() {
+            0
+        } else {
+            u8::try_from(digits.parse::<u16>().ok()?).ok()?
+        };
     }
-    Some(IpAddr::V4(Ipv4Addr::from(o)))
+    parts.next().is_none().then(|| Ipv4Addr::from(o))
+}
+
+/// IPv6 text with leading zeros in its groups (any number) and in the components of a
+/// dotted IPv4 tail: the zeros are dropped and the rest parsed strictly.
+fn sloppy_v6(s: &str) -> Option<Ipv6Addr> {
+    if let Ok(a) = s.parse::<Ipv6Addr>() {
+        return Some(a);
+    }
+    let (head, tail) = match s.rfind(':') {
+        Some(i) if s[i + 1..].contains('.') => (&s[..=i], Some(sloppy_v4(&s[i + 1..])?)),
+        _ => (s, None),
+    };
+    let mut out = String::with_capacity(s.len());
+    for (k, g) in head.split(':').enumerate() {
+        if k > 0 {
+            out.push(':');
+        }
+        if g.is_empty() {
+            continue;
+        }
+        if !g.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let digits = g.trim_start_matches('0');
+        out.push_str(if digits.is_empty() { "0" } else { digits });
+    }
+    if let Some(t) = tail {
+        out.push_str(&t.to_string());
+    }
+    out.parse().ok()
 }
 
 /// An address prefix; the address is always the network address (host bits cleared).
@@ -223,27 +271,49 @@ fn mask128(prefix: u8) -> u128 {
     }
 }
 
-/// Parse `addr/prefix` leniently (see [`parse_ip_sloppy`]); a bare address is a host prefix.
-/// Host bits are cleared.
+/// Parse `addr/prefix` leniently, as `ParseCIDRSloppy`: the address as
+/// [`parse_ip_sloppy`], the length decimal with any number of leading zeros, at most the
+/// width of the address as written (32 for dotted IPv4, 128 for IPv6 text); host bits
+/// are cleared. An IPv4-mapped IPv6 prefix is the IPv4 prefix of length - 96 when the
+/// length is at least 96; a shorter one masks the mapping away and is the IPv6 prefix
+/// (`::ffff:198.19.0.0/120` is 198.19.0.0/24, `::ffff:198.19.0.0/64` is `::/64`).
+/// A bare address is a host prefix.
 pub fn parse_cidr_sloppy(s: &str) -> Option<Cidr> {
     let s = s.trim();
     let (a, p) = match s.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (s, None),
     };
-    let addr = parse_ip_sloppy(a)?;
-    let max = if addr.is_ipv4() { 32 } else { 128 };
     let prefix = match p {
         Some(p) => {
             let p = p.trim();
-            if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            p.parse::<u8>().ok()?
+            let digits = p.trim_start_matches('0');
+            if digits.len() > 3 {
+                return None;
+            }
+            Some(if digits.is_empty() {
+                0
+            } else {
+                digits.parse::<u8>().ok()?
+            })
         }
-        None => max,
+        None => None,
     };
-    Cidr::new(addr, prefix)
+    let a = a.trim();
+    if a.contains(':') {
+        let v6 = sloppy_v6(a)?;
+        let prefix = prefix.unwrap_or(128);
+        return match v6.to_ipv4_mapped() {
+            Some(v4) if prefix >= 96 => Cidr::new(IpAddr::V4(v4), prefix - 96),
+            _ if prefix > 128 => None,
+            _ => Cidr::new(IpAddr::V6(v6), prefix),
+        };
+    }
+    let v4 = sloppy_v4(a)?;
+    Cidr::new(IpAddr::V4(v4), prefix.unwrap_or(32))
 }
 
 #[cfg(test)]
@@ -276,9 +346,59 @@ mod tests {
             "x",
             "198.18.0.1/32",
             "1..2.3",
+            "2001:db8:10000::1",
+            "2001:db8::5::1",
+            "0x1.2.3.4",
         ] {
             assert_eq!(parse_ip_sloppy(bad), None, "{bad}");
         }
+    }
+
+    /// Legacy texts the API server stored (and still serves for old objects) as
+    /// kube-proxy's `ParseIPSloppy` reads them; each failed before the parser learnt it.
+    #[test]
+    fn legacy_ips() {
+        for (text, want) in [
+            ("0198.018.0000.00010", "198.18.0.10"),
+            ("::FFFF:198.018.001.005", "198.18.1.5"),
+            ("::ffff:c612:105", "198.18.1.5"),
+            ("2001:00db8:0::00005", "2001:db8::5"),
+            ("2001:DB8:251:0:0:0:000.000.001.005", "2001:db8:251::105"),
+            ("2001:db8:251::0.0.1.5", "2001:db8:251::105"),
+        ] {
+            assert_eq!(parse_ip_sloppy(text), Some(text_ip(want)), "{text}");
+        }
+    }
+
+    #[test]
+    fn legacy_cidrs() {
+        for (text, want) in [
+            ("198.019.000.000/0024", "198.19.0.0/24"),
+            ("198.19.7.9/16", "198.19.0.0/16"),
+            ("::ffff:198.19.0.0/120", "198.19.0.0/24"),
+            ("::ffff:198.019.0.9/96", "0.0.0.0/0"),
+            ("::ffff:198.19.0.0/64", "::/64"),
+            ("::ffff:198.19.0.0/24", "::/24"),
+            ("2001:00DB8:300:0:0:0:0:1/048", "2001:db8:300::/48"),
+        ] {
+            assert_eq!(
+                parse_cidr_sloppy(text).map(|c| c.to_string()).as_deref(),
+                Some(want),
+                "{text}"
+            );
+        }
+        for bad in [
+            "198.19.0.0/33",
+            "::ffff:198.19.0.0/129",
+            "2001:db8::/129",
+            "198.19.0.0/2a",
+        ] {
+            assert_eq!(parse_cidr_sloppy(bad), None, "{bad}");
+        }
+    }
+
+    fn text_ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
     }
 
     fn range(a: &str, z: &str) -> (IpAddr, IpAddr) {

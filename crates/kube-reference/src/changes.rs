@@ -5,7 +5,9 @@
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 
-use crate::gen::{endpoints, pod_ip, service, slices_for, Alloc, Case};
+use crate::gen::{
+    endpoints, pod_ip, respell_service, respell_slices, service, slices_for, Alloc, Case,
+};
 use crate::rng::Rng;
 
 /// What one step changed (for messages).
@@ -163,11 +165,14 @@ fn step(c: &mut Case, rng: &mut Rng, next_name: &mut usize) -> (String, Vec<(Str
                 *next_name += 1;
                 ("ns1".to_string(), format!("svc{}", *next_name))
             };
-            let svc = service(rng, &mut alloc, &ns, &name);
+            let mut svc = service(rng, &mut alloc, &ns, &name);
             let k = key(&svc);
             c.slices.retain(|sl| owner(sl) != k);
             let env = c.env.clone();
-            c.slices.extend(slices_for(rng, &env, &svc));
+            let mut new = slices_for(rng, &env, &svc);
+            respell_service(rng, &mut svc);
+            respell_slices(rng, &mut new);
+            c.slices.extend(new);
             c.services.push(svc);
             (
                 format!(

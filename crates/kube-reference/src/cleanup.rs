@@ -458,7 +458,7 @@ fn has_udp_entry(slices: &[discovery::EndpointSlice], key: &(String, String), fa
             && endpoints(sl).iter().any(|e| {
                 e.addresses
                     .first()
-                    .and_then(|a| a.parse::<IpAddr>().ok())
+                    .and_then(|a| crate::ip::parse_ip(a))
                     .is_some_and(|a| family_of(&a) == fam)
             })
     })

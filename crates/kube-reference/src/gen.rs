@@ -18,7 +18,8 @@
 //! across services (two services on the same IP and port make upstream's whole
 //! transaction fail; kube-nlproxy skips one of them, see docs/fuzzing.md).
 //!
-//! Every address is from 198.18.0.0/15 or 2001:db8::/32.
+//! Every address is from 198.18.0.0/15 or 2001:db8::/32, a few of them written in
+//! the legacy texts old objects keep (gen/legacy.rs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -30,7 +31,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::rng::Rng;
 
+mod large;
+mod legacy;
 mod slices;
+pub use large::generate_large;
+pub(crate) use legacy::{respell_service, respell_slices};
 pub(crate) use slices::slices_for;
 
 /// The fixed surroundings of every case: the node and the proxier's settings.
@@ -173,19 +178,26 @@ const COMMON_PORTS: [i32; 6] = [53, 80, 443, 8080, 3868, 9000];
 /// Cluster-wide allocators (unique ClusterIPs, NodePorts, external IPs).
 #[derive(Debug)]
 pub(crate) struct Alloc {
-    cluster_ips: [BTreeSet<u16>; 2],
+    cluster_ips: BTreeSet<IpAddr>,
     node_port_range: (i32, i32),
     node_ports: BTreeSet<i32>,
     vips: BTreeSet<IpAddr>,
+    /// Pools for thousands of services (gen/large.rs): the environment's IPv4 service
+    /// CIDR is wider than a /24.
+    wide: bool,
 }
 
 impl Alloc {
     pub(crate) fn new(env: &Env) -> Alloc {
         Alloc {
-            cluster_ips: Default::default(),
+            cluster_ips: BTreeSet::new(),
             node_port_range: env.node_port_range,
             node_ports: BTreeSet::new(),
             vips: BTreeSet::new(),
+            wide: env
+                .service_cidrs
+                .iter()
+                .any(|(a, l)| a.is_ipv4() && *l < 24),
         }
     }
     pub(crate) fn of(env: &Env, services: &[core::Service]) -> Alloc {
@@ -193,34 +205,41 @@ impl Alloc {
         for s in services {
             let Some(spec) = &s.spec else { continue };
             for c in spec.cluster_ips.iter().flatten() {
-                if let Ok(ip) = c.parse::<IpAddr>() {
-                    a.cluster_ips[family_of(&ip)].insert(last16(&ip));
-                }
+                a.cluster_ips.extend(crate::ip::parse_ip(c));
             }
             for p in spec.ports.iter().flatten() {
                 a.node_ports.extend(p.node_port);
             }
             a.node_ports.extend(spec.health_check_node_port);
             for e in spec.external_ips.iter().flatten() {
-                a.vips.extend(e.parse::<IpAddr>().ok());
+                a.vips.extend(crate::ip::parse_ip(e));
             }
             let st = s.status.as_ref().and_then(|s| s.load_balancer.as_ref());
             for i in st.and_then(|l| l.ingress.as_ref()).into_iter().flatten() {
-                a.vips
-                    .extend(i.ip.as_deref().and_then(|x| x.parse::<IpAddr>().ok()));
+                a.vips.extend(i.ip.as_deref().and_then(crate::ip::parse_ip));
             }
         }
         a
     }
     fn cluster_ip(&mut self, rng: &mut Rng, fam: usize) -> IpAddr {
         loop {
-            let n = rng.range(1, 254) as u16;
-            if self.cluster_ips[fam].insert(n) {
-                return if fam == 0 {
-                    v4(100, n as u8)
-                } else {
-                    v6(0x100, n)
-                };
+            let a = match (fam, self.wide) {
+                (0, false) => v4(100, rng.range(1, 254) as u8),
+                // 198.18.96.0/20 (large::SERVICE_CIDR4), not the probes' unallocated
+                // 198.18.100.255
+                (0, true) => {
+                    let n = rng.range(1, 4094) as u16;
+                    let a = v4(96 + (n >> 8) as u8, n as u8);
+                    if a == v4(100, 255) {
+                        continue;
+                    }
+                    a
+                }
+                (_, false) => v6(0x100, rng.range(1, 254) as u16),
+                (_, true) => v6(0x100, rng.range(1, 65534) as u16),
+            };
+            if self.cluster_ips.insert(a) {
+                return a;
             }
         }
     }
@@ -235,12 +254,15 @@ impl Alloc {
     }
     fn vip(&mut self, rng: &mut Rng, fam: usize, lb: bool) -> IpAddr {
         loop {
-            let n = rng.range(1, 254) as u16;
-            let a = match (fam, lb) {
-                (0, false) => v4(250, n as u8),
-                (0, true) => v4(251, n as u8),
-                (_, false) => v6(0x250, n),
-                (_, true) => v6(0x251, n),
+            let a = match (fam, self.wide) {
+                (0, false) => v4(250 + u8::from(lb), rng.range(1, 254) as u8),
+                // 198.18.240.0/21 external, 198.18.248.0/21 LoadBalancer
+                (0, true) => v4(
+                    240 + 8 * u8::from(lb) + rng.below(8) as u8,
+                    rng.range(1, 254) as u8,
+                ),
+                (_, false) => v6(0x250 + u16::from(lb), rng.range(1, 254) as u16),
+                (_, true) => v6(0x250 + u16::from(lb), rng.range(1, 65534) as u16),
             };
             if self.vips.insert(a) {
                 return a;
@@ -252,13 +274,6 @@ impl Alloc {
 /// A slice's endpoints (none when the list is absent).
 pub fn endpoints(sl: &discovery::EndpointSlice) -> &[discovery::Endpoint] {
     sl.endpoints.as_deref().unwrap_or(&[])
-}
-
-fn last16(a: &IpAddr) -> u16 {
-    match a {
-        IpAddr::V4(v) => u16::from(v.octets()[3]),
-        IpAddr::V6(v) => v.segments()[7],
-    }
 }
 
 /// Generate the case of `seed`.
@@ -281,6 +296,12 @@ pub fn generate(seed: u64) -> Case {
         slices.extend(slices_for(&mut rng, &env, &svc));
         services.push(svc);
     }
+    // legacy spellings of addresses on a few objects (gen/legacy.rs), drawn apart
+    legacy::respell(
+        &mut Rng::new(seed ^ 0x001e_9ac5),
+        &mut services,
+        &mut slices,
+    );
     Case {
         seed,
         node: node(&env),
@@ -719,8 +740,8 @@ mod tests {
                     assert!((1..=100).contains(&e.addresses.len()), "seed {seed}");
                     for a in &e.addresses {
                         match sl.address_type.as_str() {
-                            "FQDN" => assert!(a.parse::<IpAddr>().is_err(), "seed {seed}"),
-                            t => assert_eq!(a.parse::<IpAddr>().unwrap().is_ipv6(), t == "IPv6"),
+                            "FQDN" => assert!(crate::ip::parse_ip(a).is_none(), "seed {seed}"),
+                            t => assert_eq!(crate::ip::parse_ip(a).unwrap().is_ipv6(), t == "IPv6"),
                         }
                     }
                 }
@@ -743,6 +764,11 @@ mod tests {
 #[cfg(test)]
 mod coverage {
     use super::*;
+
+    /// Whether `a` is an address in its canonical text.
+    fn canonical(a: &str) -> bool {
+        a.parse::<IpAddr>().is_ok_and(|x| x.to_string() == a)
+    }
 
     /// The rarer shapes all occur over 2,000 seeds, none in more than 60 % of the cases
     /// (each is a few percent of its objects; issue 39 item 2).
@@ -770,6 +796,12 @@ mod coverage {
                 }
                 if sl.address_type == "FQDN" {
                     seen.insert("FQDN slice");
+                } else if endpoints(sl)
+                    .iter()
+                    .flat_map(|e| &e.addresses)
+                    .any(|a| !canonical(a))
+                {
+                    seen.insert("legacy endpoint address");
                 }
                 let l = sl.metadata.labels.as_ref().unwrap();
                 if l.contains_key(LABEL_PROXY_NAME) {
@@ -795,6 +827,24 @@ mod coverage {
                     seen.insert("ingress hostname only");
                 }
                 let spec = s.spec.as_ref().unwrap();
+                let ips = spec.cluster_ips.iter().chain(&spec.external_ips).flatten();
+                if ips
+                    .chain(
+                        ing.and_then(|l| l.ingress.as_ref())
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|i| i.ip.as_ref()),
+                    )
+                    .any(|a| a != "None" && !canonical(a))
+                {
+                    seen.insert("legacy service address");
+                }
+                let mut ranges = spec.load_balancer_source_ranges.iter().flatten();
+                if ranges.any(|r| {
+                    crate::ip::parse_cidr(r).map(|(x, n)| format!("{x}/{n}")) != Some(r.clone())
+                }) {
+                    seen.insert("legacy source range");
+                }
                 if spec
                     .ports
                     .iter()
@@ -823,7 +873,7 @@ mod coverage {
             }
         }
         eprintln!("cases with each shape, of {cases}: {n:#?}");
-        assert_eq!(n.len(), 14, "{n:?}");
+        assert_eq!(n.len(), 17, "{n:?}");
         for (k, v) in &n {
             assert!(
                 *v >= 10 && *v <= cases as usize / 2,

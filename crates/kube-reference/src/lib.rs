@@ -2,6 +2,11 @@
 //!
 //! - [`gen`]: random *legal* clusters (Services, EndpointSlices, the Node) as the API
 //!   server's validation defines them, from a seed ([`rng::Rng`], splitmix64).
+//!   Some addresses in legacy texts the API server still serves (leading zeros,
+//!   IPv4-mapped, non-canonical IPv6, host bits in ranges); [`generate_large`]: thousands
+//!   of services in one case.
+//! - [`ip`]: addresses and ranges read as kube-proxy reads them (the model's own
+//!   `ParseIPSloppy`/`ParseCIDRSloppy`).
 //! - [`changes`]: random change sequences over a generated cluster.
 //! - [`model`]: an independent reference of kube-proxy's (nftables mode) verdict for the
 //!   first packet of a connection, written from upstream's proxier, endpoint slice cache
@@ -18,6 +23,7 @@
 pub mod changes;
 pub mod cleanup;
 pub mod gen;
+pub mod ip;
 pub mod model;
 pub mod packets;
 pub mod rng;
@@ -26,7 +32,7 @@ pub use cleanup::{
     cleanup_required, flows, newly_active, unnated_deletes, upstream_deletes, CleanupModel, CtFlow,
     MapEndpoint, Origin as FlowOrigin, PortRef, Reason, Rule, UdpServicePort,
 };
-pub use gen::{generate, Case, Env};
+pub use gen::{generate, generate_large, Case, Env};
 pub use model::{Model, Verdict};
 pub use packets::{Origin, Probe};
 pub use rng::Rng;

@@ -19,6 +19,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gen::{family_of, Case, Env, LABEL_HEADLESS, LABEL_PROXY_NAME};
+use crate::ip::{parse_cidr, parse_ip};
 use crate::packets::{Origin, Probe};
 
 /// What kube-proxy does with the packet.
@@ -77,19 +78,14 @@ pub(crate) fn frontends(fam: usize, svc: &core::Service) -> Option<Frontends> {
     }
     // the service's ClusterIP of this family (headless: none); no ClusterIP of the
     // family, no service in this family's proxier at all
-    let ips: Vec<String> = match &spec.cluster_ips {
-        Some(v) if !v.is_empty() => v.clone(),
-        _ => spec.cluster_ip.iter().cloned().collect(),
-    };
-    let cluster_ip = ips
-        .iter()
-        .filter_map(|s| s.parse::<IpAddr>().ok())
-        .find(|a| family_of(a) == fam)?;
+    let cluster_ip = cluster_ip_of(fam, spec)?;
+    // external IPs and ingress IPs read leniently, each in the family it parses to
+    // (`MapIPsByIPFamily`, `GetIPFamilyFromIP`): an IPv4-mapped IPv6 text is IPv4
     let external = spec
         .external_ips
         .iter()
         .flatten()
-        .filter_map(|s| s.parse::<IpAddr>().ok())
+        .filter_map(|s| parse_ip(s))
         .filter(|a| family_of(a) == fam)
         .collect();
     let mut lb_vips = Vec::new();
@@ -103,7 +99,7 @@ pub(crate) fn frontends(fam: usize, svc: &core::Service) -> Option<Frontends> {
             if i.ip_mode.as_deref() == Some("Proxy") {
                 continue;
             }
-            if let Some(a) = i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()) {
+            if let Some(a) = i.ip.as_deref().and_then(parse_ip) {
                 if family_of(&a) == fam {
                     lb_vips.push(a);
                 }
@@ -115,6 +111,30 @@ pub(crate) fn frontends(fam: usize, svc: &core::Service) -> Option<Frontends> {
         external,
         lb_vips,
     })
+}
+
+/// The service's ClusterIP of family `fam` as upstream picks it (`ShouldSkipService`, then
+/// `GetClusterIPByFamily`: the `clusterIPs` entry at the index of the family in
+/// `ipFamilies`, or, without `ipFamilies`, `clusterIP` when its family is `fam`), read
+/// leniently (`ParseIPSloppy`).
+fn cluster_ip_of(fam: usize, spec: &core::ServiceSpec) -> Option<IpAddr> {
+    let first = spec
+        .cluster_ip
+        .as_deref()
+        .or_else(|| spec.cluster_ips.as_ref()?.first().map(String::as_str))
+        .unwrap_or("");
+    if first.is_empty() || first == "None" {
+        return None;
+    }
+    let families = spec.ip_families.as_deref().unwrap_or(&[]);
+    let text = if families.is_empty() {
+        let v6 = parse_ip(first).is_some_and(|a| a.is_ipv6());
+        (v6 == (fam == 1)).then_some(first)?
+    } else {
+        let idx = families.iter().position(|f| f == ["IPv4", "IPv6"][fam])?;
+        spec.cluster_ips.as_ref()?.get(idx)?.as_str()
+    };
+    parse_ip(text)
 }
 
 /// One service port as one family's proxier sees it.
@@ -166,21 +186,12 @@ pub fn cidr_contains(c: &(IpAddr, u8), a: &IpAddr) -> bool {
     }
 }
 
-/// Parse `a.b.c.d/n` (the API server accepts only canonical forms of ranges in new
-/// objects; anything else is ignored as upstream's parser ignores it).
 /// An endpoint's topology hints: the zones and the nodes named.
 pub(crate) fn hints_of(e: &discovery::Endpoint) -> (BTreeSet<String>, BTreeSet<String>) {
     let hints = e.hints.clone().unwrap_or_default();
     let zones = hints.for_zones.iter().flatten().map(|z| z.name.clone());
     let nodes = hints.for_nodes.iter().flatten().map(|n| n.name.clone());
     (zones.collect(), nodes.collect())
-}
-
-fn parse_cidr(s: &str) -> Option<(IpAddr, u8)> {
-    let (a, l) = s.trim().split_once('/')?;
-    let a: IpAddr = a.parse().ok()?;
-    let l: u8 = l.parse().ok()?;
-    (l <= if a.is_ipv4() { 32 } else { 128 }).then_some((a, l))
 }
 
 fn proto_number(p: Option<&str>) -> u8 {
@@ -235,7 +246,9 @@ pub(crate) fn slice_endpoints(
             }
             let Some(num) = port.port else { continue };
             for e in crate::gen::endpoints(sl) {
-                let Some(a) = e.addresses.first().and_then(|s| s.parse::<IpAddr>().ok()) else {
+                // read leniently and printed back (`ParseIPSloppy(...).String()`), so
+                // two spellings of one address are one endpoint
+                let Some(a) = e.addresses.first().and_then(|s| parse_ip(s)) else {
                     continue;
                 };
                 if family_of(&a) != fam {
@@ -282,7 +295,22 @@ impl Model {
             ports: [Vec::new(), Vec::new()],
             cluster_ips: [BTreeSet::new(), BTreeSet::new()],
         };
+        // each service's slices once (by namespace and the service-name label), so that a
+        // case of thousands of services is not a scan of every slice per service port
+        let mut own: BTreeMap<(&str, &str), Vec<discovery::EndpointSlice>> = BTreeMap::new();
+        for sl in slices {
+            let ns = sl.metadata.namespace.as_deref().unwrap_or("default");
+            let labels = sl.metadata.labels.as_ref();
+            if let Some(svc) = labels.and_then(|l| l.get("kubernetes.io/service-name")) {
+                own.entry((ns, svc)).or_default().push(sl.clone());
+            }
+        }
         for svc in services {
+            let key = (
+                svc.metadata.namespace.as_deref().unwrap_or("default"),
+                svc.metadata.name.as_deref().unwrap_or(""),
+            );
+            let slices = own.get(&key).map_or(&[][..], Vec::as_slice);
             for fam in 0..2 {
                 m.add_service(fam, svc, slices);
             }
@@ -317,6 +345,8 @@ impl Model {
             .iter()
             .flatten()
             .filter_map(|s| parse_cidr(s))
+            // a range the lenient parser reads as the other family goes there
+            // (`::ffff:198.19.0.0/120` is 198.19.0.0/24)
             .filter(|c| family_of(&c.0) == fam)
             .collect();
         let externally_accessible = type_ == "LoadBalancer"

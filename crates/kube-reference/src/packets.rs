@@ -76,7 +76,7 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
         .slices
         .iter()
         .flat_map(crate::gen::endpoints)
-        .filter_map(|e| e.addresses.first()?.parse::<IpAddr>().ok())
+        .filter_map(|e| crate::ip::parse_ip(e.addresses.first()?))
         .find(|a| family_of(a) == fam && a.to_string() != v[0].0.to_string())
     {
         v.push((a, Origin::Pod));
@@ -84,8 +84,12 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
     v
 }
 
+/// The most probes a case gives when asked for all of them ([`probes`] with `max` 0): a
+/// case of thousands of services has hundreds of thousands, which are sampled down.
+pub const ALL_PROBES_CAP: usize = 20_000;
+
 /// Every probe of `case`, then at most `max` of them sampled with `rng` (all of them
-/// when `max` is 0).
+/// when `max` is 0, but never more than [`ALL_PROBES_CAP`]).
 pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
     let mut dsts: BTreeSet<(IpAddr, u8, u16)> = BTreeSet::new();
     let node_addrs: Vec<IpAddr> = case.env.local_addrs.clone();
@@ -98,7 +102,7 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
             .flatten()
             .chain(spec.external_ips.iter().flatten())
         {
-            ips.extend(s.parse::<IpAddr>().ok());
+            ips.extend(crate::ip::parse_ip(s));
         }
         let ing = svc
             .status
@@ -106,7 +110,7 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|l| l.ingress.as_ref());
         for i in ing.into_iter().flatten() {
-            ips.extend(i.ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok()));
+            ips.extend(i.ip.as_deref().and_then(crate::ip::parse_ip));
         }
         for p in spec.ports.iter().flatten() {
             let proto = proto_number(p.protocol.as_deref());
@@ -146,7 +150,8 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
             });
         }
     }
-    if max > 0 && out.len() > max {
+    let max = if max == 0 { ALL_PROBES_CAP } else { max };
+    if out.len() > max {
         // partial Fisher-Yates: a uniform sample
         for i in 0..max {
             let j = i + rng.below((out.len() - i) as u64) as usize;

@@ -9,11 +9,14 @@
 //!
 //! `FUZZ_CASES` (default 60) cases from `FUZZ_SEED` (default: from the clock, printed);
 //! every failure names its seed: `FUZZ_SEED=<seed> FUZZ_CASES=1` reproduces it.
-//! `FUZZ_PROBES` bounds the packets per case (default 60, 0 = all).
+//! `FUZZ_PROBES` bounds the packets per case (default 60, 0 = all, at most 20,000).
+//! Large clusters (`generate_large`): `FUZZ_LARGE_CASES` (default 1) cases of
+//! `FUZZ_LARGE_SERVICES` (default 2,000) services, 200 packets each, then 3 changes
+//! through the incremental compiler.
 
 mod reference;
 
-use kube_reference::{changes, generate, Rng};
+use kube_reference::{changes, generate, generate_large, Rng};
 use reference::{changes as step_changes, cluster, compare, config, env_u64, report, start_seed};
 use ruleset::compile;
 
@@ -82,4 +85,90 @@ fn incremental_change_sequences_agree_with_the_reference() {
         }
     }
     report(&failures, cases, seed);
+}
+
+#[test]
+fn large_clusters_agree_with_the_reference() {
+    let seed = start_seed().wrapping_add(2 << 32);
+    let cases = env_u64("FUZZ_LARGE_CASES").unwrap_or(1);
+    let services = env_u64("FUZZ_LARGE_SERVICES").unwrap_or(2000) as usize;
+    eprintln!(
+        "fuzz (large): FUZZ_SEED={seed} FUZZ_LARGE_CASES={cases} FUZZ_LARGE_SERVICES={services}"
+    );
+    let mut failures = Vec::new();
+    for i in 0..cases {
+        let started = std::time::Instant::now();
+        let case = generate_large(seed.wrapping_add(i), services);
+        let cfg = config(&case).parse().expect("config is valid");
+        let mut compiler = ruleset::Compiler::new(cfg, &cluster(&case));
+        let mut kernel = compiler.tables();
+        let mut rng = Rng::new(case.seed ^ 0x5eed);
+        failures.extend(compare(&case, &kernel, &mut rng, 200, "full"));
+        for (n, step) in changes::sequence(&case, &mut rng.fork(), 3)
+            .into_iter()
+            .enumerate()
+        {
+            let up = compiler.update(&cluster(&step.case), &step_changes(&step));
+            compiler.confirm();
+            let what = format!("step {n} ({})", step.what);
+            if let Err(e) = ruleset::apply(&mut kernel, &up.ops) {
+                failures.push(format!(
+                    "seed {} {what}: the batch does not apply: {e}",
+                    case.seed
+                ));
+                break;
+            }
+            failures.extend(compare(&step.case, &kernel, &mut rng, 100, &what));
+        }
+        eprintln!(
+            "fuzz (large): seed {}: {} services, {} slices in {:?}",
+            case.seed,
+            case.services.len(),
+            case.slices.len(),
+            started.elapsed()
+        );
+    }
+    report(&failures, cases, seed);
+}
+
+/// `kube-model`'s lenient parsers against the model's own (written apart from
+/// upstream's rules) on random texts over the address alphabet: they must agree on every
+/// text the API server could store (no surrounding whitespace; a range with its `/`).
+#[test]
+fn address_parsers_agree_with_the_reference() {
+    let seed = start_seed().wrapping_add(3 << 32);
+    let cases = env_u64("FUZZ_CASES").unwrap_or(60) * 1000;
+    let mut rng = Rng::new(seed);
+    let pieces = [
+        "0", "1", "9", "00", "198", "255", "256", "018", "0000", "ffff", "FFFF", "db8", "2001",
+        "10000", "a", ".", ".", ".", ":", ":", "::", "/", "24", "96", "120", "0024", "129",
+    ];
+    let mut failures = Vec::new();
+    for _ in 0..cases {
+        let text: String = (0..rng.range(1, 12)).map(|_| *rng.pick(&pieces)).collect();
+        let product = kube_model::parse_ip_sloppy(&text);
+        let model = kube_reference::ip::parse_ip(&text);
+        if product != model {
+            failures.push(format!(
+                "ip {text:?}: kube-model {product:?}, model {model:?}"
+            ));
+        }
+        if text.contains('/') {
+            let product = kube_model::parse_cidr_sloppy(&text).map(|c| (c.addr, c.prefix));
+            let model = kube_reference::ip::parse_cidr(&text);
+            if product != model {
+                failures.push(format!(
+                    "cidr {text:?}: kube-model {product:?}, model {model:?}"
+                ));
+            }
+        }
+        if failures.len() > 20 {
+            break;
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "FUZZ_SEED={seed}: {}",
+        failures.join("\n")
+    );
 }

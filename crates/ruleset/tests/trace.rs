@@ -871,3 +871,50 @@ fn localhost_node_ports_rejected_in_nftables_mode() {
         }
     }
 }
+
+/// Legacy texts (issue 39 item 2, found by the fuzzer's legacy spellings): a 4-digit
+/// octet, a 5-digit IPv6 group, dotted tails with leading zeros, IPv4-mapped addresses
+/// and prefixes read as `ParseIPSloppy`/`ParseCIDRSloppy` read them. Before the parser
+/// learnt them both services were refused (bad cluster IP), the mapped /120 range was
+/// dropped and the mapped /24 one read as IPv4.
+#[test]
+fn legacy_ip_texts_are_read_as_upstream_reads_them() {
+    let c = case("legacy-ips");
+    let eps = set(&["198.18.2.11:8080", "198.18.2.12:8080"]);
+    assert_eq!(
+        c.trace(&Packet::tcp(POD, "198.18.100.150", 80)).targets(),
+        eps
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp(OUTSIDE, "198.18.250.7", 80)).targets(),
+        eps
+    );
+    // ::ffff:198.19.0.0/120 and 198.019.008.000/0021
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.0.5", "198.18.251.5", 80))
+            .targets(),
+        eps
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.9.5", "198.18.251.5", 80))
+            .targets(),
+        eps
+    );
+    assert_eq!(
+        c.trace(&Packet::tcp("198.19.3.3", "198.18.251.5", 80))
+            .fate(),
+        Some(Fate::Drop)
+    );
+    let eps6 = set(&["[2001:db8:0:2::b]:8080"]);
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:1:1::5", "2001:db8:100::97", 80))
+            .targets(),
+        eps6
+    );
+    // the IPv6 service's only range is ::/24: every client of ours is outside it
+    assert_eq!(
+        c.trace(&Packet::tcp("2001:db8:300::5", "2001:db8:251::6", 80))
+            .fate(),
+        Some(Fate::Drop)
+    );
+}

@@ -98,7 +98,7 @@ pub fn flows(
     for sl in before.slices.iter().chain(&after.slices) {
         let port = sl.ports.iter().flatten().find_map(|p| p.port);
         for e in endpoints(sl) {
-            let Some(a) = e.addresses.first().and_then(|s| s.parse::<IpAddr>().ok()) else {
+            let Some(a) = e.addresses.first().and_then(|s| crate::ip::parse_ip(s)) else {
                 continue;
             };
             if family_of(&a) == fam {

@@ -286,7 +286,11 @@ fn endpoint_sockets(case: &Case) -> BTreeSet<(IpAddr, u8, u16)> {
             })
             .collect();
         for e in kube_reference::gen::endpoints(sl) {
-            let Some(a) = e.addresses.first().and_then(|s| kube_reference::ip::parse_ip(s)) else {
+            let Some(a) = e
+                .addresses
+                .first()
+                .and_then(|s| kube_reference::ip::parse_ip(s))
+            else {
                 continue;
             };
             for (proto, port) in &ports {

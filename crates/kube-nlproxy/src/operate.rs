@@ -269,7 +269,10 @@ fn start_localhost_proxy(
     let status = status.clone();
     rt.spawn(async move {
         loop {
-            proxies.sync(&status.snapshot());
+            // only the NodePorts are copied (sockets are opened outside the status's
+            // lock), not the status's maps of every service
+            let ports = status.read(|s| s.localhost_node_ports.clone());
+            proxies.sync_ports(&ports);
             // a port another program holds is tried again at the next change, or soon
             tokio::select! {
                 _ = changed.notified() => {}

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kube_model::IpFamily;
+use kube_model::{IpFamily, ServiceKey};
 use proxy_status::{LocalhostNodePort, LocalhostObserver, Status};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -274,8 +274,14 @@ impl LocalhostProxies {
 
     /// Serve the NodePorts `status` lists.
     pub fn sync(&mut self, status: &Status) {
+        self.sync_ports(&status.localhost_node_ports);
+    }
+
+    /// Serve these NodePorts (the status's `localhost_node_ports`, read without a copy
+    /// of the rest of the status).
+    pub fn sync_ports(&mut self, ports: &BTreeMap<ServiceKey, Vec<LocalhostNodePort>>) {
         for p in &mut self.0 {
-            p.sync(status.localhost_node_ports.values().flatten());
+            p.sync(ports.values().flatten());
         }
     }
 }

@@ -27,8 +27,12 @@
 //! LoadBalancer gets `allocateLoadBalancerNodePorts: false` and `externalTrafficPolicy:
 //! Cluster`.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
+
 use kube_reference::Rng;
 use netns_tests::bench_cluster::NODE;
+use netns_tests::upstream::Port;
 use serde_json::{json, Value};
 
 /// Base ports, spaced by more than the largest shift (see the address plan).
@@ -168,6 +172,60 @@ impl NodePorts {
         self.0 += n as u32;
         Some(out)
     }
+}
+
+/// The cluster's IPv4 service ports as upstream's renderers take them
+/// (`netns_tests::upstream`): ClusterIP, port, target, NodePort and the ready IPv4
+/// endpoints. What those renderers do not write (LoadBalancer IPs and source ranges,
+/// `externalTrafficPolicy: Local`, session affinity's sets, IPv6, and the ports without
+/// a ready endpoint, which upstream rejects through a map the renderers do not write) is
+/// left out, so the peers' work is a lower bound of what upstream would do for this
+/// cluster.
+pub fn upstream_ports(c: &Cluster) -> Vec<Port> {
+    let mut eps: HashMap<(&str, &str), Vec<&Value>> = HashMap::new();
+    for sl in &c.slices {
+        if sl["addressType"] != "IPv4" {
+            continue;
+        }
+        let ns = sl["metadata"]["namespace"].as_str().unwrap_or_default();
+        let svc = sl["metadata"]["labels"]["kubernetes.io/service-name"]
+            .as_str()
+            .unwrap_or_default();
+        eps.entry((ns, svc)).or_default().push(sl);
+    }
+    let mut out = Vec::new();
+    for s in &c.services {
+        let ns = s["metadata"]["namespace"].as_str().unwrap_or_default();
+        let name = s["metadata"]["name"].as_str().unwrap_or_default();
+        let Some(cip) = s["spec"]["clusterIP"].as_str() else {
+            continue;
+        };
+        let slices = eps.get(&(ns, name)).cloned().unwrap_or_default();
+        for p in s["spec"]["ports"].as_array().into_iter().flatten() {
+            let pname = p["name"].as_str().unwrap_or_default();
+            let endpoints: Vec<IpAddr> = slices
+                .iter()
+                .flat_map(|sl| sl["endpoints"].as_array().into_iter().flatten())
+                .filter(|e| e["conditions"]["ready"] != false)
+                .filter_map(|e| e["addresses"][0].as_str()?.parse().ok())
+                .collect();
+            if endpoints.is_empty() {
+                continue;
+            }
+            out.push(Port {
+                ns: ns.to_string(),
+                svc: name.to_string(),
+                name: pname.to_string(),
+                proto: p["protocol"].as_str().unwrap_or("TCP").to_lowercase(),
+                cluster_ip: cip.to_string(),
+                port: p["port"].as_u64().unwrap_or(0) as u16,
+                target: p["targetPort"].as_u64().unwrap_or(0) as u16,
+                node_port: p["nodePort"].as_u64().map(|n| n as u16),
+                endpoints,
+            });
+        }
+    }
+    out
 }
 
 /// The production-shaped cluster of `n` services from `seed`.

@@ -26,7 +26,7 @@ pub use cleanup::{
     cleanup_required, flows, newly_active, unnated_deletes, upstream_deletes, CleanupModel, CtFlow,
     MapEndpoint, Origin as FlowOrigin, PortRef, Reason, Rule, UdpServicePort,
 };
-pub use gen::{generate, Case, Env};
+pub use gen::{generate, generate_in, generate_varied, Case, DetectLocal, Env, Mode};
 pub use model::{Model, Verdict};
 pub use packets::{Origin, Probe};
 pub use rng::Rng;

@@ -59,10 +59,14 @@ fn proto_number(p: Option<&str>) -> u8 {
 
 /// The sources of family `fam`, each with its origin.
 fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
+    // the node's own packets from its IP of the family (none when it has none)
+    let node = case.env.node_ips.iter().find(|a| family_of(a) == fam);
     let mut v = vec![
         (pod_ip(fam, true, 200), Origin::Pod),
         (pod_ip(fam, false, 201), Origin::Pod),
-        (case.env.node_ips[fam], Origin::Node),
+    ];
+    v.extend(node.map(|a| (*a, Origin::Node)));
+    v.extend([
         (outside_ip(fam, 0), Origin::External), // 198.19.0.1: inside the /24, /23, /32
         (outside_ip(fam, 251), Origin::External), // 198.19.1.2
         (outside_ip(fam, 3 * 250 + 9), Origin::External), // 198.19.3.10: only in /16
@@ -70,7 +74,7 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
             if fam == 0 { v4(200, 77) } else { v6(0x200, 77) },
             Origin::External,
         ), // the node's block
-    ];
+    ]);
     // hairpin: an endpoint of the family connecting to its own service
     if let Some(a) = case
         .slices

@@ -61,6 +61,9 @@ pub struct Env {
     pub pod_interface: String,
     /// `nodePortAddresses` as configured (empty: unset, the mode's default).
     pub node_port_addresses: Vec<String>,
+    /// Whether the probes include the node's own to 127.0.0.1 and ::1 on the NodePorts
+    /// (localhost NodePorts).
+    pub probe_loopback: bool,
     /// The API server's `--service-node-port-range` (what the generator allocates
     /// NodePorts from; the proxy never reads it).
     pub node_port_range: (i32, i32),
@@ -82,6 +85,7 @@ impl Default for Env {
             detect_local: DetectLocal::ClusterCidr,
             pod_interface: "veth1".into(),
             node_port_addresses: Vec::new(),
+            probe_loopback: false,
             node_port_range: (30000, 32767),
         }
     }
@@ -111,7 +115,15 @@ impl Env {
             self.masquerade_all,
             cidrs(&self.cluster_cidrs),
             cidrs(&self.service_cidrs),
-            list(&self.local_addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>()),
+            // the host's addresses as the daemon lists them: loopback's too
+            list(
+                &self
+                    .local_addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .chain(["127.0.0.1".to_string(), "::1".to_string()])
+                    .collect::<Vec<_>>()
+            ),
             self.mode_json(),
             self.detect_local_json(),
         )

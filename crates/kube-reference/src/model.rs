@@ -465,6 +465,7 @@ impl Model {
     fn iptables_node_escapes(&self, p: &Probe) -> bool {
         self.env.mode == Mode::Iptables
             && p.origin == Origin::Node
+            && !p.dst.is_loopback()
             && !self.env.local_addrs.contains(&p.dst)
     }
 
@@ -528,6 +529,30 @@ impl Model {
                 .find(|sp| sp.proto == p.proto && sp.node_port == Some(p.dport))
             {
                 return self.external(sp, p);
+            }
+        }
+        // the iptables proxier's `KUBE-EXTERNAL-SERVICES` (from `INPUT`) rejects a
+        // NodePort without endpoints, and drops one without endpoints for external
+        // traffic, on every local address (`-m addrtype --dst-type LOCAL`, loopback
+        // included), not only on those nodePortAddresses selects
+        if self.env.mode == Mode::Iptables
+            && (p.dst.is_loopback() || self.env.local_addrs.contains(&p.dst))
+        {
+            if let Some(sp) = ports
+                .iter()
+                .find(|sp| sp.proto == p.proto && sp.node_port == Some(p.dport))
+            {
+                let external_eps = if sp.etp_local {
+                    &sp.local_eps
+                } else {
+                    &sp.cluster_eps
+                };
+                if !sp.has_any {
+                    return Verdict::Reject;
+                }
+                if external_eps.is_empty() {
+                    return Verdict::Drop;
+                }
             }
         }
         // 3. cluster IPs on ports no service uses, unallocated service addresses: the

@@ -93,6 +93,7 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
 pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
     let mut dsts: BTreeSet<(IpAddr, u8, u16)> = BTreeSet::new();
     let node_addrs: Vec<IpAddr> = case.env.local_addrs.clone();
+    let mut node_ports: BTreeSet<(u8, u16)> = BTreeSet::new();
     for svc in &case.services {
         let Some(spec) = &svc.spec else { continue };
         let mut ips: Vec<IpAddr> = Vec::new();
@@ -126,6 +127,8 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
                     dsts.insert((*a, proto, np as u16));
                     dsts.insert((*a, other, np as u16));
                 }
+                node_ports.insert((proto, np as u16));
+                node_ports.insert((other, np as u16));
             }
         }
     }
@@ -148,6 +151,25 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
                 dport,
                 origin,
             });
+        }
+    }
+    // localhost NodePorts: the node's own connections to 127.0.0.1 and ::1 on every
+    // NodePort number (environments other than the common one: the kernel sample's
+    // world holds only the documentation ranges)
+    if case.env.probe_loopback {
+        for (proto, dport) in node_ports {
+            for lo in [
+                IpAddr::from([127, 0, 0, 1]),
+                IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            ] {
+                out.push(Probe {
+                    src: lo,
+                    dst: lo,
+                    proto,
+                    dport,
+                    origin: Origin::Node,
+                });
+            }
         }
     }
     if max > 0 && out.len() > max {

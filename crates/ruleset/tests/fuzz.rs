@@ -15,7 +15,7 @@ mod reference;
 
 use kube_reference::{changes, generate_varied as generate, Rng};
 use reference::{
-    changes as step_changes, cluster, compare, config, env_u64, excluded_count, report, start_seed,
+    changes as step_changes, cluster, compare, config, env_u64, excluded_counts, report, start_seed,
 };
 use ruleset::compile;
 
@@ -26,9 +26,11 @@ fn compiled_clusters_agree_with_the_reference() {
     let max = env_u64("FUZZ_PROBES").unwrap_or(60) as usize;
     eprintln!("fuzz: FUZZ_SEED={seed} FUZZ_CASES={cases}");
     let mut failures = Vec::new();
+    let mut envs = std::collections::BTreeMap::new();
     let started = std::time::Instant::now();
     for i in 0..cases {
         let case = generate(seed.wrapping_add(i));
+        tally(&mut envs, &case.env);
         let compiled = compile(&cluster(&case), &config(&case)).expect("config is valid");
         let mut rng = Rng::new(case.seed ^ 0x5eed);
         failures.extend(compare(&case, &compiled.tables, &mut rng, max, "full"));
@@ -45,11 +47,36 @@ fn compiled_clusters_agree_with_the_reference() {
         }
     }
     eprintln!(
-        "fuzz: {cases} cases in {:?}, {} probes named deliberate differences",
+        "fuzz: {cases} cases in {:?}; deliberate differences (excluded()): {}",
         started.elapsed(),
-        excluded_count()
+        excluded_counts()
     );
+    let envs: Vec<String> = envs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    eprintln!("fuzz: environments: {}", envs.join(", "));
     report(&failures, cases, seed);
+}
+
+/// Count the environment's settings (printed with the run).
+fn tally(t: &mut std::collections::BTreeMap<String, u64>, env: &kube_reference::Env) {
+    let detect = format!("{:?}", env.detect_local);
+    let stack = match (
+        env.node_ips.iter().any(|a| a.is_ipv4()),
+        env.node_ips.iter().any(|a| a.is_ipv6()),
+    ) {
+        (true, true) => "dual-stack",
+        (true, false) => "IPv4-only",
+        _ => "IPv6-only",
+    };
+    let keys = [
+        format!("{:?}", env.mode),
+        detect.split('(').next().unwrap_or("").to_string(),
+        stack.to_string(),
+        format!("nodePortAddresses={:?}", env.node_port_addresses),
+        format!("masqueradeAll={}", env.masquerade_all),
+    ];
+    for k in keys {
+        *t.entry(k).or_default() += 1;
+    }
 }
 
 #[test]

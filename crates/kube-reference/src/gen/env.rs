@@ -42,6 +42,7 @@ impl Env {
         if rng.chance(50) {
             return env;
         }
+        env.probe_loopback = true;
         if rng.chance(50) {
             env.mode = Mode::Iptables;
         }
@@ -69,7 +70,7 @@ impl Env {
             _ => "veth1".into(),
         };
         env.masquerade_all = rng.chance(20);
-        let lists: [&[&str]; 12] = [
+        let lists: [&[&str]; 13] = [
             &[],
             &[],
             &["primary"],
@@ -79,6 +80,7 @@ impl Env {
             &["2001:db8:201::/48"],
             &["2001:db8:200::/47"],
             &["198.18.201.0/24", "2001:db8:200::/48"],
+            &["127.0.0.0/8", "198.18.200.0/24", "::1/128"],
             &["198.18.210.0/24", "2001:db8:210::/48"],
             &["0.0.0.0/0", "2001:db8:201::1/128"],
             &["198.18.200.1/32", "198.18.201.0/24", "::/0"],
@@ -142,15 +144,24 @@ impl Env {
 
     /// The addresses NodePorts of family `fam` are served on (`NewNodePortAddresses`
     /// and `GetNodeIPs`): no CIDR of the family, or a zero CIDR, is every local address;
-    /// else the local addresses inside the CIDRs (none may match).
+    /// else the local addresses inside the CIDRs (none may match). Loopback: only the
+    /// iptables proxier's IPv4 localhost NodePorts (`iptables.localhostNodePorts`, its
+    /// default, which the daemon keeps) when the IPv4 part matches every address or
+    /// holds 127.0.0.1; never IPv6 (`::1` is left out), never the nftables proxier's
+    /// rules (its `ip daddr != 127.0.0.0/8` and `GetNodeIPs` without loopback).
     pub fn node_port_ips(&self, fam: usize) -> Vec<IpAddr> {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let mut local = self.local_addrs.clone();
+        if fam == 0 && self.mode == Mode::Iptables {
+            local.push(lo);
+        }
         let cidrs: Vec<(IpAddr, u8)> = self
             .node_port_cidrs()
             .into_iter()
             .filter(|c| family_of(&c.0) == fam)
             .collect();
         let all = cidrs.is_empty() || cidrs.iter().any(|c| c.1 == 0);
-        self.local_addrs
+        local
             .iter()
             .filter(|a| family_of(a) == fam)
             .filter(|a| all || cidrs.iter().any(|c| cidr_contains(c, a)))
@@ -272,7 +283,9 @@ mod tests {
             with(Mode::Nftables, &[]).node_port_ips(0),
             [ip("198.18.200.1")]
         );
-        assert_eq!(with(Mode::Iptables, &[]).node_port_ips(0), all4);
+        let mut all4_lo = all4.clone();
+        all4_lo.push(ip("127.0.0.1"));
+        assert_eq!(with(Mode::Iptables, &[]).node_port_ips(0), all4_lo);
         assert_eq!(
             with(Mode::Iptables, &["primary"]).node_port_ips(1),
             [ip("2001:db8:200::1")]

@@ -3,7 +3,8 @@
 //! - [`gen`]: random *legal* clusters (Services, EndpointSlices, the Node) as the API
 //!   server's validation defines them, from a seed ([`rng::Rng`], splitmix64).
 //! - [`changes`]: random change sequences over a generated cluster.
-//! - [`model`]: an independent reference of kube-proxy's (nftables mode) verdict for the
+//! - [`model`]: an independent reference of kube-proxy's verdict (nftables or iptables
+//!   mode, in the case's environment, [`gen::Env`]) for the
 //!   first packet of a connection, written from upstream's proxier, endpoint slice cache
 //!   and topology code. It reads the Kubernetes objects itself and shares no code with
 //!   `kube-model` or `ruleset`.

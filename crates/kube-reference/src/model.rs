@@ -1,14 +1,20 @@
-//! The reference: kube-proxy's (nftables mode) verdict for the first packet of a
-//! connection, written from upstream's sources (`pkg/proxy/nftables/proxier.go`,
+//! The reference: kube-proxy's verdict for the first packet of a connection in the
+//! case's environment ([`Env`]: nftables or iptables mode, the local-traffic detector,
+//! nodePortAddresses, masqueradeAll, the node's families), written from upstream's
+//! sources (`pkg/proxy/nftables/proxier.go`, `pkg/proxy/iptables/proxier.go` where the
+//! modes differ, `cmd/kube-proxy/app/server.go`/`server_linux.go`,
+//! `pkg/proxy/util/nodeport_addresses.go`/`localdetector.go`,
 //! `pkg/proxy/servicechangetracker.go`/`serviceport.go`, `pkg/proxy/endpointslicecache.go`,
 //! `pkg/proxy/topology.go`, `pkg/apis/core/v1/helper`'s `ExternallyAccessible`). It
 //! reads the Kubernetes objects itself and shares nothing with `kube-model`/`ruleset`.
 //!
 //! The order of the checks is the order of upstream's hooks for a new connection:
 //! firewall (loadBalancerSourceRanges, before DNAT), the NAT dispatch (service IPs,
-//! NodePorts on the primary node IPs), then the filter checks after DNAT (no usable
-//! endpoints: reject; a Local policy without a local endpoint: drop; a ClusterIP on a
-//! port no service uses: reject; an unallocated address of a service CIDR: drop).
+//! NodePorts on the NodePort addresses), then the filter checks after DNAT (no usable
+//! endpoints: reject; a Local policy without a local endpoint: drop; nftables mode: a
+//! ClusterIP on a port no service uses: reject, an unallocated address of a service
+//! CIDR: drop; iptables mode: NodePorts without endpoints refused on every local
+//! address, and none of the filter rules for the node's own packets that leave it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};

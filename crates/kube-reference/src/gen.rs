@@ -31,14 +31,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::rng::Rng;
 
+mod env;
 mod large;
 mod legacy;
 mod slices;
+pub use env::{DetectLocal, Mode};
 pub use large::generate_large;
 pub(crate) use legacy::{respell_service, respell_slices};
 pub(crate) use slices::slices_for;
 
-/// The fixed surroundings of every case: the node and the proxier's settings.
+/// The surroundings of a case: the node and the proxier's settings ([`Env::default`]
+/// the common one, [`Env::random`] the environments users run).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Env {
     pub node_name: String,
@@ -47,7 +50,7 @@ pub struct Env {
     pub node_ips: Vec<IpAddr>,
     /// Every local address of the host (primary ones included).
     pub local_addrs: Vec<IpAddr>,
-    /// `clusterCIDR` (the local-traffic detector: ClusterCIDR).
+    /// `clusterCIDR` (read by the ClusterCIDR local-traffic detector).
     pub cluster_cidrs: Vec<(IpAddr, u8)>,
     /// `spec.podCIDRs` of the node.
     pub pod_cidrs: Vec<(IpAddr, u8)>,
@@ -55,6 +58,17 @@ pub struct Env {
     pub service_cidrs: Vec<(IpAddr, u8)>,
     /// `masqueradeAll`.
     pub masquerade_all: bool,
+    /// `mode`.
+    pub mode: Mode,
+    /// `detectLocalMode` with its parameter.
+    pub detect_local: DetectLocal,
+    /// The name of the interface this node's pods' packets arrive on.
+    pub pod_interface: String,
+    /// `nodePortAddresses` as configured (empty: unset, the mode's default).
+    pub node_port_addresses: Vec<String>,
+    /// Whether the probes include the node's own to 127.0.0.1 and ::1 on the NodePorts
+    /// (localhost NodePorts).
+    pub probe_loopback: bool,
     /// The API server's `--service-node-port-range` (what the generator allocates
     /// NodePorts from; the proxy never reads it).
     pub node_port_range: (i32, i32),
@@ -62,20 +76,21 @@ pub struct Env {
 
 impl Default for Env {
     fn default() -> Env {
+        let (node_ips, local_addrs) = env::default_addrs();
         Env {
             node_name: "node-a".into(),
             zone: "zone-a".into(),
-            node_ips: vec![ip("198.18.200.1"), ip("2001:db8:200::1")],
-            local_addrs: vec![
-                ip("198.18.200.1"),
-                ip("2001:db8:200::1"),
-                ip("198.18.201.1"),
-                ip("2001:db8:201::1"),
-            ],
+            node_ips,
+            local_addrs,
             cluster_cidrs: vec![(ip("198.18.0.0"), 20), (ip("2001:db8::"), 48)],
             pod_cidrs: vec![(ip("198.18.1.0"), 24), (ip("2001:db8:0:1::"), 64)],
             service_cidrs: vec![(ip("198.18.100.0"), 24), (ip("2001:db8:100::"), 112)],
             masquerade_all: false,
+            mode: Mode::Nftables,
+            detect_local: DetectLocal::ClusterCidr,
+            pod_interface: "veth1".into(),
+            node_port_addresses: Vec::new(),
+            probe_loopback: false,
             node_port_range: (30000, 32767),
         }
     }
@@ -100,12 +115,22 @@ impl Env {
         };
         format!(
             "{{\"kind\": \"NlproxyConfig\", \"nodeName\": \"{}\", \"families\": [\"IPv4\", \"IPv6\"], \
-             \"masqueradeAll\": {}, \"clusterCIDRs\": [{}], \"serviceCIDRs\": [{}], \"localAddresses\": [{}]}}",
+             \"masqueradeAll\": {}, \"clusterCIDRs\": [{}], \"serviceCIDRs\": [{}], \"localAddresses\": [{}]{}{}}}",
             self.node_name,
             self.masquerade_all,
             cidrs(&self.cluster_cidrs),
             cidrs(&self.service_cidrs),
-            list(&self.local_addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>()),
+            // the host's addresses as the daemon lists them: loopback's too
+            list(
+                &self
+                    .local_addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .chain(["127.0.0.1".to_string(), "::1".to_string()])
+                    .collect::<Vec<_>>()
+            ),
+            self.mode_json(),
+            self.detect_local_json(),
         )
     }
 }
@@ -276,10 +301,23 @@ pub fn endpoints(sl: &discovery::EndpointSlice) -> &[discovery::Endpoint] {
     sl.endpoints.as_deref().unwrap_or(&[])
 }
 
-/// Generate the case of `seed`.
+/// Generate the case of `seed` in the common environment ([`Env::default`]).
 pub fn generate(seed: u64) -> Case {
+    generate_in(seed, Env::default())
+}
+
+/// Generate the case of `seed` in an environment drawn from the seed too
+/// ([`Env::random`], from its own stream: the objects are [`generate`]'s).
+pub fn generate_varied(seed: u64) -> Case {
+    generate_in(
+        seed,
+        Env::random(&mut Rng::new(seed ^ 0xe4e4_e4e4_e4e4_e4e4)),
+    )
+}
+
+/// Generate the case of `seed` in `env`.
+pub fn generate_in(seed: u64, mut env: Env) -> Case {
     let mut rng = Rng::new(seed);
-    let mut env = Env::default();
     // one cluster in ten with another `--service-node-port-range`
     if rng.chance(10) {
         env.node_port_range = *rng.pick(&[(20000, 22767), (80, 32767), (1, 65535)]);
@@ -377,13 +415,22 @@ pub fn node(env: &Env) -> core::Node {
             ..Default::default()
         }),
         status: Some(core::NodeStatus {
-            addresses: Some(vec![
-                addr("InternalIP", "198.18.200.1"),
-                addr("InternalIP", "2001:db8:200::1"),
-                addr("ExternalIP", "198.18.201.1"),
-                addr("ExternalIP", "2001:db8:201::1"),
-                addr("Hostname", &env.node_name),
-            ]),
+            addresses: Some(
+                env.node_ips
+                    .iter()
+                    .map(|a| addr("InternalIP", &a.to_string()))
+                    .chain(
+                        // the host's other addresses of the node's families (a
+                        // single-stack node's host may hold one of the other family)
+                        env.local_addrs
+                            .iter()
+                            .filter(|a| !env.node_ips.contains(a))
+                            .filter(|a| env.node_ips.iter().any(|n| family_of(n) == family_of(a)))
+                            .map(|a| addr("ExternalIP", &a.to_string())),
+                    )
+                    .chain([addr("Hostname", &env.node_name)])
+                    .collect(),
+            ),
             ..Default::default()
         }),
     }

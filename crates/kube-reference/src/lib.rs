@@ -8,7 +8,8 @@
 //! - [`ip`]: addresses and ranges read as kube-proxy reads them (the model's own
 //!   `ParseIPSloppy`/`ParseCIDRSloppy`).
 //! - [`changes`]: random change sequences over a generated cluster.
-//! - [`model`]: an independent reference of kube-proxy's (nftables mode) verdict for the
+//! - [`model`]: an independent reference of kube-proxy's verdict (nftables or iptables
+//!   mode, in the case's environment, [`gen::Env`]) for the
 //!   first packet of a connection, written from upstream's proxier, endpoint slice cache
 //!   and topology code. It reads the Kubernetes objects itself and shares no code with
 //!   `kube-model` or `ruleset`.
@@ -32,7 +33,9 @@ pub use cleanup::{
     cleanup_required, flows, newly_active, unnated_deletes, upstream_deletes, CleanupModel, CtFlow,
     MapEndpoint, Origin as FlowOrigin, PortRef, Reason, Rule, UdpServicePort,
 };
-pub use gen::{generate, generate_large, Case, Env};
+pub use gen::{
+    generate, generate_in, generate_large, generate_varied, Case, DetectLocal, Env, Mode,
+};
 pub use model::{Model, Verdict};
 pub use packets::{Origin, Probe};
 pub use rng::Rng;

@@ -1,14 +1,20 @@
-//! The reference: kube-proxy's (nftables mode) verdict for the first packet of a
-//! connection, written from upstream's sources (`pkg/proxy/nftables/proxier.go`,
+//! The reference: kube-proxy's verdict for the first packet of a connection in the
+//! case's environment ([`Env`]: nftables or iptables mode, the local-traffic detector,
+//! nodePortAddresses, masqueradeAll, the node's families), written from upstream's
+//! sources (`pkg/proxy/nftables/proxier.go`, `pkg/proxy/iptables/proxier.go` where the
+//! modes differ, `cmd/kube-proxy/app/server.go`/`server_linux.go`,
+//! `pkg/proxy/util/nodeport_addresses.go`/`localdetector.go`,
 //! `pkg/proxy/servicechangetracker.go`/`serviceport.go`, `pkg/proxy/endpointslicecache.go`,
 //! `pkg/proxy/topology.go`, `pkg/apis/core/v1/helper`'s `ExternallyAccessible`). It
 //! reads the Kubernetes objects itself and shares nothing with `kube-model`/`ruleset`.
 //!
 //! The order of the checks is the order of upstream's hooks for a new connection:
 //! firewall (loadBalancerSourceRanges, before DNAT), the NAT dispatch (service IPs,
-//! NodePorts on the primary node IPs), then the filter checks after DNAT (no usable
-//! endpoints: reject; a Local policy without a local endpoint: drop; a ClusterIP on a
-//! port no service uses: reject; an unallocated address of a service CIDR: drop).
+//! NodePorts on the NodePort addresses), then the filter checks after DNAT (no usable
+//! endpoints: reject; a Local policy without a local endpoint: drop; nftables mode: a
+//! ClusterIP on a port no service uses: reject, an unallocated address of a service
+//! CIDR: drop; iptables mode: NodePorts without endpoints refused on every local
+//! address, and none of the filter rules for the node's own packets that leave it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -18,7 +24,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::gen::{family_of, Case, Env, LABEL_HEADLESS, LABEL_PROXY_NAME};
+use crate::gen::{family_of, Case, Env, Mode, LABEL_HEADLESS, LABEL_PROXY_NAME};
 use crate::ip::{parse_cidr, parse_ip};
 use crate::packets::{Origin, Probe};
 
@@ -474,8 +480,46 @@ impl Model {
         }
     }
 
-    fn is_local_pod(&self, src: &IpAddr) -> bool {
-        self.env.cluster_cidrs.iter().any(|c| cidr_contains(c, src))
+    /// Whether the probe's family has a local-traffic detector and it takes the probe
+    /// as from a local pod (`localdetector.go`; the detector chosen as
+    /// `server_linux.go`'s `getLocalDetectors` does, see [`Env::is_local`]).
+    fn is_local_pod(&self, p: &Probe) -> bool {
+        self.env.is_local(p)
+    }
+
+    /// Whether a ClusterIP's traffic from `p` is masqueraded: with masqueradeAll all of
+    /// it; else what a detector of the family finds not local (no detector: none).
+    fn masquerades_internal(&self, p: &Probe) -> bool {
+        self.env.masquerade_all
+            || (self.env.detects_local(family_of(&p.src)) && !self.is_local_pod(p))
+    }
+
+    /// The iptables proxier rejects (or drops) traffic to external IPs and LoadBalancer
+    /// IPs without usable endpoints in `KUBE-EXTERNAL-SERVICES`, which only `INPUT` and
+    /// `FORWARD` jump to: the node's own packets to a destination that is not one of
+    /// its addresses never meet those rules and leave the node un-NATed.
+    fn iptables_node_escapes(&self, p: &Probe) -> bool {
+        self.env.mode == Mode::Iptables
+            && p.origin == Origin::Node
+            && !p.dst.is_loopback()
+            && !self.env.local_addrs.contains(&p.dst)
+    }
+
+    /// The environment the model judges in.
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
+    /// Whether `a` is a ClusterIP of a service port of the model.
+    pub fn is_cluster_ip(&self, a: &IpAddr) -> bool {
+        self.cluster_ips[family_of(a)].contains(a)
+    }
+
+    /// Whether `a` is an external IP or a LoadBalancer VIP of a service port of the model.
+    pub fn is_external_ip(&self, a: &IpAddr) -> bool {
+        self.ports[family_of(a)]
+            .iter()
+            .any(|sp| sp.external.contains(a) || sp.lb_vips.contains(a))
     }
 
     /// The verdict for `p`.
@@ -489,9 +533,10 @@ impl Model {
             .filter(matches)
             .find(|sp| sp.lb_vips.contains(&p.dst) && !sp.source_ranges.is_empty())
         {
-            let node_ip = self.env.node_ips.iter().find(|a| family_of(a) == fam);
-            let allow_from_node =
-                node_ip.is_some_and(|n| sp.source_ranges.iter().any(|c| cidr_contains(c, n)));
+            // the node IP of the family (loopback when the node has none, as
+            // `detectNodeIPs` leaves it)
+            let node_ip = self.env.node_ip(fam);
+            let allow_from_node = sp.source_ranges.iter().any(|c| cidr_contains(c, &node_ip));
             let allowed = sp.source_ranges.iter().any(|c| cidr_contains(c, &p.src))
                 || (allow_from_node && sp.lb_vips.contains(&p.src));
             if !allowed {
@@ -513,8 +558,8 @@ impl Model {
         {
             return self.external(sp, p);
         }
-        let node_ip = self.env.node_ips.iter().find(|a| family_of(a) == fam);
-        if node_ip == Some(&p.dst) {
+        // NodePorts on the addresses nodePortAddresses selects (`nodeport_addresses.go`)
+        if self.env.node_port_ips(fam).contains(&p.dst) {
             if let Some(sp) = ports
                 .iter()
                 .find(|sp| sp.proto == p.proto && sp.node_port == Some(p.dport))
@@ -522,7 +567,36 @@ impl Model {
                 return self.external(sp, p);
             }
         }
-        // 3. cluster IPs on ports no service uses, unallocated service addresses
+        // the iptables proxier's `KUBE-EXTERNAL-SERVICES` (from `INPUT`) rejects a
+        // NodePort without endpoints, and drops one without endpoints for external
+        // traffic, on every local address (`-m addrtype --dst-type LOCAL`, loopback
+        // included), not only on those nodePortAddresses selects
+        if self.env.mode == Mode::Iptables
+            && (p.dst.is_loopback() || self.env.local_addrs.contains(&p.dst))
+        {
+            if let Some(sp) = ports
+                .iter()
+                .find(|sp| sp.proto == p.proto && sp.node_port == Some(p.dport))
+            {
+                let external_eps = if sp.etp_local {
+                    &sp.local_eps
+                } else {
+                    &sp.cluster_eps
+                };
+                if !sp.has_any {
+                    return Verdict::Reject;
+                }
+                if external_eps.is_empty() {
+                    return Verdict::Drop;
+                }
+            }
+        }
+        // 3. cluster IPs on ports no service uses, unallocated service addresses: the
+        // nftables proxier's `cluster-ips-check` rejects and drops; the iptables proxier
+        // has no such rules (docs/migration.md names these as kept on purpose)
+        if self.env.mode == Mode::Iptables {
+            return Verdict::NoMatch;
+        }
         if self.cluster_ips[fam].contains(&p.dst) {
             return Verdict::Reject;
         }
@@ -558,23 +632,28 @@ impl Model {
                 Verdict::Reject
             };
         }
-        let masq = self.env.masquerade_all || !self.is_local_pod(&p.src);
-        self.dnat(eps, p, masq)
+        self.dnat(eps, p, self.masquerades_internal(p))
     }
 
     fn external(&self, sp: &SvcPort, p: &Probe) -> Verdict {
+        let reject = if self.iptables_node_escapes(p) {
+            Verdict::NoMatch
+        } else {
+            Verdict::Reject
+        };
         if !sp.has_any {
-            return Verdict::Reject;
+            return reject;
         }
         if !sp.etp_local {
             return if sp.cluster_eps.is_empty() {
-                Verdict::Reject
+                reject
             } else {
                 self.dnat(&sp.cluster_eps, p, true)
             };
         }
-        // Local: pods and the node itself short-circuit to the cluster-wide endpoints
-        if self.is_local_pod(&p.src) {
+        // Local: pods (when the family has a detector) and the node itself
+        // short-circuit to the cluster-wide endpoints
+        if self.is_local_pod(p) {
             return self.dnat(&sp.cluster_eps, p, false);
         }
         if p.origin == Origin::Node || self.env.local_addrs.contains(&p.src) {

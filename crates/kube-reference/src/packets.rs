@@ -59,10 +59,14 @@ fn proto_number(p: Option<&str>) -> u8 {
 
 /// The sources of family `fam`, each with its origin.
 fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
+    // the node's own packets from its IP of the family (none when it has none)
+    let node = case.env.node_ips.iter().find(|a| family_of(a) == fam);
     let mut v = vec![
         (pod_ip(fam, true, 200), Origin::Pod),
         (pod_ip(fam, false, 201), Origin::Pod),
-        (case.env.node_ips[fam], Origin::Node),
+    ];
+    v.extend(node.map(|a| (*a, Origin::Node)));
+    v.extend([
         (outside_ip(fam, 0), Origin::External), // 198.19.0.1: inside the /24, /23, /32
         (outside_ip(fam, 251), Origin::External), // 198.19.1.2
         (outside_ip(fam, 3 * 250 + 9), Origin::External), // 198.19.3.10: only in /16
@@ -70,7 +74,7 @@ fn sources(case: &Case, fam: usize) -> Vec<(IpAddr, Origin)> {
             if fam == 0 { v4(200, 77) } else { v6(0x200, 77) },
             Origin::External,
         ), // the node's block
-    ];
+    ]);
     // hairpin: an endpoint of the family connecting to its own service
     if let Some(a) = case
         .slices
@@ -93,6 +97,7 @@ pub const ALL_PROBES_CAP: usize = 20_000;
 pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
     let mut dsts: BTreeSet<(IpAddr, u8, u16)> = BTreeSet::new();
     let node_addrs: Vec<IpAddr> = case.env.local_addrs.clone();
+    let mut node_ports: BTreeSet<(u8, u16)> = BTreeSet::new();
     for svc in &case.services {
         let Some(spec) = &svc.spec else { continue };
         let mut ips: Vec<IpAddr> = Vec::new();
@@ -126,6 +131,8 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
                     dsts.insert((*a, proto, np as u16));
                     dsts.insert((*a, other, np as u16));
                 }
+                node_ports.insert((proto, np as u16));
+                node_ports.insert((other, np as u16));
             }
         }
     }
@@ -148,6 +155,25 @@ pub fn probes(case: &Case, rng: &mut Rng, max: usize) -> Vec<Probe> {
                 dport,
                 origin,
             });
+        }
+    }
+    // localhost NodePorts: the node's own connections to 127.0.0.1 and ::1 on every
+    // NodePort number (environments other than the common one: the kernel sample's
+    // world holds only the documentation ranges)
+    if case.env.probe_loopback {
+        for (proto, dport) in node_ports {
+            for lo in [
+                IpAddr::from([127, 0, 0, 1]),
+                IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+            ] {
+                out.push(Probe {
+                    src: lo,
+                    dst: lo,
+                    proto,
+                    dport,
+                    origin: Origin::Node,
+                });
+            }
         }
     }
     let max = if max == 0 { ALL_PROBES_CAP } else { max };

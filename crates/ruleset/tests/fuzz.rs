@@ -16,8 +16,10 @@
 
 mod reference;
 
-use kube_reference::{changes, generate, generate_large, Rng};
-use reference::{changes as step_changes, cluster, compare, config, env_u64, report, start_seed};
+use kube_reference::{changes, generate_large, generate_varied as generate, Rng};
+use reference::{
+    changes as step_changes, cluster, compare, config, env_u64, excluded_counts, report, start_seed,
+};
 use ruleset::compile;
 
 #[test]
@@ -27,9 +29,11 @@ fn compiled_clusters_agree_with_the_reference() {
     let max = env_u64("FUZZ_PROBES").unwrap_or(60) as usize;
     eprintln!("fuzz: FUZZ_SEED={seed} FUZZ_CASES={cases}");
     let mut failures = Vec::new();
+    let mut envs = std::collections::BTreeMap::new();
     let started = std::time::Instant::now();
     for i in 0..cases {
         let case = generate(seed.wrapping_add(i));
+        tally(&mut envs, &case.env);
         let compiled = compile(&cluster(&case), &config(&case)).expect("config is valid");
         let mut rng = Rng::new(case.seed ^ 0x5eed);
         failures.extend(compare(&case, &compiled.tables, &mut rng, max, "full"));
@@ -45,8 +49,37 @@ fn compiled_clusters_agree_with_the_reference() {
             break;
         }
     }
-    eprintln!("fuzz: {cases} cases in {:?}", started.elapsed());
+    eprintln!(
+        "fuzz: {cases} cases in {:?}; deliberate differences (excluded()): {}",
+        started.elapsed(),
+        excluded_counts()
+    );
+    let envs: Vec<String> = envs.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    eprintln!("fuzz: environments: {}", envs.join(", "));
     report(&failures, cases, seed);
+}
+
+/// Count the environment's settings (printed with the run).
+fn tally(t: &mut std::collections::BTreeMap<String, u64>, env: &kube_reference::Env) {
+    let detect = format!("{:?}", env.detect_local);
+    let stack = match (
+        env.node_ips.iter().any(|a| a.is_ipv4()),
+        env.node_ips.iter().any(|a| a.is_ipv6()),
+    ) {
+        (true, true) => "dual-stack",
+        (true, false) => "IPv4-only",
+        _ => "IPv6-only",
+    };
+    let keys = [
+        format!("{:?}", env.mode),
+        detect.split('(').next().unwrap_or("").to_string(),
+        stack.to_string(),
+        format!("nodePortAddresses={:?}", env.node_port_addresses),
+        format!("masqueradeAll={}", env.masquerade_all),
+    ];
+    for k in keys {
+        *t.entry(k).or_default() += 1;
+    }
 }
 
 #[test]
@@ -63,22 +96,56 @@ fn incremental_change_sequences_agree_with_the_reference() {
         // what the kernel holds: the batches played onto the first tables
         let mut kernel = compiler.tables();
         let mut rng = Rng::new(start.seed ^ 0xc4a9);
+        // the environment may change at one step (its own stream: the objects and
+        // samples stay those of the seed): the host's addresses or all of it
+        let mut env_rng = Rng::new(start.seed ^ 0xe4e4);
+        let switch_at = env_rng.below(16);
+        let mut env: Option<kube_reference::Env> = None;
         for (n, step) in changes::sequence(&start, &mut rng.fork(), 8)
             .into_iter()
             .enumerate()
         {
-            let up = compiler.update(&cluster(&step.case), &step_changes(&step));
-            compiler.confirm();
+            let mut case = step.case.clone();
+            let switch = n as u64 == switch_at;
+            if switch {
+                env = Some(changed_env(&start.env, &mut env_rng));
+            }
+            if let Some(e) = &env {
+                case.env = e.clone();
+                case.node = kube_reference::gen::node(e);
+            }
+            let mut ch = step_changes(&step);
+            ch.node = switch && case.node != start.node;
             let what = format!("step {n} ({})", step.what);
-            if let Err(e) = ruleset::apply(&mut kernel, &up.ops) {
-                failures.push(format!(
-                    "seed {} {what}: the batch does not apply: {e}",
-                    start.seed
-                ));
+            let c = cluster(&case);
+            let mut ups = vec![compiler.update(&c, &ch)];
+            compiler.confirm();
+            if switch {
+                // the new configuration, as the engine hands it over after the objects
+                let cfg = config(&case).parse().expect("config is valid");
+                ups.push(compiler.set_config(cfg, &c));
+                compiler.confirm();
+            }
+            let what = if switch {
+                format!("{what}, environment now {:?}", case.env)
+            } else {
+                what
+            };
+            let mut bad = false;
+            for up in &ups {
+                if let Err(e) = ruleset::apply(&mut kernel, &up.ops) {
+                    failures.push(format!(
+                        "seed {} {what}: the batch does not apply: {e}",
+                        start.seed
+                    ));
+                    bad = true;
+                }
+            }
+            if bad {
                 break;
             }
             // the batch's element data, not only its op kinds: trace what it leaves
-            failures.extend(compare(&step.case, &kernel, &mut rng, max, &what));
+            failures.extend(compare(&case, &kernel, &mut rng, max, &what));
         }
         if failures.len() > 50 {
             break;
@@ -171,4 +238,29 @@ fn address_parsers_agree_with_the_reference() {
         "FUZZ_SEED={seed}: {}",
         failures.join("\n")
     );
+}
+
+/// The environment a sequence changes to: half the time the host's addresses only (an
+/// address of each family appears, or the non-primary ones go), else another
+/// environment altogether ([`kube_reference::Env::random`], the node's name, zone and
+/// NodePort range kept).
+fn changed_env(env: &kube_reference::Env, rng: &mut Rng) -> kube_reference::Env {
+    if rng.chance(50) {
+        let mut e = env.clone();
+        if rng.chance(50) {
+            e.local_addrs.extend(
+                ["198.18.202.1", "2001:db8:202::1"].map(|a| a.parse::<std::net::IpAddr>().unwrap()),
+            );
+        } else {
+            let primary = e.node_ips.clone();
+            e.local_addrs.retain(|a| primary.contains(a));
+        }
+        return e;
+    }
+    kube_reference::Env {
+        node_name: env.node_name.clone(),
+        zone: env.zone.clone(),
+        node_port_range: env.node_port_range,
+        ..kube_reference::Env::random(rng)
+    }
 }

@@ -918,3 +918,33 @@ fn legacy_ip_texts_are_read_as_upstream_reads_them() {
         Some(Fate::Drop)
     );
 }
+
+/// iptables mode: a NodePort without endpoints is rejected, and one without local
+/// endpoints (externalTrafficPolicy Local) dropped, on every local address, loopback
+/// included, as upstream's `KUBE-EXTERNAL-SERVICES` (`-m addrtype --dst-type LOCAL`)
+/// does whatever nodePortAddresses selects; served (DNATed) only on the primary IPs.
+/// Found by the fuzzer's iptables environments (`FUZZ_SEED=1`, seed 6: `sctp External
+/// 198.18.200.77 -> 198.18.201.1 port 31967: model Reject, ruleset Ok(NoMatch)`).
+#[test]
+fn iptables_nodeports_without_endpoints_refused_on_every_local_address() {
+    let c = case("iptables-nodeport-no-endpoints-every-address");
+    for dst in ["198.18.200.1", "198.18.201.1"] {
+        let t = c.trace(&Packet::tcp(OUTSIDE, dst, 30080));
+        assert_eq!(t.fate(), Some(Fate::Reject), "{dst}: {t}");
+    }
+    let t = c.trace(&Packet::tcp("2001:db8:300::5", "2001:db8:201::1", 30080));
+    assert_eq!(t.fate(), Some(Fate::Reject), "{t}");
+    // the node's own connections to loopback
+    for lo in ["127.0.0.1", "::1"] {
+        let t = c.trace(&Packet::tcp(lo, lo, 30080).from_host());
+        assert_eq!(t.fate(), Some(Fate::Reject), "{lo}: {t}");
+    }
+    let t = c.trace(&Packet::udp(OUTSIDE, "198.18.201.1", 30081));
+    assert_eq!(t.fate(), Some(Fate::Drop), "{t}");
+    // another port on the same address: untouched
+    let t = c.trace(&Packet::tcp(OUTSIDE, "198.18.201.1", 30082));
+    assert!(
+        t.targets().is_empty() && t.fate() == Some(Fate::Local),
+        "{t}"
+    );
+}

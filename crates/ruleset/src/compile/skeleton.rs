@@ -10,7 +10,7 @@ use nft_model::*;
 
 use super::classes::{Class, Space};
 use super::Ctx;
-use crate::config::NodePortAddrs;
+use crate::config::{NodePortAddrs, Proxier};
 use crate::names::*;
 use crate::rules::{addr_type, cidr_match, DST_KEY, PORT_KEY};
 
@@ -420,6 +420,15 @@ fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
         ])
     };
     let drop = verdict(Verdict::Drop);
+    // NodePorts without (external) endpoints: the nftables proxier checks them on the
+    // NodePort addresses (`nodeport-endpoints-check`); the iptables proxier's
+    // `KUBE-EXTERNAL-SERVICES` on every local address, loopback included (`-m addrtype
+    // --dst-type LOCAL`), whatever nodePortAddresses selects
+    let np_check = if ctx.cfg.proxier == Proxier::Iptables {
+        build::fib_daddr_local()
+    } else {
+        np_match.clone()
+    };
     vec![
         Chain::regular(SERVICES).with_rules(services),
         Chain::regular(NODEPORTS).with_rules(nodeports),
@@ -458,11 +467,11 @@ fn fixed_chains(ctx: &Ctx, np_addrs: &NodePortAddrs) -> Vec<Chain> {
             no_endpoint(&DST_KEY, &[], NO_LOCAL_ENDPOINT_SERVICES, drop.clone()),
             no_endpoint(
                 &PORT_KEY,
-                &np_match,
+                &np_check,
                 NO_ENDPOINT_NODEPORTS,
                 build::reject(family),
             ),
-            no_endpoint(&PORT_KEY, &np_match, NO_LOCAL_ENDPOINT_NODEPORTS, drop),
+            no_endpoint(&PORT_KEY, &np_check, NO_LOCAL_ENDPOINT_NODEPORTS, drop),
         ]),
         Chain::regular(CLUSTER_IPS_CHECK).with_rules(cip_rules),
     ]

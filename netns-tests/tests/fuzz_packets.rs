@@ -103,13 +103,15 @@ fn send_all(world: &World, sample: &[Probe]) -> Vec<Outcome> {
 }
 
 /// Compare what the kernel did (`got`) with the model of `case` and the tracer through
-/// `tables`; a disagreement as a message starting with `what`.
+/// `tables` (and, when given, through `read_back`: the tables as the kernel holds
+/// them, dumped over netlink); a disagreement as a message starting with `what`.
 #[allow(clippy::too_many_arguments)]
 fn judge(
     what: &str,
     case: &Case,
     model: &Model,
     tables: &[Table],
+    read_back: Option<&[Table]>,
     world: &World,
     sample: &[Probe],
     got: Vec<Outcome>,
@@ -121,17 +123,37 @@ fn judge(
         let want = model.verdict(p);
         let tr = traced(case, tables, p);
         let kernel_ok = world.agrees(&want, p, &got);
-        if !kernel_ok || tr.as_ref() != Ok(&want) {
+        let held = read_back.map(|t| traced(case, t, p));
+        let held_ok = held.as_ref().is_none_or(|h| h.as_ref() == Ok(&want));
+        if !kernel_ok || tr.as_ref() != Ok(&want) || !held_ok {
+            let side = if !kernel_ok {
+                "the kernel disagrees"
+            } else if !held_ok {
+                "the tracer through the tables read back disagrees"
+            } else {
+                "the tracer disagrees"
+            };
+            let held = held
+                .map(|h| format!(", read back {h:?}"))
+                .unwrap_or_default();
             tally.failures.push(format!(
-                "{what}: {p}: model {want:?}, tracer {tr:?}, kernel {got:?} ({})",
-                if kernel_ok {
-                    "the tracer disagrees"
-                } else {
-                    "the kernel disagrees"
-                }
+                "{what}: {p}: model {want:?}, tracer {tr:?}{held}, kernel {got:?} ({side})"
             ));
         }
     }
+}
+
+/// `tables` as the kernel of the calling thread's namespace holds them (an absent one
+/// as an empty table of that name).
+fn read_back(nft: &mut Nft, tables: &[Table]) -> Result<Vec<Table>, String> {
+    tables
+        .iter()
+        .map(|t| {
+            nft.dump_table(&TableRef::new(t.family, t.name.clone()))
+                .map(|d| d.unwrap_or_else(|| Table::new(t.family, t.name.clone())))
+                .map_err(|e| format!("reading {} back: {e}", t.name))
+        })
+        .collect()
 }
 
 /// How the batch is broken for the negative control.
@@ -181,6 +203,7 @@ fn run_case(seed: u64, max: usize, batch: Batch, only: Option<u8>, tally: &mut T
         &case,
         &model,
         &tables,
+        None,
         &world,
         &sample,
         got,
@@ -293,6 +316,7 @@ fn run_sequence(seed: u64, steps: usize, max: usize, strip: bool, tally: &mut Ta
         let mut t = Tally::default();
         let nft = Nft::open().expect("nftables socket");
         let ct = ct_netlink::Conntrack::open(ct_netlink::Config::default()).expect("ctnetlink");
+        let mut reader = Nft::open().expect("nftables socket");
         let mut flusher =
             ct_netlink::Conntrack::open(ct_netlink::Config::default()).expect("ctnetlink");
         let mut e = sync_engine::Engine::new(
@@ -336,6 +360,13 @@ fn run_sequence(seed: u64, steps: usize, max: usize, strip: bool, tally: &mut Ta
                 out.push(format!("{what}: the engine holds no committed tables"));
                 break;
             };
+            let held = match read_back(&mut reader, &tables) {
+                Ok(h) => h,
+                Err(err) => {
+                    out.push(format!("{what}: {err}"));
+                    break;
+                }
+            };
             flush_conntrack(&mut flusher);
             let got = send_all(world, sample);
             judge(
@@ -343,6 +374,7 @@ fn run_sequence(seed: u64, steps: usize, max: usize, strip: bool, tally: &mut Ta
                 case,
                 &Model::new(case),
                 &tables,
+                Some(&held),
                 world,
                 sample,
                 got,

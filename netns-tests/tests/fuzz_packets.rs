@@ -444,11 +444,15 @@ fn a_sample_of_packets_sent_for_real_agrees_with_model_and_tracer() {
     let mut tally = Tally::default();
     for i in 0..cases {
         let s = seed.wrapping_add(i);
+        let seen = tally.failures.len();
         guarded(
             format!("FUZZ_SEED={s} FUZZ_PACKET_CASES=1"),
             &mut tally,
             |t| run_case(s, max, Batch::AsCompiled, None, t),
         );
+        for f in &tally.failures[seen..] {
+            eprintln!("fuzz packets: disagreement: {f}");
+        }
         if (i + 1) % 50 == 0 {
             eprintln!(
                 "fuzz packets: {} cases, {:?}: {}",
@@ -481,11 +485,15 @@ fn change_sequences_committed_by_the_engine_agree_with_model_and_tracer() {
     let mut tally = Tally::default();
     for i in 0..seqs {
         let s = seed.wrapping_add(i);
+        let seen = tally.failures.len();
         guarded(
             format!("FUZZ_SEED={s} FUZZ_PACKET_SEQUENCES=1 FUZZ_PACKET_STEPS={steps}"),
             &mut tally,
             |t| run_sequence(s, steps, max, false, t),
         );
+        for f in &tally.failures[seen..] {
+            eprintln!("fuzz packets (sequences): disagreement: {f}");
+        }
         if (i + 1) % 10 == 0 {
             eprintln!(
                 "fuzz packets (sequences): {} sequences, {} states, {:?}: {}",

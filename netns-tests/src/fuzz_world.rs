@@ -187,6 +187,35 @@ fn quiet(ns: &Netns) {
     }
 }
 
+/// Wait until every link of `nss` has its carrier and no IPv6 address is tentative (a
+/// veth's carrier, and with it IPv6 on the link, comes up asynchronously; on a loaded
+/// machine a first packet can find the link not ready: `no route`). Bounded: panics
+/// after 5 s (scaled).
+fn settle(nss: &[&Netns]) {
+    let deadline = Instant::now() + crate::scaled(Duration::from_secs(5));
+    loop {
+        let pending: Vec<String> = nss
+            .iter()
+            .filter(|ns| {
+                ns.ip(&["-o", "link", "show"]).contains("NO-CARRIER")
+                    || !ns
+                        .ip(&["-6", "-o", "addr", "show", "tentative"])
+                        .trim()
+                        .is_empty()
+            })
+            .map(|ns| ns.name().to_string())
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the links of {pending:?} are not up after 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Bind `list` in `ns` and answer on a thread until `stop`.
 fn serve(ns: &Netns, list: Vec<Listen>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     enum Sock {
@@ -585,6 +614,9 @@ impl World {
             stop.clone(),
             SERVER_LIFETIME,
         ));
+        let mut all: Vec<&Netns> = vec![&node, &ext, &endpoints, &sink];
+        all.extend(pods.values());
+        settle(&all);
         guard.disarm();
         World {
             node,

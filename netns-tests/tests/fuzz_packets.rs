@@ -311,8 +311,7 @@ fn run_sequence(seed: u64, steps: usize, max: usize, strip: bool, tally: &mut Ta
     let cfg = cleanup_reference::engine_config(&start);
     let name = format!("FUZZ_SEED={seed} FUZZ_PACKET_SEQUENCES=1 FUZZ_PACKET_STEPS={steps}");
     let world = &world;
-    let failures = world.node.run(|| {
-        let mut out: Vec<String> = Vec::new();
+    let t = world.node.run(|| {
         let mut t = Tally::default();
         let nft = Nft::open().expect("nftables socket");
         let ct = ct_netlink::Conntrack::open(ct_netlink::Config::default()).expect("ctnetlink");
@@ -351,19 +350,29 @@ fn run_sequence(seed: u64, steps: usize, max: usize, strip: bool, tally: &mut Ta
             before = case;
             let what = format!("{name} {what}");
             if let Err(err) = e.sync() {
-                out.push(format!("{what}: the engine's sync failed: {err}"));
+                t.failures
+                    .push(format!("{what}: the engine's sync failed: {err}"));
                 break;
             }
             e.drain_cleanup();
             t.states += 1;
+            // a service port left out because the kernel refused its rules is a
+            // failure of its own (every generated object is legal)
+            let skipped = e.status().read(|st| st.skipped_service_ports.len());
+            if skipped > 0 {
+                t.failures.push(format!(
+                    "{what}: the engine skipped {skipped} service ports the kernel refused"
+                ));
+            }
             let Some(tables) = e.committed() else {
-                out.push(format!("{what}: the engine holds no committed tables"));
+                t.failures
+                    .push(format!("{what}: the engine holds no committed tables"));
                 break;
             };
             let held = match read_back(&mut reader, &tables) {
                 Ok(h) => h,
                 Err(err) => {
-                    out.push(format!("{what}: {err}"));
+                    t.failures.push(format!("{what}: {err}"));
                     break;
                 }
             };
@@ -381,11 +390,9 @@ fn run_sequence(seed: u64, steps: usize, max: usize, strip: bool, tally: &mut Ta
                 &mut t,
             );
         }
-        out.extend(std::mem::take(&mut t.failures));
-        (out, t)
+        t
     });
-    let (failures, t) = failures;
-    tally.failures.extend(failures);
+    tally.failures.extend(t.failures);
     tally.sent += t.sent;
     tally.states += t.states;
     for (k, v) in t.by_proto {

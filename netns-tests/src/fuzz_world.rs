@@ -32,19 +32,23 @@ use std::time::{Duration, Instant};
 use kube_reference::{Case, Origin, Probe, Verdict};
 
 use crate::cluster::{probe, Outcome, Proto};
+use crate::sctp::{self, Seen};
 use crate::{addr, veth, Netns};
 
 /// The longest a server thread lives (a bound on its loop; a case takes seconds).
 const SERVER_LIFETIME: Duration = Duration::from_secs(600);
 
-/// Why a probe cannot be sent in this world (`None`: it can).
+/// Why a probe cannot be sent in this world (`None`: it can). SCTP probes are raw
+/// INIT chunks (`crate::sctp`).
 pub fn unrealisable(p: &Probe) -> Option<&'static str> {
     match p.proto {
-        6 | 17 => None,
-        132 => Some("sctp (no SCTP client)"),
+        6 | 17 | 132 => None,
         _ => Some("unknown protocol"),
     }
 }
+
+/// The most Pod sources a world has (one leg each, legs 2..16).
+pub const MAX_POD_SOURCES: usize = 14;
 
 /// The protocol of a realisable probe.
 fn proto(p: &Probe) -> Proto {
@@ -72,6 +76,8 @@ pub struct World {
     /// Per Pod source address, its namespace.
     pods: BTreeMap<IpAddr, Netns>,
     local: BTreeSet<IpAddr>,
+    /// The SCTP INITs the receivers saw, by initiate tag.
+    sctp_seen: Seen,
     stop: Arc<AtomicBool>,
     servers: Vec<JoinHandle<()>>,
 }
@@ -181,6 +187,35 @@ fn quiet(ns: &Netns) {
     }
 }
 
+/// Wait until every link of `nss` has its carrier and no IPv6 address is tentative (a
+/// veth's carrier, and with it IPv6 on the link, comes up asynchronously; on a loaded
+/// machine a first packet can find the link not ready: `no route`). Bounded: panics
+/// after 5 s (scaled).
+fn settle(nss: &[&Netns]) {
+    let deadline = Instant::now() + crate::scaled(Duration::from_secs(5));
+    loop {
+        let pending: Vec<String> = nss
+            .iter()
+            .filter(|ns| {
+                ns.ip(&["-o", "link", "show"]).contains("NO-CARRIER")
+                    || !ns
+                        .ip(&["-6", "-o", "addr", "show", "tentative"])
+                        .trim()
+                        .is_empty()
+            })
+            .map(|ns| ns.name().to_string())
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the links of {pending:?} are not up after 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Bind `list` in `ns` and answer on a thread until `stop`.
 fn serve(ns: &Netns, list: Vec<Listen>, stop: Arc<AtomicBool>) -> JoinHandle<()> {
     enum Sock {
@@ -267,8 +302,7 @@ pub fn raise_fd_limit() {
     }
 }
 
-/// Every endpoint of the case as (address, protocol, port), from its slices (TCP and
-/// UDP; SCTP ones are never probed).
+/// Every endpoint of the case as (address, protocol, port), from its slices.
 fn endpoint_sockets(case: &Case) -> BTreeSet<(IpAddr, u8, u16)> {
     let mut out = BTreeSet::new();
     for sl in &case.slices {
@@ -279,7 +313,7 @@ fn endpoint_sockets(case: &Case) -> BTreeSet<(IpAddr, u8, u16)> {
             .filter_map(|p| {
                 let proto = match p.protocol.as_deref() {
                     Some("UDP") => 17,
-                    Some("SCTP") => return None,
+                    Some("SCTP") => 132,
                     _ => 6,
                 };
                 Some((proto, u16::try_from(p.port?).ok()?))
@@ -360,12 +394,27 @@ impl World {
     /// The world of `case` for the realisable probes `sample`. The caller commits the
     /// tables in [`World::node`].
     pub fn build(case: &Case, sample: &[Probe]) -> World {
+        World::build_for(&[case], sample)
+    }
+
+    /// The world of the cases of a change sequence (one node, the same environment):
+    /// the endpoints of every one of them, for the realisable probes `sample` of all
+    /// (at most [`MAX_POD_SOURCES`] Pod sources).
+    pub fn build_for(cases: &[&Case], sample: &[Probe]) -> World {
+        let case = cases.first().expect("a case");
         let env = &case.env;
+        assert!(
+            cases.iter().all(|c| c.env == case.env),
+            "seed {}: the cases of one world share their environment",
+            case.seed
+        );
+        let eps: BTreeSet<(IpAddr, u8, u16)> =
+            cases.iter().flat_map(|c| endpoint_sockets(c)).collect();
         // every address the world gets from the case (the link addresses are literals)
         let used = sample
             .iter()
             .flat_map(|p| [p.src, p.dst])
-            .chain(endpoint_sockets(case).into_iter().map(|(a, _, _)| a))
+            .chain(eps.iter().map(|(a, _, _)| *a))
             .chain(env.local_addrs.iter().copied());
         for a in used {
             assert!(
@@ -456,11 +505,12 @@ impl World {
             .collect();
         let mut pods = BTreeMap::new();
         for (i, s) in pod_srcs.iter().enumerate() {
-            // at most 3 Pod sources a family (packets.rs): legs 2..=7 of 16
+            // at most 3 Pod sources a family per case (packets.rs), MAX_POD_SOURCES for
+            // a sequence: legs 2..16
             let i = u8::try_from(i + 2)
                 .ok()
-                .filter(|i| *i < 16)
-                .expect("few pod sources");
+                .filter(|i| usize::from(*i) < MAX_POD_SOURCES + 2)
+                .expect("at most MAX_POD_SOURCES pod sources");
             let ns = Netns::new("fzp");
             quiet(&ns);
             leg(&node, &format!("p{i}"), &ns, i);
@@ -482,7 +532,14 @@ impl World {
         let mut at_l: Vec<Listen> = Vec::new();
         let mut at_pod: BTreeMap<IpAddr, Vec<Listen>> = BTreeMap::new();
         let mut l_addrs = BTreeSet::new();
-        for (a, proto, port) in endpoint_sockets(case) {
+        for (a, proto, port) in eps {
+            if proto == 132 {
+                // no SCTP server: the namespace's raw SCTP receiver notes the INIT
+                if !pods.contains_key(&a) {
+                    l_addrs.insert(a);
+                }
+                continue;
+            }
             let sa = SocketAddr::new(a, port);
             let l = Listen {
                 addr: sa,
@@ -505,6 +562,12 @@ impl World {
         for (dst, proto, dport) in dsts {
             let sa = SocketAddr::new(dst, dport);
             let udp = proto == 17;
+            if proto == 132 {
+                if !local.contains(&dst) && !l_addrs.contains(&dst) && !pods.contains_key(&dst) {
+                    sink_addrs.insert(dst);
+                }
+                continue;
+            }
             if local.contains(&dst) {
                 at_node.push(Listen {
                     addr: sa,
@@ -529,6 +592,35 @@ impl World {
         for (a, list) in at_pod {
             servers.push(serve(&pods[&a], list, stop.clone()));
         }
+        // SCTP: a raw receiver in every namespace a probe may arrive in
+        let sctp_seen = Seen::default();
+        let ep_label = |a: SocketAddr| format!("ep:{a}");
+        for ns in std::iter::once(&endpoints).chain(pods.values()) {
+            servers.push(sctp::receive(
+                ns,
+                ep_label,
+                sctp_seen.clone(),
+                stop.clone(),
+                SERVER_LIFETIME,
+            ));
+        }
+        servers.push(sctp::receive(
+            &node,
+            |_| "host".to_string(),
+            sctp_seen.clone(),
+            stop.clone(),
+            SERVER_LIFETIME,
+        ));
+        servers.push(sctp::receive(
+            &sink,
+            |_| "routed".to_string(),
+            sctp_seen.clone(),
+            stop.clone(),
+            SERVER_LIFETIME,
+        ));
+        let mut all: Vec<&Netns> = vec![&node, &ext, &endpoints, &sink];
+        all.extend(pods.values());
+        settle(&all);
         guard.disarm();
         World {
             node,
@@ -537,6 +629,7 @@ impl World {
             _sink: sink,
             pods,
             local,
+            sctp_seen,
             stop,
             servers,
         }
@@ -545,6 +638,15 @@ impl World {
     /// Send `p` for real from where it comes from and see what answers.
     pub fn send(&self, p: &Probe, timeout: Duration) -> Outcome {
         let dst = SocketAddr::new(p.dst, p.dport);
+        if p.proto == 132 {
+            let ns = match p.origin {
+                Origin::Node => &self.node,
+                Origin::External => &self.ext,
+                Origin::Pod => &self.pods[&p.src],
+            };
+            let (src, seen) = (p.src, self.sctp_seen.clone());
+            return ns.run(move || sctp::probe_here(src, dst, &seen, timeout));
+        }
         if p.origin == Origin::Node && p.proto == 17 {
             let src = p.src;
             return self.node.run(move || node_udp(dst, src, timeout));

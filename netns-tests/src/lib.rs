@@ -19,6 +19,7 @@ pub mod host_firewalls;
 pub mod neighbour;
 pub mod oracle;
 pub mod sample;
+pub mod sctp;
 pub mod transport;
 pub mod upstream;
 pub mod upstream_flows;

@@ -240,11 +240,28 @@ fn address_parsers_agree_with_the_reference() {
     );
 }
 
-/// The environment a sequence changes to: half the time the host's addresses only (an
-/// address of each family appears, or the non-primary ones go), else another
+/// The environment a sequence changes to: a quarter of the time the service CIDRs
+/// (created or widened), then half the time the host's addresses only (an address of
+/// each family appears, or the non-primary ones go), else another
 /// environment altogether ([`kube_reference::Env::random`], the node's name, zone and
 /// NodePort range kept).
 fn changed_env(env: &kube_reference::Env, rng: &mut Rng) -> kube_reference::Env {
+    if rng.chance(25) {
+        // the service CIDRs (ServiceCIDR objects created or widened): 198.18.150.0/24
+        // holds the probes' address "outside the service CIDRs", which becomes an
+        // unallocated one; the IPv4 range may also grow to a /23
+        let mut e = env.clone();
+        let v4 = e.service_cidrs.iter().position(|(a, _)| a.is_ipv4());
+        if let (Some(i), true) = (v4, rng.chance(50)) {
+            e.service_cidrs[i].1 = e.service_cidrs[i].1.saturating_sub(1);
+        }
+        e.service_cidrs.push(("198.18.150.0".parse().unwrap(), 24));
+        if rng.chance(50) && e.service_cidrs.iter().any(|(a, _)| a.is_ipv6()) {
+            e.service_cidrs
+                .push(("2001:db8:150::".parse().unwrap(), 112));
+        }
+        return e;
+    }
     if rng.chance(50) {
         let mut e = env.clone();
         if rng.chance(50) {

@@ -565,10 +565,13 @@ fn stage(
 /// does nothing; an element keeps the version first added).
 fn merge_staged(ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
     // Sorted by identity, the operations on one element in their order (the index
-    // breaks ties). Each entry is an index and the identity's first bytes as a number,
-    // which settles most comparisons (ordering by it first keeps the identities'
-    // order): 16 bytes, not the identity itself (a set holds up to millions).
-    let mut order: Vec<(u64, u32)> = ops
+    // breaks ties). Each entry is an index and the identity's first 16 bytes as two
+    // numbers, which settle most comparisons (ordering by them first keeps the
+    // identities' order; the whole key of an IPv4 endpoint map or of the hairpin set,
+    // where 8 bytes left every endpoint of a service port to a comparison of the
+    // identities themselves, reached through their elements): 24 bytes, not the
+    // identity itself (a set holds up to millions).
+    let mut order: Vec<(Prefix, u32)> = ops
         .iter()
         .enumerate()
         .map(|(i, (p, _))| (prefix(p.identity().0), i as u32))
@@ -604,13 +607,17 @@ fn merge_staged(ops: Vec<(Packed, bool)>) -> BTreeMap<ByKey, u32> {
     out.into_iter().collect()
 }
 
-/// The first 8 bytes of a key as a big-endian number (zeros past its end): a < b
-/// between two prefixes implies a < b between the keys.
-fn prefix(key: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = key.len().min(8);
+/// The first 16 bytes of a key as two big-endian numbers (zeros past its end).
+type Prefix = (u64, u64);
+
+/// A key's [`Prefix`]: a < b between two prefixes implies a < b between the keys.
+fn prefix(key: &[u8]) -> Prefix {
+    let mut b = [0u8; 16];
+    let n = key.len().min(16);
     b[..n].copy_from_slice(&key[..n]);
-    u64::from_be_bytes(b)
+    let (hi, lo) = b.split_at(8);
+    let num = |x: &[u8]| u64::from_be_bytes(x.try_into().unwrap_or_default());
+    (num(hi), num(lo))
 }
 
 /// The objects of `old` and `new` (by name) that differ, with their old version.
@@ -668,7 +675,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Keys of several lengths, some alike in more than their first 8 bytes.
+    /// Keys of several lengths, some alike in more than their first 8 bytes, two alike
+    /// in their first 16 (the prefix sorted on; the rest settled by the identities).
     fn elem(key: u8, data: u8) -> Packed {
         let a = Value::Ipv4([198, 18, 0, 1].into());
         let (p0, p1, p2) = (Value::Port(0), Value::Port(1), Value::Port(2));
@@ -679,6 +687,8 @@ mod tests {
             2 => vec![&a, &p1],
             3 => vec![&a, &p1, &i0],
             4 => vec![&a, &p1, &i1],
+            5 => vec![&a, &p1, &a, &p1, &i0],
+            6 => vec![&a, &p1, &a, &p1, &i1],
             _ => vec![&p0],
         };
         Packed::values(&key, Some(&[&Value::Int(u32::from(data))]))
@@ -701,7 +711,7 @@ mod tests {
         /// which version of an element (same key, other data) is kept.
         #[test]
         fn a_staged_build_equals_one_by_one(
-            ops in prop::collection::vec((0..3u8, 0..6u8, 0..3u8, any::<bool>()), 0..60)
+            ops in prop::collection::vec((0..3u8, 0..8u8, 0..3u8, any::<bool>()), 0..60)
         ) {
             let sets: Vec<SetName> = ["a", "b", "c"].iter().map(|s| (*s).into()).collect();
             let mut staged = Mirror::new(Family::Ip);
@@ -719,6 +729,21 @@ mod tests {
             }
             staged.start_journal();
             prop_assert_eq!(contents(&staged), contents(&direct));
+        }
+
+        /// A prefix orders as its key does (keys of one length: one set's).
+        #[test]
+        fn prefixes_order_as_their_keys(
+            len in 1..40usize,
+            a in prop::collection::vec(0..3u8, 40),
+            b in prop::collection::vec(0..3u8, 40),
+        ) {
+            let (a, b) = (&a[..len], &b[..len]);
+            if prefix(a) != prefix(b) {
+                prop_assert_eq!(prefix(a).cmp(&prefix(b)), a.cmp(b));
+            } else {
+                prop_assert_eq!(&a[..len.min(16)], &b[..len.min(16)]);
+            }
         }
     }
 }

@@ -132,6 +132,18 @@ struct Streamed<'s> {
     events: usize,
 }
 
+/// What one entry decodes to ([`Reader::decode`]). Returned once per entry and taken
+/// apart at once, never stored: the event inside is not boxed (as `applied`'s isn't).
+#[allow(clippy::large_enum_variant)]
+enum Decoded {
+    /// An object: the event it makes, if any.
+    Object(Option<Event>),
+    /// Nothing the reader keeps.
+    Nothing,
+    /// It does not decode (noted).
+    Invalid,
+}
+
 /// An entry of a file read this round: its key, the hash and place of its text, and
 /// what names it.
 struct Spanned {
@@ -480,19 +492,32 @@ impl Reader {
         objects: &mut HashMap<Arc<Key>, u64>,
         out: &mut Streamed<'_>,
     ) {
-        match e.object() {
-            Ok(Some(o)) => {
-                if let Some(ev) = self.applied(o) {
+        match self.decode(file, e) {
+            Decoded::Object(ev) => {
+                if let Some(ev) = ev {
                     out.ok = out.ok && (out.send)(ev);
                     out.events += 1;
                 }
                 self.sent.insert(k, (file.clone(), h));
             }
-            Ok(None) => {}
+            Decoded::Nothing => {}
+            Decoded::Invalid => {
+                objects.remove(&k);
+            }
+        }
+    }
+
+    /// Decode one entry of `file` (the one step of a cold start's stream and of
+    /// [`Reader::apply`]): the event its object makes, or that it did not decode (noted
+    /// here; the caller drops its key from what the file holds).
+    fn decode(&mut self, file: &Path, e: &Entry<'_>) -> Decoded {
+        match e.object() {
+            Ok(Some(o)) => Decoded::Object(self.applied(o)),
+            Ok(None) => Decoded::Nothing,
             Err(err) => {
                 let msg = format!("{}: {err}", file.display());
                 self.note(file, msg, "invalid manifest object skipped");
-                objects.remove(&k);
+                Decoded::Invalid
             }
         }
     }
@@ -583,18 +608,15 @@ impl Reader {
                 }
             };
             for (k, e) in todo {
-                match e.object() {
-                    Ok(Some(o)) => {
-                        let ev = self.applied(o);
+                match self.decode(&p, &e) {
+                    Decoded::Object(ev) => {
                         self.sent.insert(k.clone(), want[&k].clone());
                         emit(ev, &mut n);
                     }
-                    Ok(None) => {}
-                    Err(err) => {
+                    Decoded::Nothing => {}
+                    Decoded::Invalid => {
                         // Skipped until its file changes; a version sent before is
                         // deleted, as an invalid object is.
-                        let msg = format!("{}: {err}", p.display());
-                        self.note(&p, msg, "invalid manifest object skipped");
                         if let Some(st) = self.files.get_mut(&*p) {
                             st.objects.remove(&k);
                         }

@@ -21,7 +21,7 @@
 //!   while it is enough (after a restart or a configuration change: [`adopt`]).
 //!
 //! The buckets are zeroed pages the kernel takes at the set's creation: on this
-//! project's test machine fresh kernel pages are the largest cost of a cold start
+//! project's test machine fresh kernel pages are a large part of a cold start's commit
 //! (docs/benchmarks.md), so a set is given no more than the rule above.
 //!
 //! The decisions are the mirror's, which knows each set's elements and the size the

@@ -1,6 +1,7 @@
 //! Tables, chains, rules, sets and elements.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::expr::{Expr, Family, Verdict};
 use crate::value::{DataType, Value};
@@ -80,17 +81,20 @@ pub struct BaseHook {
     pub policy: Policy,
 }
 
-/// A rule: expressions in order, and an optional comment.
+/// A rule: expressions in order, and an optional comment. The expressions are shared,
+/// not copied, by the rule's clones: a rule compiled once is held by its service's
+/// fragment, by the mirror of the table and by the operations that create it (at 50,000
+/// production-shaped services each copy was 63 MB).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Rule {
-    pub exprs: Vec<Expr>,
+    pub exprs: Arc<[Expr]>,
     pub comment: Option<String>,
 }
 
 impl Rule {
     pub fn new(exprs: Vec<Expr>) -> Rule {
         Rule {
-            exprs,
+            exprs: exprs.into(),
             comment: None,
         }
     }

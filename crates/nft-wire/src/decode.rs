@@ -134,7 +134,10 @@ pub fn decode_object(msg: u16, family: u8, buf: &[u8]) -> Result<Object, WireErr
                 table,
                 chain,
                 handle,
-                rule: Rule { exprs, comment },
+                rule: Rule {
+                    exprs: exprs.into(),
+                    comment,
+                },
             })
         }
         NFT_MSG_NEWSET => decode_set(family, &a),

@@ -276,7 +276,7 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             table_attrs(&mut w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
             let list = w.begin(NFTA_RULE_EXPRESSIONS);
-            for e in &rule.exprs {
+            for e in rule.exprs.iter() {
                 encode_expr(&mut w, e);
             }
             w.end(list);

@@ -540,7 +540,7 @@ impl<'a> Run<'a> {
 
     /// Evaluate a rule: `None` when a match fails (or the rule has no verdict).
     fn rule(&mut self, r: &Rule) -> Option<Verdict> {
-        for e in &r.exprs {
+        for e in r.exprs.iter() {
             match e {
                 Expr::Payload {
                     base,

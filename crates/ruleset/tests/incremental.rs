@@ -488,7 +488,7 @@ fn an_affinity_endpoint_added_is_its_list_rewritten() {
             Op::AddChain { name, .. } => chains_added.push(name.as_str()),
             Op::AddRule { chain, rule, .. } => {
                 *rules.entry(chain.as_str()).or_default() += 1;
-                for e in &rule.exprs {
+                for e in rule.exprs.iter() {
                     if let nft_model::Expr::Lookup { set, .. }
                     | nft_model::Expr::Dynset { set, .. } = e
                     {

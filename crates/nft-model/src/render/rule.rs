@@ -70,7 +70,7 @@ pub fn rule(family: Family, r: &Rule) -> String {
         l4dep: None,
         last_gte: None,
     };
-    for e in &r.exprs {
+    for e in r.exprs.iter() {
         d.expr(e);
     }
     let mut parts: Vec<String> = d.stmts.into_iter().flatten().collect();

@@ -118,7 +118,7 @@ pub fn cases(t: &Table) -> Vec<Case> {
         undo: vec![flush(probe), del_chain.clone()],
     };
     let mut changed_modulus = svc_rule.clone();
-    for e in &mut changed_modulus.exprs {
+    for e in std::sync::Arc::make_mut(&mut changed_modulus.exprs) {
         if let Expr::Numgen { modulus, .. } = e {
             *modulus += 1;
         }

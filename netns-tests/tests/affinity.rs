@@ -143,12 +143,11 @@ fn endpoint_rules(c: &Cluster, f: Fam, proto: Proto, pod: &str) -> EndpointRules
         .iter()
         .find(|(n, _)| n.starts_with("svc-") && n.ends_with(port))
         .expect("the list chain");
-    // a check starts with the client's address (`ip saddr . … @affinity`); a draw
-    // with `numgen` or, the last, `meta l4proto`
+    // a check looks the pin up before it refreshes it (`… @affinity update @affinity
+    // { … }`); a draw only refreshes (`numgen random mod k 0 … update @affinity { … }`)
     let checks: Vec<String> = list_rules
         .iter()
-        .filter(|r| r.contains("saddr . ") && r.ends_with(&to))
-        .filter(|r| !r.starts_with("numgen") && !r.starts_with("meta"))
+        .filter(|r| r.contains("@affinity update @affinity") && r.ends_with(&to))
         .cloned()
         .collect();
     assert!(

@@ -2,8 +2,9 @@
 //! an endpoint of a service port by an element `client . port id . endpoint id` of the
 //! family's one dynamic set `affinity` (docs/decisions/0014), added or refreshed with the
 //! service's own timeout by the rule that chooses the endpoint, which then DNATs. A list
-//! chain (`svc-…`, `local-…`) first looks every endpoint's pin up (`ip saddr . <port id>
-//! . <endpoint id> @affinity meta l4proto tcp update @affinity { … } dnat to …`), then
+//! chain (`svc-…`, `local-…`) first looks every endpoint's pin up (`meta l4proto tcp ip
+//! saddr . <port id> . <endpoint id> @affinity update @affinity { … } dnat to …`, the key
+//! loaded once for both: decision 0014's second amendment), then
 //! draws one endpoint uniformly (`numgen random mod k 0 … update … dnat to …` for k = N,
 //! N-1, ..., 2, then the last endpoint). Dispatch
 //! to these chains goes through `goto` elements and rules, which make the kernel
@@ -130,9 +131,16 @@ pub fn chains(
             .collect();
         let mut rules = Vec::with_capacity(2 * eps.len());
         for p in &eps {
+            // the pin looked up and refreshed from one load of its key
             rules.push(rule(vec![
-                build::set_lookup(family, &pin_key(port_id, p.id), AFFINITY, false),
-                pin_and_dnat(p),
+                build::l4proto_eq(proto),
+                build::set_lookup_update(
+                    family,
+                    &pin_key(port_id, p.id),
+                    AFFINITY,
+                    Some(timeout_ms),
+                ),
+                build::dnat_to(family, &Value::from(p.ep.addr), p.ep.port),
             ]));
         }
         // a uniform draw: endpoint i is taken with probability 1/(N-i) once the draws

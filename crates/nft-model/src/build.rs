@@ -452,14 +452,19 @@ pub fn set_update_timeout(
     timeout_ms: Option<u64>,
 ) -> Vec<Expr> {
     let (mut e, key) = load_key(family, fields);
-    e.push(Expr::Dynset {
+    e.push(update(set, key, timeout_ms));
+    e
+}
+
+/// `update @set { <the key in registers from key> }`, the element's own timeout or the set's.
+fn update(set: &str, key: Reg, timeout_ms: Option<u64>) -> Expr {
+    Expr::Dynset {
         op: DynsetOp::Update,
         set: set.into(),
         key,
         data: None,
         timeout_ms,
-    });
-    e
+    }
 }
 
 /// `<key> @set update @set { <key> timeout <t> }` with the key loaded once: the update
@@ -471,20 +476,11 @@ pub fn set_lookup_update(
     set: &str,
     timeout_ms: Option<u64>,
 ) -> Vec<Expr> {
-    let (mut e, key) = load_key(family, fields);
-    e.push(Expr::Lookup {
-        set: set.into(),
-        sreg: key,
-        dreg: None,
-        invert: false,
-    });
-    e.push(Expr::Dynset {
-        op: DynsetOp::Update,
-        set: set.into(),
-        key,
-        data: None,
-        timeout_ms,
-    });
+    let mut e = set_lookup(family, fields, set, false);
+    // the lookup, last, names the registers its key was loaded into
+    if let Some(&Expr::Lookup { sreg, .. }) = e.last() {
+        e.push(update(set, sreg, timeout_ms));
+    }
     e
 }
 

@@ -106,15 +106,17 @@ pub fn chains(
         })
         .collect();
     let timeout_ms = u64::from(timeout_s) * 1000;
-    // the endpoint chosen: its pin added or refreshed, then DNAT
-    let pin_and_dnat = |p: &Pinned| -> Vec<Expr> {
+    // the endpoint chosen: its pin added or refreshed (`checked`: looked up first, from
+    // the same load of its key), then DNAT; the protocol match first, so that nothing
+    // loads a register between the key and the `update`
+    let pin_and_dnat = |p: &Pinned, checked: bool| -> Vec<Expr> {
+        let key = pin_key(port_id, p.id);
         let mut e = build::l4proto_eq(proto);
-        e.extend(build::set_update_timeout(
-            family,
-            &pin_key(port_id, p.id),
-            AFFINITY,
-            Some(timeout_ms),
-        ));
+        e.extend(if checked {
+            build::set_lookup_update(family, &key, AFFINITY, Some(timeout_ms))
+        } else {
+            build::set_update_timeout(family, &key, AFFINITY, Some(timeout_ms))
+        });
         e.extend(build::dnat_to(family, &Value::from(p.ep.addr), p.ep.port));
         e
     };
@@ -131,17 +133,7 @@ pub fn chains(
             .collect();
         let mut rules = Vec::with_capacity(2 * eps.len());
         for p in &eps {
-            // the pin looked up and refreshed from one load of its key
-            rules.push(rule(vec![
-                build::l4proto_eq(proto),
-                build::set_lookup_update(
-                    family,
-                    &pin_key(port_id, p.id),
-                    AFFINITY,
-                    Some(timeout_ms),
-                ),
-                build::dnat_to(family, &Value::from(p.ep.addr), p.ep.port),
-            ]));
+            rules.push(rule(vec![pin_and_dnat(p, true)]));
         }
         // a uniform draw: endpoint i is taken with probability 1/(N-i) once the draws
         // before it passed, 1/N in all
@@ -149,9 +141,9 @@ pub fn chains(
         for (i, p) in eps.iter().enumerate() {
             let left = n - i as u32;
             if left > 1 {
-                rules.push(rule(vec![build::one_in(left), pin_and_dnat(p)]));
+                rules.push(rule(vec![build::one_in(left), pin_and_dnat(p, false)]));
             } else {
-                rules.push(rule(vec![pin_and_dnat(p)]));
+                rules.push(rule(vec![pin_and_dnat(p, false)]));
             }
         }
         out.push(Chain::regular(name).with_rules(rules));

@@ -88,33 +88,35 @@ fn encode(
     genid: Option<u32>,
     end: bool,
 ) -> Result<EncodedBatch, WireError> {
-    // First the size: every op's messages but element lists' (small: kept to be
-    // copied), and the exact length of the element lists' (written straight into the
-    // batch below). One buffer of exactly the batch's size: a batch of millions of
-    // elements is never grown and copied, nor held twice.
+    // First the size: each op's message written into one scratch buffer and measured
+    // (then overwritten by the next op's), element lists' split and exact length. Then
+    // one buffer of exactly the batch's size, each message written straight into it: a
+    // batch of millions of elements is never grown and copied, nor held twice, and no
+    // op's message is kept between the passes (at 50,000 production-shaped services
+    // they were 81 MB beside the batch).
     let mut set_id = 1u32;
-    let mut planned: Vec<Planned> = Vec::with_capacity(ops.len());
+    let mut planned: Vec<Option<Vec<usize>>> = Vec::with_capacity(ops.len());
     let mut size = 0;
     let mut messages = 0;
+    let mut scratch = NlaWriter::new();
     for op in ops {
         match ElementOp::of(op) {
             Some(list) => {
                 let (chunks, len) = list.size()?;
                 size += len;
                 messages += chunks.len();
-                planned.push(Planned::Elements(chunks));
+                planned.push(Some(chunks));
             }
             None => {
-                let m = op_messages(op, &mut set_id)?;
-                size += m
-                    .iter()
-                    .map(|(_, _, _, a)| nfnl_len(a.len()))
-                    .sum::<usize>();
-                messages += m.len();
-                planned.push(Planned::Messages(m));
+                scratch.clear();
+                op_attrs(op, &mut set_id, &mut scratch)?;
+                size += nfnl_len(scratch.len());
+                messages += 1;
+                planned.push(None);
             }
         }
     }
+    drop(scratch);
     let mut begin = NlaWriter::new();
     if let Some(g) = genid {
         begin.be32(NFNL_BATCH_GENID, g);
@@ -134,33 +136,33 @@ fn encode(
     seq = seq.wrapping_add(1);
     let mut seqs = Vec::with_capacity(messages);
     let mut last_msg_at = None;
+    // the same set ids as the first pass gave
+    let mut set_id = 1u32;
     for (i, (op, planned)) in ops.iter().zip(planned).enumerate() {
-        let msgs = match (planned, ElementOp::of(op)) {
-            (Planned::Elements(chunks), Some(list)) => {
+        match (planned, ElementOp::of(op)) {
+            (Some(chunks), Some(list)) => {
                 let (n, last) = list.write(&mut w, seq, &chunks);
                 last_msg_at = Some(last);
                 for _ in 0..n {
                     seqs.push((seq, i));
                     seq = seq.wrapping_add(1);
                 }
-                continue;
             }
-            (Planned::Messages(msgs), _) => msgs,
-            (Planned::Elements(_), None) => Vec::new(),
-        };
-        for (kind, flags, family, attrs) in msgs {
-            last_msg_at = Some(w.len());
-            push_message(
-                &mut w.buf,
-                nft_type(kind),
-                NLM_F_REQUEST | flags,
-                seq,
-                family,
-                0,
-                &attrs,
-            );
-            seqs.push((seq, i));
-            seq = seq.wrapping_add(1);
+            (None, _) => {
+                let (kind, flags) = op_header(op);
+                last_msg_at = Some(w.len());
+                let m = w.begin_nfnl(
+                    nft_type(kind),
+                    NLM_F_REQUEST | flags,
+                    seq,
+                    op.table().family as u8,
+                );
+                op_attrs(op, &mut set_id, &mut w)?;
+                w.end_msg(m);
+                seqs.push((seq, i));
+                seq = seq.wrapping_add(1);
+            }
+            (Some(_), None) => {}
         }
     }
     let mut bytes = w.buf;
@@ -192,15 +194,6 @@ fn encode(
     })
 }
 
-/// An op's messages as the first pass left them: built (small), or an element list's
-/// split (written straight into the batch).
-enum Planned {
-    Messages(Vec<Msg>),
-    Elements(Vec<usize>),
-}
-
-type Msg = (u16, u16, u8, Vec<u8>);
-
 fn table_attrs(w: &mut NlaWriter, kind: u16, t: &TableRef) {
     w.str(kind, &t.name);
 }
@@ -213,23 +206,44 @@ fn comment_udata(kind: u8, c: Option<&str>) -> Option<Vec<u8>> {
     })
 }
 
-/// The messages for one op: (NFT_MSG_*, extra flags, family, attributes).
-fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
-    let fam = op.table().family as u8;
-    let mut w = NlaWriter::new();
-    let one = |kind: u16, flags: u16, w: NlaWriter| Ok(vec![(kind, flags, fam, w.buf)]);
+/// An op's message type (NFT_MSG_*) and its flags beyond `NLM_F_REQUEST`. Element
+/// lists are written by `elements`, not as an op message: their answer is unused.
+fn op_header(op: &Op) -> (u16, u16) {
+    match op {
+        Op::AddTable { .. } => (NFT_MSG_NEWTABLE, NLM_F_CREATE),
+        Op::DeleteTable { .. } => (NFT_MSG_DELTABLE, 0),
+        Op::AddChain { .. } => (NFT_MSG_NEWCHAIN, NLM_F_CREATE),
+        Op::FlushChain { .. } | Op::DeleteRule { .. } => (NFT_MSG_DELRULE, 0),
+        Op::DeleteChain { .. } => (NFT_MSG_DELCHAIN, 0),
+        // without NLM_F_APPEND (and no position) the kernel inserts at the head
+        Op::AddRule { .. } => (NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND),
+        Op::InsertRule { .. } => (NFT_MSG_NEWRULE, NLM_F_CREATE),
+        Op::AddSet { .. } => (NFT_MSG_NEWSET, NLM_F_CREATE),
+        Op::DeleteSet { .. } => (NFT_MSG_DELSET, 0),
+        Op::FlushSet { .. } => (NFT_MSG_DELSETELEM, 0),
+        Op::AddElements { .. } | Op::AddPackedElements { .. } => (NFT_MSG_NEWSETELEM, 0),
+        Op::DeleteElements { .. } => (NFT_MSG_DELSETELEM, 0),
+        Op::AddCounter { .. } => (NFT_MSG_NEWOBJ, NLM_F_CREATE),
+        Op::DeleteCounter { .. } => (NFT_MSG_DELOBJ, 0),
+    }
+}
+
+/// The attributes of an op's one message, appended to `w` (the message's type and
+/// flags: [`op_header`]). `set_id`: the id the next new set takes in this batch.
+fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireError> {
+    let start = w.len();
     match op {
         Op::AddTable { table, comment } => {
-            table_attrs(&mut w, NFTA_TABLE_NAME, table);
+            table_attrs(w, NFTA_TABLE_NAME, table);
             w.be32(NFTA_TABLE_FLAGS, 0);
             if let Some(u) = comment_udata(UDATA_TABLE_COMMENT, comment.as_deref()) {
                 w.bytes(NFTA_TABLE_USERDATA, &u);
             }
-            one(NFT_MSG_NEWTABLE, NLM_F_CREATE, w)
+            Ok(())
         }
         Op::DeleteTable { table } => {
-            table_attrs(&mut w, NFTA_TABLE_NAME, table);
-            one(NFT_MSG_DELTABLE, 0, w)
+            table_attrs(w, NFTA_TABLE_NAME, table);
+            Ok(())
         }
         Op::AddChain {
             table,
@@ -237,7 +251,7 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             base,
             comment,
         } => {
-            table_attrs(&mut w, NFTA_CHAIN_TABLE, table);
+            table_attrs(w, NFTA_CHAIN_TABLE, table);
             w.str(NFTA_CHAIN_NAME, name);
             if let Some(b) = base {
                 let h = w.begin(NFTA_CHAIN_HOOK);
@@ -250,67 +264,61 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
             if let Some(u) = comment_udata(UDATA_CHAIN_COMMENT, comment.as_deref()) {
                 w.bytes(NFTA_CHAIN_USERDATA, &u);
             }
-            one(NFT_MSG_NEWCHAIN, NLM_F_CREATE, w)
+            Ok(())
         }
         Op::FlushChain { table, chain } => {
-            table_attrs(&mut w, NFTA_RULE_TABLE, table);
+            table_attrs(w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
-            one(NFT_MSG_DELRULE, 0, w)
+            Ok(())
         }
         Op::DeleteRule {
             table,
             chain,
             handle,
         } => {
-            table_attrs(&mut w, NFTA_RULE_TABLE, table);
+            table_attrs(w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
             w.be64(NFTA_RULE_HANDLE, *handle);
-            one(NFT_MSG_DELRULE, 0, w)
+            Ok(())
         }
         Op::DeleteChain { table, chain } => {
-            table_attrs(&mut w, NFTA_CHAIN_TABLE, table);
+            table_attrs(w, NFTA_CHAIN_TABLE, table);
             w.str(NFTA_CHAIN_NAME, chain);
-            one(NFT_MSG_DELCHAIN, 0, w)
+            Ok(())
         }
         Op::AddRule { table, chain, rule } | Op::InsertRule { table, chain, rule } => {
-            table_attrs(&mut w, NFTA_RULE_TABLE, table);
+            table_attrs(w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
             let list = w.begin(NFTA_RULE_EXPRESSIONS);
             for e in rule.exprs.iter() {
-                encode_expr(&mut w, e);
+                encode_expr(w, e);
             }
             w.end(list);
             if let Some(u) = comment_udata(UDATA_RULE_COMMENT, rule.comment.as_deref()) {
                 w.bytes(NFTA_RULE_USERDATA, &u);
             }
-            if w.len() > NLA_MAX_PAYLOAD {
+            if w.len() - start > NLA_MAX_PAYLOAD {
                 return Err(WireError::TooLarge {
                     what: format!("rule in chain {chain}"),
-                    len: w.len(),
+                    len: w.len() - start,
                 });
             }
-            // without NLM_F_APPEND (and no position) the kernel inserts at the head
-            let append = if matches!(op, Op::AddRule { .. }) {
-                NLM_F_APPEND
-            } else {
-                0
-            };
-            one(NFT_MSG_NEWRULE, NLM_F_CREATE | append, w)
+            Ok(())
         }
         Op::AddSet { table, set } => {
-            encode_set(&mut w, table, set, *set_id);
+            encode_set(w, table, set, *set_id);
             *set_id += 1;
-            one(NFT_MSG_NEWSET, NLM_F_CREATE, w)
+            Ok(())
         }
         Op::DeleteSet { table, set } => {
-            table_attrs(&mut w, NFTA_SET_TABLE, table);
+            table_attrs(w, NFTA_SET_TABLE, table);
             w.str(NFTA_SET_NAME, set);
-            one(NFT_MSG_DELSET, 0, w)
+            Ok(())
         }
         Op::FlushSet { table, set } => {
-            table_attrs(&mut w, NFTA_SET_ELEM_LIST_TABLE, table);
+            table_attrs(w, NFTA_SET_ELEM_LIST_TABLE, table);
             w.str(NFTA_SET_ELEM_LIST_SET, set);
-            one(NFT_MSG_DELSETELEM, 0, w)
+            Ok(())
         }
         // written straight into the batch (`elements`)
         Op::AddElements { set, .. }
@@ -322,18 +330,18 @@ fn op_messages(op: &Op, set_id: &mut u32) -> Result<Vec<Msg>, WireError> {
         // as nft sends them: a new counter with zero values (kept by the kernel when
         // the counter exists), a delete with an empty data nest
         Op::AddCounter { table, name } => {
-            counter_attrs(&mut w, table, name);
+            counter_attrs(w, table, name);
             let d = w.begin(NFTA_OBJ_DATA);
             w.be64(NFTA_COUNTER_BYTES, 0);
             w.be64(NFTA_COUNTER_PACKETS, 0);
             w.end(d);
-            one(NFT_MSG_NEWOBJ, NLM_F_CREATE, w)
+            Ok(())
         }
         Op::DeleteCounter { table, name } => {
-            counter_attrs(&mut w, table, name);
+            counter_attrs(w, table, name);
             let d = w.begin(NFTA_OBJ_DATA);
             w.end(d);
-            one(NFT_MSG_DELOBJ, 0, w)
+            Ok(())
         }
     }
 }

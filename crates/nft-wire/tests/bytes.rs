@@ -871,3 +871,92 @@ fn set_size_bytes_match_nft() {
     let back = decode_object(NFT_MSG_NEWSET, 2, &w.buf).expect("decodes");
     assert!(matches!(back, Object::Set { set, .. } if set.size.is_none() && set.saddr_key));
 }
+
+/// Each op's message carries nft's type and flags (a rule appended, `NLM_F_APPEND`;
+/// inserted at the head, without it), and the sets of one batch their own ids in order,
+/// mixed with element lists written between them.
+#[test]
+fn message_headers_and_set_ids() {
+    let t = tref();
+    let rule = Rule::new(vec![Expr::Verdict(Verdict::Accept)]);
+    let mut second = sample_set();
+    second.name = "second".into();
+    let ops = vec![
+        Op::AddTable {
+            table: t.clone(),
+            comment: None,
+        },
+        Op::AddChain {
+            table: t.clone(),
+            name: "c".into(),
+            base: None,
+            comment: None,
+        },
+        Op::AddSet {
+            table: t.clone(),
+            set: sample_set(),
+        },
+        Op::AddElements {
+            table: t.clone(),
+            set: "service-ips".into(),
+            elements: sample_set().elements,
+        },
+        Op::AddSet {
+            table: t.clone(),
+            set: second,
+        },
+        Op::AddRule {
+            table: t.clone(),
+            chain: "c".into(),
+            rule: rule.clone(),
+        },
+        Op::InsertRule {
+            table: t.clone(),
+            chain: "c".into(),
+            rule,
+        },
+        Op::DeleteRule {
+            table: t.clone(),
+            chain: "c".into(),
+            handle: 4,
+        },
+        Op::AddCounter {
+            table: t.clone(),
+            name: "n".into(),
+        },
+    ];
+    let batch = encode_batch(&ops, 1, None).unwrap();
+    let msgs: Vec<_> = NlMsgIter::new(&batch.bytes).collect();
+    let heads: Vec<(u16, u16)> = msgs[1..msgs.len() - 1]
+        .iter()
+        .map(|m| (m.kind & 0xff, m.flags & !NLM_F_ACK))
+        .collect();
+    let (req, create) = (NLM_F_REQUEST, NLM_F_REQUEST | NLM_F_CREATE);
+    assert_eq!(
+        heads,
+        vec![
+            (NFT_MSG_NEWTABLE, create),
+            (NFT_MSG_NEWCHAIN, create),
+            (NFT_MSG_NEWSET, create),
+            (NFT_MSG_NEWSETELEM, create),
+            (NFT_MSG_NEWSET, create),
+            (NFT_MSG_NEWRULE, create | NLM_F_APPEND),
+            (NFT_MSG_NEWRULE, create),
+            (NFT_MSG_DELRULE, req),
+            (NFT_MSG_NEWOBJ, create),
+        ]
+    );
+    let ids: Vec<u32> = msgs
+        .iter()
+        .filter(|m| m.kind & 0xff == NFT_MSG_NEWSET && m.kind >> 8 == NFNL_SUBSYS_NFTABLES)
+        .map(|m| {
+            let (_, _, attrs) = m.nfgen().unwrap();
+            NlaIter::new(attrs)
+                .find(|a| a.kind == NFTA_SET_ID)
+                .and_then(|a| a.be32())
+                .expect("a set id")
+        })
+        .collect();
+    assert_eq!(ids, vec![1, 2]);
+    assert_eq!(batch.op_of_seq(batch.ack_seq.unwrap()), Some(ops.len() - 1));
+}

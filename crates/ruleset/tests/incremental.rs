@@ -703,7 +703,9 @@ proptest! {
 
     /// A compiler built while its cluster arrives (`Build`: a cold start's lists), fed
     /// the changes in chunks (node changes and two services claiming one destination
-    /// among them), ends as the compiler built from scratch of the final cluster: the
+    /// among them; the start's cluster played from changes too, so that it may hold
+    /// services without slices, which a build defers), ends as the compiler built from
+    /// scratch of the final cluster: the
     /// same tables (packed too), conflicts and errors; and the next change's batch,
     /// played onto its tables, reaches a fresh compile (its journal starts where the
     /// build ends).
@@ -712,10 +714,14 @@ proptest! {
         changes in prop::collection::vec((change(), prop::bool::weighted(0.3)), 1..30),
         next in change(),
         empty_start in any::<bool>(),
+        start in prop::collection::vec(change(), 0..12),
         readdress in prop::option::of(0usize..30),
     ) {
         let mut cfg = parsed();
         let mut c = if empty_start { Cluster::default() } else { cluster(0) };
+        for ch in &start {
+            play(&mut c, ch);
+        }
         let mut build = ruleset::Build::new(cfg.clone(), &c, BTreeSet::new());
         let mut pending = Changes::default();
         for (i, (ch, add_now)) in changes.iter().enumerate() {

@@ -27,13 +27,19 @@ impl Compiler {
         cluster: &Cluster,
         excluded: BTreeSet<PortId>,
     ) -> Compiler {
-        let mut c = Compiler::staged(cfg, cluster, excluded);
+        let mut c = Compiler::staged(cfg, cluster, excluded, |_| true);
         c.end_build();
         c
     }
 
-    /// Every service of `cluster` added to mirrors that stage their elements.
-    fn staged(cfg: ParsedConfig, cluster: &Cluster, excluded: BTreeSet<PortId>) -> Compiler {
+    /// Every service of `cluster` that `now` takes added to mirrors that stage their
+    /// elements.
+    fn staged(
+        cfg: ParsedConfig,
+        cluster: &Cluster,
+        excluded: BTreeSet<PortId>,
+        now: impl Fn(&ServiceKey) -> bool,
+    ) -> Compiler {
         let node = cluster.node.clone();
         let idx = cluster.endpoint_index();
         let families = cfg
@@ -48,7 +54,7 @@ impl Compiler {
                     node_dependent: BTreeSet::new(),
                     with_errors: BTreeSet::new(),
                 };
-                for key in cluster.services.keys() {
+                for key in cluster.services.keys().filter(|k| now(k)) {
                     let slices = idx.get(key).map(Vec::as_slice).unwrap_or(&[]);
                     let frags = build_service(&ctx, cluster, key, slices, &excluded);
                     st.insert(key.clone(), frags);
@@ -112,9 +118,10 @@ pub struct Build {
 impl Build {
     /// Start from what `cluster` holds now.
     pub fn new(cfg: ParsedConfig, cluster: &Cluster, excluded: BTreeSet<PortId>) -> Build {
+        let deferred = sliceless(cluster);
         Build {
-            c: Compiler::staged(cfg, cluster, excluded),
-            deferred: BTreeSet::new(),
+            c: Compiler::staged(cfg, cluster, excluded, |k| !deferred.contains(k)),
+            deferred,
         }
     }
 
@@ -145,7 +152,7 @@ impl Build {
         }
         if !c.cfg.same_but_addresses(cfg) {
             let excluded = std::mem::take(&mut c.excluded);
-            *c = Compiler::staged(cfg.clone(), cluster, excluded);
+            *self = Build::new(cfg.clone(), cluster, excluded);
             return;
         }
         c.cfg = cfg.clone();
@@ -178,4 +185,16 @@ impl Build {
         c.end_build();
         c
     }
+}
+
+/// The services of `cluster` without a slice yet: a build defers them to its finish
+/// (compiled now, they would be compiled again when their slices come: at a cold start
+/// the Services usually arrive before the EndpointSlices).
+fn sliceless(cluster: &Cluster) -> BTreeSet<ServiceKey> {
+    cluster
+        .services
+        .keys()
+        .filter(|k| cluster.slices_of(k).next().is_none())
+        .cloned()
+        .collect()
 }

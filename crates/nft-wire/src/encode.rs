@@ -95,7 +95,7 @@ fn encode(
     // op's message is kept between the passes (at 50,000 production-shaped services
     // they were 81 MB beside the batch).
     let mut set_id = 1u32;
-    let mut planned: Vec<Option<Vec<usize>>> = Vec::with_capacity(ops.len());
+    let mut planned: Vec<Planned<'_>> = Vec::with_capacity(ops.len());
     let mut size = 0;
     let mut messages = 0;
     let mut scratch = NlaWriter::new();
@@ -105,14 +105,14 @@ fn encode(
                 let (chunks, len) = list.size()?;
                 size += len;
                 messages += chunks.len();
-                planned.push(Some(chunks));
+                planned.push(Planned::Elements(list, chunks));
             }
             None => {
                 scratch.clear();
-                op_attrs(op, &mut set_id, &mut scratch)?;
+                let (kind, flags) = op_attrs(op, &mut set_id, &mut scratch)?;
                 size += nfnl_len(scratch.len());
                 messages += 1;
-                planned.push(None);
+                planned.push(Planned::Message { kind, flags });
             }
         }
     }
@@ -139,8 +139,8 @@ fn encode(
     // the same set ids as the first pass gave
     let mut set_id = 1u32;
     for (i, (op, planned)) in ops.iter().zip(planned).enumerate() {
-        match (planned, ElementOp::of(op)) {
-            (Some(chunks), Some(list)) => {
+        match planned {
+            Planned::Elements(list, chunks) => {
                 let (n, last) = list.write(&mut w, seq, &chunks);
                 last_msg_at = Some(last);
                 for _ in 0..n {
@@ -148,8 +148,7 @@ fn encode(
                     seq = seq.wrapping_add(1);
                 }
             }
-            (None, _) => {
-                let (kind, flags) = op_header(op);
+            Planned::Message { kind, flags } => {
                 last_msg_at = Some(w.len());
                 let m = w.begin_nfnl(
                     nft_type(kind),
@@ -162,7 +161,6 @@ fn encode(
                 seqs.push((seq, i));
                 seq = seq.wrapping_add(1);
             }
-            (Some(_), None) => {}
         }
     }
     let mut bytes = w.buf;
@@ -194,6 +192,13 @@ fn encode(
     })
 }
 
+/// What the first pass left of an op: its message's type and flags (the message is
+/// written again straight into the batch), or an element list and its split.
+enum Planned<'a> {
+    Message { kind: u16, flags: u16 },
+    Elements(ElementOp<'a>, Vec<usize>),
+}
+
 fn table_attrs(w: &mut NlaWriter, kind: u16, t: &TableRef) {
     w.str(kind, &t.name);
 }
@@ -206,31 +211,10 @@ fn comment_udata(kind: u8, c: Option<&str>) -> Option<Vec<u8>> {
     })
 }
 
-/// An op's message type (NFT_MSG_*) and its flags beyond `NLM_F_REQUEST`. Element
-/// lists are written by `elements`, not as an op message: their answer is unused.
-fn op_header(op: &Op) -> (u16, u16) {
-    match op {
-        Op::AddTable { .. } => (NFT_MSG_NEWTABLE, NLM_F_CREATE),
-        Op::DeleteTable { .. } => (NFT_MSG_DELTABLE, 0),
-        Op::AddChain { .. } => (NFT_MSG_NEWCHAIN, NLM_F_CREATE),
-        Op::FlushChain { .. } | Op::DeleteRule { .. } => (NFT_MSG_DELRULE, 0),
-        Op::DeleteChain { .. } => (NFT_MSG_DELCHAIN, 0),
-        // without NLM_F_APPEND (and no position) the kernel inserts at the head
-        Op::AddRule { .. } => (NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND),
-        Op::InsertRule { .. } => (NFT_MSG_NEWRULE, NLM_F_CREATE),
-        Op::AddSet { .. } => (NFT_MSG_NEWSET, NLM_F_CREATE),
-        Op::DeleteSet { .. } => (NFT_MSG_DELSET, 0),
-        Op::FlushSet { .. } => (NFT_MSG_DELSETELEM, 0),
-        Op::AddElements { .. } | Op::AddPackedElements { .. } => (NFT_MSG_NEWSETELEM, 0),
-        Op::DeleteElements { .. } => (NFT_MSG_DELSETELEM, 0),
-        Op::AddCounter { .. } => (NFT_MSG_NEWOBJ, NLM_F_CREATE),
-        Op::DeleteCounter { .. } => (NFT_MSG_DELOBJ, 0),
-    }
-}
-
-/// The attributes of an op's one message, appended to `w` (the message's type and
-/// flags: [`op_header`]). `set_id`: the id the next new set takes in this batch.
-fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireError> {
+/// The attributes of an op's one message, appended to `w`; returns the message's type
+/// (NFT_MSG_*) and its flags beyond `NLM_F_REQUEST`. `set_id`: the id the next new set
+/// takes in this batch.
+fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(u16, u16), WireError> {
     let start = w.len();
     match op {
         Op::AddTable { table, comment } => {
@@ -239,11 +223,11 @@ fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireErro
             if let Some(u) = comment_udata(UDATA_TABLE_COMMENT, comment.as_deref()) {
                 w.bytes(NFTA_TABLE_USERDATA, &u);
             }
-            Ok(())
+            Ok((NFT_MSG_NEWTABLE, NLM_F_CREATE))
         }
         Op::DeleteTable { table } => {
             table_attrs(w, NFTA_TABLE_NAME, table);
-            Ok(())
+            Ok((NFT_MSG_DELTABLE, 0))
         }
         Op::AddChain {
             table,
@@ -264,12 +248,12 @@ fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireErro
             if let Some(u) = comment_udata(UDATA_CHAIN_COMMENT, comment.as_deref()) {
                 w.bytes(NFTA_CHAIN_USERDATA, &u);
             }
-            Ok(())
+            Ok((NFT_MSG_NEWCHAIN, NLM_F_CREATE))
         }
         Op::FlushChain { table, chain } => {
             table_attrs(w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
-            Ok(())
+            Ok((NFT_MSG_DELRULE, 0))
         }
         Op::DeleteRule {
             table,
@@ -279,12 +263,12 @@ fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireErro
             table_attrs(w, NFTA_RULE_TABLE, table);
             w.str(NFTA_RULE_CHAIN, chain);
             w.be64(NFTA_RULE_HANDLE, *handle);
-            Ok(())
+            Ok((NFT_MSG_DELRULE, 0))
         }
         Op::DeleteChain { table, chain } => {
             table_attrs(w, NFTA_CHAIN_TABLE, table);
             w.str(NFTA_CHAIN_NAME, chain);
-            Ok(())
+            Ok((NFT_MSG_DELCHAIN, 0))
         }
         Op::AddRule { table, chain, rule } | Op::InsertRule { table, chain, rule } => {
             table_attrs(w, NFTA_RULE_TABLE, table);
@@ -303,22 +287,28 @@ fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireErro
                     len: w.len() - start,
                 });
             }
-            Ok(())
+            // without NLM_F_APPEND (and no position) the kernel inserts at the head
+            let append = if matches!(op, Op::AddRule { .. }) {
+                NLM_F_APPEND
+            } else {
+                0
+            };
+            Ok((NFT_MSG_NEWRULE, NLM_F_CREATE | append))
         }
         Op::AddSet { table, set } => {
             encode_set(w, table, set, *set_id);
             *set_id += 1;
-            Ok(())
+            Ok((NFT_MSG_NEWSET, NLM_F_CREATE))
         }
         Op::DeleteSet { table, set } => {
             table_attrs(w, NFTA_SET_TABLE, table);
             w.str(NFTA_SET_NAME, set);
-            Ok(())
+            Ok((NFT_MSG_DELSET, 0))
         }
         Op::FlushSet { table, set } => {
             table_attrs(w, NFTA_SET_ELEM_LIST_TABLE, table);
             w.str(NFTA_SET_ELEM_LIST_SET, set);
-            Ok(())
+            Ok((NFT_MSG_DELSETELEM, 0))
         }
         // written straight into the batch (`elements`)
         Op::AddElements { set, .. }
@@ -335,13 +325,13 @@ fn op_attrs(op: &Op, set_id: &mut u32, w: &mut NlaWriter) -> Result<(), WireErro
             w.be64(NFTA_COUNTER_BYTES, 0);
             w.be64(NFTA_COUNTER_PACKETS, 0);
             w.end(d);
-            Ok(())
+            Ok((NFT_MSG_NEWOBJ, NLM_F_CREATE))
         }
         Op::DeleteCounter { table, name } => {
             counter_attrs(w, table, name);
             let d = w.begin(NFTA_OBJ_DATA);
             w.end(d);
-            Ok(())
+            Ok((NFT_MSG_DELOBJ, 0))
         }
     }
 }

@@ -705,8 +705,8 @@ proptest! {
     /// the changes in chunks (node changes and two services claiming one destination
     /// among them; the start's cluster played from changes too, so that it may hold
     /// services without slices, which a build defers), ends as the compiler built from
-    /// scratch of the final cluster: the
-    /// same tables (packed too), conflicts and errors; and the next change's batch,
+    /// scratch of the final cluster: the same tables (packed too), conflicts and
+    /// errors; and the next change's batch,
     /// played onto its tables, reaches a fresh compile (its journal starts where the
     /// build ends).
     #[test]

@@ -118,7 +118,12 @@ pub struct Build {
 impl Build {
     /// Start from what `cluster` holds now.
     pub fn new(cfg: ParsedConfig, cluster: &Cluster, excluded: BTreeSet<PortId>) -> Build {
-        let deferred = sliceless(cluster);
+        let deferred: BTreeSet<ServiceKey> = cluster
+            .services
+            .keys()
+            .filter(|k| sliceless(cluster, k))
+            .cloned()
+            .collect();
         Build {
             c: Compiler::staged(cfg, cluster, excluded, |k| !deferred.contains(k)),
             deferred,
@@ -132,7 +137,7 @@ impl Build {
     pub fn add(&mut self, cluster: &Cluster, changes: &Changes) {
         let mut now = BTreeSet::new();
         for k in &changes.services {
-            if cluster.services.contains_key(k) && cluster.slices_of(k).next().is_none() {
+            if cluster.services.contains_key(k) && sliceless(cluster, k) {
                 self.deferred.insert(k.clone());
             } else {
                 self.deferred.remove(k);
@@ -187,14 +192,9 @@ impl Build {
     }
 }
 
-/// The services of `cluster` without a slice yet: a build defers them to its finish
-/// (compiled now, they would be compiled again when their slices come: at a cold start
-/// the Services usually arrive before the EndpointSlices).
-fn sliceless(cluster: &Cluster) -> BTreeSet<ServiceKey> {
-    cluster
-        .services
-        .keys()
-        .filter(|k| cluster.slices_of(k).next().is_none())
-        .cloned()
-        .collect()
+/// Whether service `k` has no slice yet: a build defers such a service to its finish
+/// (compiled now, it would be compiled again when its slices come: at a cold start the
+/// Services usually arrive before the EndpointSlices).
+fn sliceless(cluster: &Cluster, k: &ServiceKey) -> bool {
+    cluster.slices_of(k).next().is_none()
 }

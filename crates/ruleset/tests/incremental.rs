@@ -706,9 +706,8 @@ proptest! {
     /// among them; the start's cluster played from changes too, so that it may hold
     /// services without slices, which a build defers), ends as the compiler built from
     /// scratch of the final cluster: the same tables (packed too), conflicts and
-    /// errors; and the next change's batch,
-    /// played onto its tables, reaches a fresh compile (its journal starts where the
-    /// build ends).
+    /// errors; and the next change's batch, played onto its tables, reaches a fresh
+    /// compile (its journal starts where the build ends).
     #[test]
     fn a_build_spread_over_arrivals_equals_a_fresh_compile(
         changes in prop::collection::vec((change(), prop::bool::weighted(0.3)), 1..30),

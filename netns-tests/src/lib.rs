@@ -367,6 +367,41 @@ pub fn normalize_listing(text: &str) -> String {
     out.join("\n")
 }
 
+/// [`normalize_listing`], and the objects of each table (sets, maps, chains, counters)
+/// sorted: for a table whose objects were declared over several batches, which the
+/// kernel lists in the order they were declared (a rendering lists them in its own).
+/// The rules of a chain keep their order.
+pub fn normalize_listing_unordered(text: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut objects: Vec<String> = Vec::new();
+    let mut object: Vec<String> = Vec::new();
+    let mut depth = 0;
+    for line in normalize_listing(text).lines() {
+        let toks: Vec<String> = line.split(' ').map(str::to_string).collect();
+        let after = depth + brace_depth(&toks);
+        match (depth, after) {
+            // a table's closing brace: its objects, sorted, before it
+            (1, 0) => {
+                objects.sort();
+                out.append(&mut objects);
+                out.push(line.to_string());
+            }
+            (0, _) => out.push(line.to_string()),
+            _ => {
+                object.push(line.to_string());
+                if after == 1 {
+                    objects.push(object.join("\n"));
+                    object.clear();
+                }
+            }
+        }
+        depth = after;
+    }
+    out.append(&mut objects);
+    out.push(object.join("\n"));
+    out.join("\n").trim_end().to_string()
+}
+
 /// Split a line into tokens at whitespace outside double quotes.
 fn tokens(line: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -468,4 +503,23 @@ fn sort_elements(line: &str) -> String {
         items.join(", "),
         &line[close + 1..]
     )
+}
+
+#[cfg(test)]
+mod listing_tests {
+    use super::normalize_listing_unordered as unordered;
+
+    const A: &str = "table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t}\n\tchain c {\n\t\tjump d\n\t\taccept\n\t}\n\tchain d {\n\t}\n}\n";
+
+    #[test]
+    fn objects_compare_in_any_order_but_rules_and_contents_do_not() {
+        let moved = "table ip t {\n\tchain d {\n\t}\n\tchain c {\n\t\tjump d\n\t\taccept\n\t}\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n";
+        assert_eq!(unordered(A), unordered(moved));
+        let rules_swapped = A.replace("\t\tjump d\n\t\taccept\n", "\t\taccept\n\t\tjump d\n");
+        assert_ne!(unordered(A), unordered(&rules_swapped));
+        let other_type = A.replace("ipv4_addr", "ipv6_addr");
+        assert_ne!(unordered(A), unordered(&other_type));
+        let one_less = A.replace("\tchain d {\n\t}\n", "");
+        assert_ne!(unordered(A), unordered(&one_less));
+    }
 }

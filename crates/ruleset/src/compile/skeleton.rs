@@ -116,7 +116,14 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>, affinity: bool) -> Skeleto
     let port_key = vec![DataType::InetProto, DataType::InetService];
     let np_addrs = ctx.np_addrs();
 
-    let mut sets = vec![Set::set(CLUSTER_IPS, vec![at])];
+    // The pin set first: the kernel finds a set named by a rule by walking the table's
+    // sets in the order they were declared, and every affinity rule names this one
+    // (docs/decisions/0014, "Where the pin set is declared").
+    let mut sets = Vec::new();
+    if affinity {
+        sets.push(super::affinity::pin_set(family));
+    }
+    sets.push(Set::set(CLUSTER_IPS, vec![at]));
     for (name, _, _) in DEST_DISPATCH {
         sets.push(Set::set(name, dst_key.clone()));
     }
@@ -151,9 +158,6 @@ pub fn skeleton(ctx: &Ctx, classes: &BTreeSet<Class>, affinity: bool) -> Skeleto
     for c in classes {
         sets.push(c.dests_decl(family));
         sets.push(c.endpoints_decl(family));
-    }
-    if affinity {
-        sets.push(super::affinity::pin_set(family));
     }
 
     let mut chains: Vec<Chain> = BASE_CHAINS

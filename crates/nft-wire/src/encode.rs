@@ -512,10 +512,11 @@ pub fn dump_elements_request(t: &TableRef, set: &str, seq: u32) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
+    /// Bytes from hexadecimal text (these tests' and `set_udata`'s expectations).
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
         (0..s.len() / 2)
             .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
             .collect()

@@ -168,12 +168,7 @@ pub(crate) fn typeof_saddr(key: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
-            .collect()
-    }
+    use crate::encode::tests::hex;
 
     /// Set userdata as `nft --debug=mnl` shows nft 1.0.6 sending it for the same
     /// `typeof` declarations (`add map ip t m { typeof ...; }`, the `NFTA_SET_USERDATA`

@@ -28,7 +28,7 @@ use crate::names::PortId;
 mod build;
 mod udp;
 pub use build::Build;
-use udp::udp_deleted;
+use udp::udp_released;
 pub use udp::UdpDest;
 
 /// What changed since the last compilation.
@@ -111,7 +111,7 @@ pub struct Update {
     /// a port renumbered or an address removed) are judged once with no serving endpoint,
     /// as kube-proxy does (kubernetes PR #141371); whether the port is gone is asked when
     /// the engine commits (a later update may bring it back, or delete it after all).
-    pub udp_deleted: BTreeMap<UdpDest, PortId>,
+    pub udp_released: BTreeMap<UdpDest, PortId>,
 }
 
 impl Update {
@@ -450,7 +450,7 @@ impl Compiler {
                     .map_or(&[][..], Vec::as_slice);
                 let new = f.fragments.get(svc).map_or(&[][..], Vec::as_slice);
                 serving_changes(old, new, f.fam, &mut out);
-                udp_deleted(old, new, f.fam, &mut out);
+                udp_released(old, new, f.fam, &mut out);
             }
             out.recompiled += f.fragments.values().map(Vec::len).sum::<usize>();
         }
@@ -573,7 +573,7 @@ impl FamilyState {
                 self.mirror.remove(f);
             }
             serving_changes(&old, &frags, self.fam, out);
-            udp_deleted(&old, &frags, self.fam, out);
+            udp_released(&old, &frags, self.fam, out);
             out.recompiled += frags.len();
             for f in &frags {
                 out.errors.extend(f.errors.iter().cloned());

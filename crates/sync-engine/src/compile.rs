@@ -20,7 +20,7 @@ pub struct Step {
     /// UDP destinations whose owner or serving endpoints may have changed.
     pub udp_touched: BTreeSet<UdpDest>,
     /// Of those, the frontends their service port stopped claiming, with that port.
-    pub udp_deleted: BTreeMap<UdpDest, PortId>,
+    pub udp_released: BTreeMap<UdpDest, PortId>,
     /// The compiler was built or rebuilt: every UDP flow is to be judged again.
     pub full: bool,
 }
@@ -54,8 +54,8 @@ pub fn advance(
     let mut step = Step::default();
     for u in &mut updates {
         step.udp_touched.append(&mut u.udp_touched);
-        for (d, port) in std::mem::take(&mut u.udp_deleted) {
-            step.udp_deleted.entry(d).or_insert(port);
+        for (d, port) in std::mem::take(&mut u.udp_released) {
+            step.udp_released.entry(d).or_insert(port);
         }
         step.full |= u.full;
     }

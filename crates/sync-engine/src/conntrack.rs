@@ -110,7 +110,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// cleanup must judge everything again.
     fn delta(&mut self) -> Delta {
         let touched = std::mem::take(&mut self.udp_touched);
-        let deleted = std::mem::take(&mut self.udp_deleted);
+        let deleted = std::mem::take(&mut self.udp_released);
         let full = std::mem::take(&mut self.judge_full);
         let Some(c) = self.compiler.as_ref() else {
             return Delta::default();

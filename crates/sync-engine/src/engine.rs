@@ -82,7 +82,7 @@ pub struct Engine<N: NftKernel, C: ConntrackKernel, K: Clock> {
     pub(crate) udp_touched: BTreeSet<ruleset::UdpDest>,
     /// Of those, the frontends their service port stopped claiming since our last
     /// commit, with that port as of the commit (deleted when it is no UDP port then).
-    pub(crate) udp_deleted: BTreeMap<ruleset::UdpDest, ruleset::names::PortId>,
+    pub(crate) udp_released: BTreeMap<ruleset::UdpDest, ruleset::names::PortId>,
     /// The next commit's news for the cleanup is the whole state (first commit, a
     /// rebuild, a commit after an unknown outcome): every flow is judged again.
     pub(crate) judge_full: bool,
@@ -170,7 +170,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
             changes: ruleset::Changes::default(),
             ledger: Ledger::new(),
             udp_touched: BTreeSet::new(),
-            udp_deleted: BTreeMap::new(),
+            udp_released: BTreeMap::new(),
             judge_full: true,
             status_dirty: BTreeSet::new(),
             per_service: status::PerService::default(),

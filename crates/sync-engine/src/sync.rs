@@ -117,8 +117,8 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
         );
         self.udp_touched.extend(step.udp_touched);
         // the owner as of our last commit is the first one heard of
-        for (d, port) in step.udp_deleted {
-            self.udp_deleted.entry(d).or_insert(port);
+        for (d, port) in step.udp_released {
+            self.udp_released.entry(d).or_insert(port);
         }
         self.judge_full |= step.full;
         // the compiler's batch starts from our last commit only once one was made with

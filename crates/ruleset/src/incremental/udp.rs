@@ -148,7 +148,7 @@ impl Compiler {
 /// in `new` (the port deleted, or the frontend dropped from it), each with the port: the
 /// engine tells a deletion from a release by whether that port is still a UDP port when
 /// it commits.
-pub(super) fn udp_deleted(old: &[Fragment], new: &[Fragment], fam: IpFamily, out: &mut Update) {
+pub(super) fn udp_released(old: &[Fragment], new: &[Fragment], fam: IpFamily, out: &mut Update) {
     let udp = |f: &Fragment| -> Vec<UdpDest> {
         f.claims
             .iter()
@@ -162,7 +162,7 @@ pub(super) fn udp_deleted(old: &[Fragment], new: &[Fragment], fam: IpFamily, out
         }
         let kept: Vec<UdpDest> = new.iter().filter(|n| n.id == f.id).flat_map(udp).collect();
         for k in keys.into_iter().filter(|k| !kept.contains(k)) {
-            out.udp_deleted.entry(k).or_insert_with(|| f.id.clone());
+            out.udp_released.entry(k).or_insert_with(|| f.id.clone());
         }
     }
 }

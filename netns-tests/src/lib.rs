@@ -377,8 +377,7 @@ pub fn normalize_listing_unordered(text: &str) -> String {
     let mut object: Vec<String> = Vec::new();
     let mut depth = 0;
     for line in normalize_listing(text).lines() {
-        let toks: Vec<String> = line.split(' ').map(str::to_string).collect();
-        let after = depth + brace_depth(&toks);
+        let after = depth + brace_depth(&tokens(line));
         match (depth, after) {
             // a table's closing brace: its objects, sorted, before it
             (1, 0) => {
@@ -397,9 +396,10 @@ pub fn normalize_listing_unordered(text: &str) -> String {
         }
         depth = after;
     }
+    // an unclosed table: what was read of it, as it came
     out.append(&mut objects);
-    out.push(object.join("\n"));
-    out.join("\n").trim_end().to_string()
+    out.append(&mut object);
+    out.join("\n")
 }
 
 /// Split a line into tokens at whitespace outside double quotes.

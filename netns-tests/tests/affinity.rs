@@ -254,7 +254,8 @@ fn pins_survive_a_restart_and_a_removed_endpoint_rebalances_its_clients() {
 /// pin set after the sets it kept, a fresh rendering declares it first).
 ///
 /// Negative control (run by hand, fails): `AFFINITY_CONTROL=keep-old-sets` leaves the
-/// previous sets' deletions out of the batch: "aff- left".
+/// previous sets' deletions out of the batch: the kernel refuses it (EBUSY deleting the
+/// previous endpoint chains, 2026-12-07 on 6.18).
 #[test]
 fn the_previous_shape_becomes_one_set_of_pins_in_one_batch() {
     require_root!();

@@ -110,7 +110,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
     /// cleanup must judge everything again.
     fn delta(&mut self) -> Delta {
         let touched = std::mem::take(&mut self.udp_touched);
-        let deleted = std::mem::take(&mut self.udp_released);
+        let released = std::mem::take(&mut self.udp_released);
         let full = std::mem::take(&mut self.judge_full);
         let Some(c) = self.compiler.as_ref() else {
             return Delta::default();
@@ -150,7 +150,7 @@ impl<N: NftKernel, C: ConntrackKernel + 'static, K: Clock> Engine<N, C, K> {
                         Some(s) => Frontend::Serving(s),
                         // deleted since our last commit, and not back since (a
                         // service deleted and created again is no deletion)
-                        None if deleted
+                        None if released
                             .get(&d)
                             .is_some_and(|p| !c.is_udp_port(p, d.family())) =>
                         {

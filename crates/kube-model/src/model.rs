@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
+pub use compact_str::CompactString;
+
 use crate::ip::Cidr;
 pub use crate::ip::IpFamily;
 
@@ -51,15 +53,20 @@ impl Protocol {
     }
 }
 
-/// Namespace and name of a Service (or of any namespaced object).
+/// Namespace and name of a Service (or of any namespaced object), ordered by namespace,
+/// then name, byte by byte. Each is held inline up to 24 bytes (`CompactString`): the
+/// ordered maps keyed by it (the cluster, the engine's changes, the compiler's ports)
+/// compare keys in their nodes instead of reaching two heap strings per comparison
+/// (their comparisons were the top user-space cost of a cold start at 100,000
+/// services: docs/benchmarks.md, ninth stop).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServiceKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: CompactString,
+    pub name: CompactString,
 }
 
 impl ServiceKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> ServiceKey {
+    pub fn new(namespace: impl Into<CompactString>, name: impl Into<CompactString>) -> ServiceKey {
         ServiceKey {
             namespace: namespace.into(),
             name: name.into(),
@@ -286,6 +293,34 @@ mod tests {
     #[test]
     fn an_endpoint_is_64_bytes() {
         assert_eq!(std::mem::size_of::<Endpoint>(), 64);
+    }
+
+    /// A text that often shares its first eight bytes, or all of them, with another:
+    /// a head from a few (shorter than, exactly and longer than eight bytes, with a NUL)
+    /// and a short tail.
+    fn text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::strategy::Strategy;
+        let heads = vec![
+            "",
+            "ns",
+            "ns-1234",
+            "ns-12345",
+            "ns-12345\0",
+            "é-long-name-past-24-bytes",
+        ];
+        (proptest::sample::select(heads), "[a\\x00é]{0,3}").prop_map(|(h, t)| format!("{h}{t}"))
+    }
+
+    proptest::proptest! {
+        /// The order of keys is the order of their (namespace, name) texts, byte by
+        /// byte, whatever the bytes (NULs, shared heads, lengths across eight and 24).
+        #[test]
+        fn keys_order_as_their_texts(a in (text(), text()), b in (text(), text())) {
+            let ka = ServiceKey::new(a.0.as_str(), a.1.as_str());
+            let kb = ServiceKey::new(b.0.as_str(), b.1.as_str());
+            proptest::prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            proptest::prop_assert_eq!(ka.cmp(&kb) == std::cmp::Ordering::Equal, ka == kb);
+        }
     }
 
     /// Empty hints are no hints (one representation: equal endpoints compare equal).

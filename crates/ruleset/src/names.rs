@@ -114,14 +114,14 @@ fn sanitize(s: &str, max: usize) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortId {
     pub service: ServiceKey,
-    pub port_name: String,
+    pub port_name: kube_model::CompactString,
 }
 
 impl PortId {
     pub fn new(service: &ServiceKey, port: &ServicePort) -> PortId {
         PortId {
             service: service.clone(),
-            port_name: port.name.clone(),
+            port_name: port.name.as_str().into(),
         }
     }
 

@@ -248,7 +248,7 @@ fn model_without(case: &kube_reference::Case, ex: &BTreeSet<PortId>) -> Model {
             ports.retain(|p| {
                 !ex.contains(&PortId {
                     service: key.clone(),
-                    port_name: p.name.clone().unwrap_or_default(),
+                    port_name: p.name.clone().unwrap_or_default().into(),
                 })
             });
         }

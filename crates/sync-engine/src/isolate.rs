@@ -236,7 +236,7 @@ impl Skips {
             .filter(|(_, s)| !s.retrying)
             .map(|(p, s)| SkippedPort {
                 service: p.service.to_string(),
-                port: p.port_name.clone(),
+                port: p.port_name.to_string(),
                 error: s.error.clone(),
                 since: s.since,
                 retry_at: s.retry_at,

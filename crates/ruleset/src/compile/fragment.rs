@@ -381,7 +381,7 @@ fn route_claim(
             None if eps.is_empty() => {}
             None => errors.push(RulesetError::Capacity {
                 service: id.service.to_string(),
-                port: id.port_name.clone(),
+                port: id.port_name.to_string(),
                 endpoints: eps.len(),
             }),
         }

@@ -658,7 +658,7 @@ impl Conflict {
     pub fn error(&self) -> RulesetError {
         RulesetError::Conflict {
             service: self.loser.service.to_string(),
-            port: self.loser.port_name.clone(),
+            port: self.loser.port_name.to_string(),
             other: self.winner.service.to_string(),
             what: self
                 .key

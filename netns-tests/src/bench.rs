@@ -23,6 +23,33 @@ pub fn loadavg() -> String {
         .join(" ")
 }
 
+/// The machine's CPU time counters: `/proc/stat`'s first (`cpu`) line, in its order
+/// (user, nice, system, idle, iowait, irq, softirq, steal, ...); None when unreadable.
+pub fn cpu_times() -> Option<Vec<u64>> {
+    parse_cpu_line(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn parse_cpu_line(stat: &str) -> Option<Vec<u64>> {
+    let line = stat.lines().next()?;
+    let mut fields = line.split_whitespace();
+    (fields.next()? == "cpu").then_some(())?;
+    let v: Vec<u64> = fields.map(|f| f.parse().ok()).collect::<Option<_>>()?;
+    (v.len() >= 8).then_some(v)
+}
+
+/// The share of the CPU time between two readings of [`cpu_times`] that the hypervisor
+/// gave to others (`steal`, in percent): on a shared host it moves figures as much as
+/// the load does. None without two readings or without time between them.
+pub fn steal_percent(before: &[u64], after: &[u64]) -> Option<f64> {
+    let d: Vec<u64> = after
+        .iter()
+        .zip(before)
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    let total: u64 = d.iter().sum();
+    (total > 0 && d.len() >= 8).then(|| d[7] as f64 * 100.0 / total as f64)
+}
+
 /// The median of `v` (the mean of the two middle values for an even count; NaN when
 /// empty).
 pub fn median(v: &[f64]) -> f64 {
@@ -502,5 +529,20 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&[]).is_nan());
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_its_share_of_the_time_between_two_readings() {
+        let a = parse_cpu_line("cpu  100 0 50 800 0 0 0 50 0 0\ncpu0 1 2 3").unwrap();
+        let b = parse_cpu_line("cpu  200 0 70 860 0 0 0 70 0 0\n").unwrap();
+        assert_eq!(steal_percent(&a, &b), Some(10.0));
+        assert_eq!(steal_percent(&a, &a), None);
+        assert_eq!(parse_cpu_line("intr 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(parse_cpu_line("cpu 1 2 3"), None);
     }
 }

@@ -2,15 +2,29 @@
 
 use std::time::Duration;
 
-use netns_tests::bench::loadavg;
+use std::sync::Mutex;
+
+use netns_tests::bench::{cpu_times, loadavg, steal_percent};
+
+/// The CPU time counters at the last header, for the footer's steal share.
+static AT_HEADER: Mutex<Option<Vec<u64>>> = Mutex::new(None);
 
 pub fn header(name: &str, what: &str) {
     println!("\n== {name}: {what}");
     println!("   load at start: {}", loadavg());
+    *AT_HEADER.lock().unwrap_or_else(|e| e.into_inner()) = cpu_times();
 }
 
 pub fn footer() {
-    println!("   load at end:   {}", loadavg());
+    let before = AT_HEADER.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let steal = before
+        .zip(cpu_times())
+        .and_then(|(a, b)| steal_percent(&a, &b))
+        .map_or("unknown".to_string(), |p| format!("{p:.1} %"));
+    println!(
+        "   load at end:   {}; CPU stolen by the host since the start: {steal}",
+        loadavg()
+    );
 }
 
 pub fn mib(kib: u64) -> f64 {

@@ -41,13 +41,15 @@ fn parse_cpu_line(stat: &str) -> Option<Vec<u64>> {
 /// gave to others (`steal`, in percent): on a shared host it moves figures as much as
 /// the load does. None without two readings or without time between them.
 pub fn steal_percent(before: &[u64], after: &[u64]) -> Option<f64> {
+    // user .. steal; guest and guest_nice (9, 10) are already in user and nice
     let d: Vec<u64> = after
         .iter()
         .zip(before)
+        .take(8)
         .map(|(a, b)| a.saturating_sub(*b))
         .collect();
     let total: u64 = d.iter().sum();
-    (total > 0 && d.len() >= 8).then(|| d[7] as f64 * 100.0 / total as f64)
+    (total > 0 && d.len() == 8).then(|| d[7] as f64 * 100.0 / total as f64)
 }
 
 /// The median of `v` (the mean of the two middle values for an even count; NaN when
@@ -530,16 +532,13 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(median(&[]).is_nan());
     }
-}
 
-#[cfg(test)]
-mod cpu_tests {
-    use super::*;
-
+    /// Guest time (columns 9 and 10) is counted in user and nice already: the share is
+    /// of the first eight columns only.
     #[test]
     fn steal_is_its_share_of_the_time_between_two_readings() {
         let a = parse_cpu_line("cpu  100 0 50 800 0 0 0 50 0 0\ncpu0 1 2 3").unwrap();
-        let b = parse_cpu_line("cpu  200 0 70 860 0 0 0 70 0 0\n").unwrap();
+        let b = parse_cpu_line("cpu  200 0 70 860 0 0 0 70 90 0\n").unwrap();
         assert_eq!(steal_percent(&a, &b), Some(10.0));
         assert_eq!(steal_percent(&a, &a), None);
         assert_eq!(parse_cpu_line("intr 1 2 3 4 5 6 7 8"), None);

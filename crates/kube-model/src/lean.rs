@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::Resource;
 use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, Unexpected, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use crate::ANNOTATION_LAST_CHANGE_TRIGGER_TIME;
 
@@ -347,5 +348,201 @@ impl LeanSlice {
                     .collect()
             }),
         }
+    }
+}
+
+/// A Service or an EndpointSlice read in one pass over its text ([`one_pass`]): what
+/// names it (`kind`, `apiVersion` and `metadata` as written) and the object.
+pub(crate) struct OnePass<'a> {
+    pub kind: String,
+    pub api_version: Option<String>,
+    pub metadata: Option<&'a RawValue>,
+    pub object: Known,
+}
+
+/// An object of a kind [`one_pass`] reads.
+pub(crate) enum Known {
+    Service(Box<core::Service>),
+    Slice(Box<discovery::EndpointSlice>),
+}
+
+/// Read one object's text (a manifest's list item) in one pass: its head and, for a
+/// Service or an EndpointSlice, its lean object, the same as reading the head and then
+/// decoding ([`from_str`]) make of it. None when the text is anything else, or not
+/// certainly read the same way (a duplicate head key, a type error anywhere, another
+/// kind): the caller then reads it in two passes, which give the error.
+pub(crate) fn one_pass(text: &str) -> Option<OnePass<'_>> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let top = de.deserialize_map(TopVisitor).ok()?;
+    de.end().ok()?;
+    top.finish()
+}
+
+/// A Service field: its texts met before the object's `kind` (decoded once the kind is
+/// known, each of them, as the lean decoder decodes every occurrence), then its value.
+struct Slot<'a, T> {
+    raw: Vec<&'a RawValue>,
+    value: Option<Option<T>>,
+}
+
+impl<T> Default for Slot<'_, T> {
+    fn default() -> Self {
+        Slot {
+            raw: Vec::new(),
+            value: None,
+        }
+    }
+}
+
+impl<'a, T: Deserialize<'a>> Slot<'a, T> {
+    /// The last occurrence's value; None when an occurrence does not decode.
+    fn value(self) -> Option<Option<T>> {
+        let mut last = None;
+        for r in self.raw {
+            last = serde_json::from_str::<Option<T>>(r.get()).ok()?;
+        }
+        Some(self.value.unwrap_or(last))
+    }
+
+    fn read<A: MapAccess<'a>>(&mut self, known: bool, map: &mut A) -> Result<(), A::Error> {
+        if known {
+            self.value = Some(map.next_value()?);
+        } else {
+            self.raw.push(map.next_value()?);
+        }
+        Ok(())
+    }
+}
+
+/// The top-level keys of one object, as far as [`one_pass`] reads them.
+#[derive(Default)]
+struct Top<'a> {
+    kind: Option<Kind>,
+    api_version: Option<String>,
+    metadata: Option<Option<&'a RawValue>>,
+    items: bool,
+    spec: Slot<'a, LeanServiceSpec>,
+    status: Slot<'a, LeanServiceStatus>,
+    address_type: Option<String>,
+    endpoints: Option<Vec<LeanEndpoint>>,
+    ports: Option<Vec<LeanEndpointPort>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Service,
+    Slice,
+}
+
+const TOP: &[&str] = &[
+    "kind",
+    "apiVersion",
+    "metadata",
+    "items",
+    "spec",
+    "status",
+    "addressType",
+    "endpoints",
+    "ports",
+];
+
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = Top<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top<'de>, A::Error> {
+        let mut t = Top::default();
+        // A head key twice: the head reader refuses the object (serde's duplicate field).
+        let twice = || A::Error::custom("a head key twice");
+        let svc = |t: &Top<'_>| t.kind.is_none_or(|k| k == Kind::Service);
+        let slice = |t: &Top<'_>| t.kind.is_none_or(|k| k == Kind::Slice);
+        while let Some(k) = map.next_key_seed(FieldOf(TOP))? {
+            match k {
+                Some("kind") if t.kind.is_none() => {
+                    t.kind = Some(match map.next_value::<String>()?.as_str() {
+                        core::Service::KIND => Kind::Service,
+                        discovery::EndpointSlice::KIND => Kind::Slice,
+                        _ => return Err(A::Error::custom("another kind")),
+                    });
+                }
+                Some("apiVersion") if t.api_version.is_none() => {
+                    t.api_version = Some(map.next_value()?);
+                }
+                Some("metadata") if t.metadata.is_none() => {
+                    t.metadata = Some(map.next_value()?);
+                }
+                Some("items") if !t.items => {
+                    t.items = true;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Some("kind" | "apiVersion" | "metadata" | "items") => return Err(twice()),
+                // Service fields: decoded when the object is known to be a Service,
+                // kept as text until its kind is known.
+                Some("spec") if svc(&t) => t.spec.read(t.kind.is_some(), &mut map)?,
+                Some("status") if svc(&t) => t.status.read(t.kind.is_some(), &mut map)?,
+                // EndpointSlice fields (kubectl writes them before `kind`): decoded at
+                // once; one that does not decode as such is read again in two passes.
+                Some("addressType") if slice(&t) => t.address_type = map.next_value()?,
+                Some("endpoints") if slice(&t) => t.endpoints = map.next_value()?,
+                Some("ports") if slice(&t) => t.ports = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl<'a> Top<'a> {
+    fn finish(self) -> Option<OnePass<'a>> {
+        let kind = self.kind?;
+        let (kind_name, api_version) = match kind {
+            Kind::Service => (core::Service::KIND, core::Service::API_VERSION),
+            Kind::Slice => (
+                discovery::EndpointSlice::KIND,
+                discovery::EndpointSlice::API_VERSION,
+            ),
+        };
+        if self
+            .api_version
+            .as_deref()
+            .is_some_and(|v| v != api_version)
+        {
+            return None;
+        }
+        let metadata = self.metadata.flatten();
+        let meta = match metadata {
+            None => None,
+            Some(m) => Some(serde_json::from_str::<LeanMeta>(m.get()).ok()?),
+        };
+        let object = match kind {
+            Kind::Service => Known::Service(Box::new(
+                LeanService {
+                    metadata: meta,
+                    spec: self.spec.value()?,
+                    status: self.status.value()?,
+                }
+                .into_k8s(),
+            )),
+            Kind::Slice => Known::Slice(Box::new(
+                LeanSlice {
+                    address_type: self.address_type,
+                    endpoints: self.endpoints,
+                    metadata: meta,
+                    ports: self.ports,
+                }
+                .into_k8s(),
+            )),
+        };
+        Some(OnePass {
+            kind: kind_name.to_string(),
+            api_version: self.api_version,
+            metadata,
+            object,
+        })
     }
 }

@@ -474,6 +474,30 @@ fn entry<'a>(place: Place, raw: &'a str) -> Result<(Entry<'a>, Option<Items<'a>>
     entry_of(place, raw, head)
 }
 
+/// An entry and its object read in one pass ([`lean::one_pass`]): a Service or an
+/// EndpointSlice that [`entry`] and then [`Entry::object`] read the same way, without
+/// error. None otherwise.
+fn decoded_entry(place: Place, raw: &str) -> Option<(Entry<'_>, Object)> {
+    let one = lean::one_pass(raw)?;
+    let meta: HeadMeta = one
+        .metadata
+        .and_then(|m| serde_json::from_str(m.get()).ok())
+        .unwrap_or_default();
+    let object = match one.object {
+        lean::Known::Service(s) => Object::Service(s),
+        lean::Known::Slice(s) => Object::EndpointSlice(s),
+    };
+    let entry = Entry {
+        place,
+        kind: one.kind,
+        api_version: one.api_version.unwrap_or_default(),
+        namespace: meta.namespace.filter(|n| !n.is_empty()),
+        name: meta.name.unwrap_or_default(),
+        raw,
+    };
+    Some((entry, object))
+}
+
 fn entry_of<'a>(
     place: Place,
     raw: &'a str,
@@ -528,6 +552,18 @@ impl<'t> Documents<'t> {
     /// [`Documents::entries`] one at a time, each named when it is reached (a list's
     /// items one by one), until `f` returns false.
     pub fn each_entry<'s>(&'s self, mut f: impl FnMut(Result<Entry<'s>, ManifestError>) -> bool) {
+        self.each_object(false, |e, _| f(e));
+    }
+
+    /// [`Documents::each_entry`], with the object of each list item decoded in the pass
+    /// that names it when `decode` is set and the item is a Service or an EndpointSlice
+    /// read the same way in one pass as by [`Entry::object`] (Some: what `object()`
+    /// returns for it; None: call it).
+    pub fn each_object<'s>(
+        &'s self,
+        decode: bool,
+        mut f: impl FnMut(Result<Entry<'s>, ManifestError>, Option<Object>) -> bool,
+    ) {
         let mut out = Out {
             f: &mut f,
             more: true,
@@ -545,7 +581,7 @@ impl<'t> Documents<'t> {
                 _ => entry(place, doc),
             };
             match head {
-                Err(e) => out.push(Err(e)),
+                Err(e) => out.push(Err(e), None),
                 Ok((list, Some(items))) => {
                     let items = match items {
                         Items::Array(v) => Ok(v),
@@ -559,7 +595,7 @@ impl<'t> Documents<'t> {
                             ),
                     };
                     match items {
-                        Err(e) => out.push(Err(list.error(format!("items: {e}")))),
+                        Err(e) => out.push(Err(list.error(format!("items: {e}"))), None),
                         Ok(items) => {
                             for (i, raw) in items.into_iter().enumerate() {
                                 if !out.more {
@@ -569,12 +605,15 @@ impl<'t> Documents<'t> {
                                     document,
                                     item: Some(i),
                                 };
-                                out.push(entry(place, raw.get()).map(|(e, _)| e));
+                                match decode.then(|| decoded_entry(place, raw.get())) {
+                                    Some(Some((e, o))) => out.push(Ok(e), Some(o)),
+                                    _ => out.push(entry(place, raw.get()).map(|(e, _)| e), None),
+                                }
                             }
                         }
                     }
                 }
-                Ok((e, None)) => out.push(Ok(e)),
+                Ok((e, None)) => out.push(Ok(e), None),
             }
         }
     }
@@ -587,12 +626,12 @@ struct Out<'f, F> {
 }
 
 impl<F> Out<'_, F> {
-    fn push<'s>(&mut self, e: Result<Entry<'s>, ManifestError>)
+    fn push<'s>(&mut self, e: Result<Entry<'s>, ManifestError>, o: Option<Object>)
     where
-        F: FnMut(Result<Entry<'s>, ManifestError>) -> bool,
+        F: FnMut(Result<Entry<'s>, ManifestError>, Option<Object>) -> bool,
     {
         if self.more {
-            self.more = (self.f)(e);
+            self.more = (self.f)(e, o);
         }
     }
 }

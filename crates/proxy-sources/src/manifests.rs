@@ -5,8 +5,10 @@
 //! Nothing of a Kubernetes object is kept after it is sent: per object only its key,
 //! its file and a hash of its text (plus this node's Node object and the ServiceCIDRs'
 //! `spec.cidrs`). Only entries whose text changed are decoded, one at a time. At a cold
-//! start (nothing sent yet) each object is decoded and sent in the pass that names it,
-//! once its file is known to parse, so the engine compiles while the rest is read.
+//! start (nothing sent yet) each object is decoded and sent in the pass that names it
+//! (a List's Services and EndpointSlices in one pass over their text,
+//! `Documents::each_object`), once its file is known to parse, so the engine compiles
+//! while the rest is read.
 //!
 //! Never a torn read, never a prefix (see [`settle`] for the rules): a changed file is
 //! taken when it was renamed into place, when its writer closed it (both seen over
@@ -424,7 +426,9 @@ impl Reader {
         let mut objects = HashMap::new();
         let mut entries = Some(Vec::new());
         let file: Arc<Path> = Arc::from(p);
-        docs.each_entry(|e| {
+        // At a cold start, a list's Services and EndpointSlices are decoded in the
+        // pass that names them.
+        docs.each_object(stream.is_some(), |e, pre| {
             match e {
                 Err(err) => self.note(
                     p,
@@ -439,7 +443,7 @@ impl Reader {
                             self.note(p, msg, "duplicate manifest object");
                         }
                         if let Some(out) = stream.as_mut() {
-                            self.stream_entry(&file, k, h, &e, &mut objects, out);
+                            self.stream_entry(&file, k, h, (&e, pre), &mut objects, out);
                         } else {
                             entries = entries.take().and_then(|mut v| {
                                 v.push(Spanned::of(k, h, e, &text)?);
@@ -488,11 +492,11 @@ impl Reader {
         file: &Arc<Path>,
         k: Arc<Key>,
         h: u64,
-        e: &Entry<'_>,
+        (e, pre): (&Entry<'_>, Option<Object>),
         objects: &mut HashMap<Arc<Key>, u64>,
         out: &mut Streamed<'_>,
     ) {
-        match self.decode(file, e) {
+        match self.decode(file, e, pre) {
             Decoded::Object(ev) => {
                 if let Some(ev) = ev {
                     out.ok = out.ok && (out.send)(ev);
@@ -509,9 +513,10 @@ impl Reader {
 
     /// Decode one entry of `file` (the one step of a cold start's stream and of
     /// [`Reader::apply`]): the event its object makes, or that it did not decode (noted
-    /// here; the caller drops its key from what the file holds).
-    fn decode(&mut self, file: &Path, e: &Entry<'_>) -> Decoded {
-        match e.object() {
+    /// here; the caller drops its key from what the file holds). `pre`: its object when
+    /// it was decoded in the pass that named it.
+    fn decode(&mut self, file: &Path, e: &Entry<'_>, pre: Option<Object>) -> Decoded {
+        match pre.map_or_else(|| e.object(), |o| Ok(Some(o))) {
             Ok(Some(o)) => Decoded::Object(self.applied(o)),
             Ok(None) => Decoded::Nothing,
             Err(err) => {
@@ -608,7 +613,7 @@ impl Reader {
                 }
             };
             for (k, e) in todo {
-                match self.decode(&p, &e) {
+                match self.decode(&p, &e, None) {
                     Decoded::Object(ev) => {
                         self.sent.insert(k.clone(), want[&k].clone());
                         emit(ev, &mut n);

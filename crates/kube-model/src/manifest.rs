@@ -694,5 +694,8 @@ pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
     Ok(m)
 }
 
+mod stream;
+pub use stream::{stream_list, Streamed};
+
 #[cfg(test)]
 mod tests;

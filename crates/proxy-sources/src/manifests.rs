@@ -8,7 +8,9 @@
 //! start (nothing sent yet) each object is decoded and sent in the pass that names it
 //! (a List's Services and EndpointSlices in one pass over their text,
 //! `Documents::each_object`), once its file is known to parse, so the engine compiles
-//! while the rest is read.
+//! while the rest is read. The first file, when it is one JSON `kind: List`, is sent
+//! item by item as it is parsed (`manifest::stream_list`); if its text turns out not to
+//! be read that way, what it sent is taken back (deleted) in the same look.
 //!
 //! Never a torn read, never a prefix (see [`settle`] for the rules): a changed file is
 //! taken when it was renamed into place, when its writer closed it (both seen over
@@ -196,6 +198,20 @@ impl Spanned {
             },
         ))
     }
+}
+
+/// One file being read: where its entries go.
+struct Taking<'a, 's> {
+    p: &'a Path,
+    name: &'a str,
+    file: Arc<Path>,
+    text: &'a str,
+    /// Its objects (the kinds the proxy reads) and the hash of their text.
+    objects: HashMap<Arc<Key>, u64>,
+    /// Where each entry is, to decode what changed (not at a cold start).
+    entries: Option<Vec<Spanned>>,
+    /// A cold start's sink: each object is sent as it is read.
+    stream: Option<&'a mut Streamed<'s>>,
 }
 
 /// Reads the manifests and remembers what it told the engine.
@@ -390,7 +406,7 @@ impl Reader {
         version: &Version,
         whole: bool,
         now: Instant,
-        mut stream: Option<&mut Streamed<'_>>,
+        stream: Option<&mut Streamed<'_>>,
     ) -> Result<Parsed, Option<Instant>> {
         let name = p.display().to_string();
         self.logged.remove(p);
@@ -414,48 +430,49 @@ impl Reader {
             return Err(Some(now + self.timing.settle));
         }
         self.text_parses += 1;
-        let docs = match manifest::documents(&text) {
-            Ok(d) => d,
-            Err(e) => {
-                let msg = format!("{name}: {e}; keeping the objects read from it before");
-                self.note(p, msg, "manifest file not parsed");
-                self.files.entry(p.to_path_buf()).or_default().failed = Some(stamp);
-                return Err(None);
-            }
+        let mut t = Taking {
+            p,
+            name: &name,
+            file: Arc::from(p),
+            text: &text,
+            objects: HashMap::new(),
+            entries: Some(Vec::new()),
+            stream,
         };
-        let mut objects = HashMap::new();
-        let mut entries = Some(Vec::new());
-        let file: Arc<Path> = Arc::from(p);
-        // At a cold start, a list's Services and EndpointSlices are decoded in the
-        // pass that names them.
-        docs.each_object(stream.is_some(), |e, pre| {
-            match e {
-                Err(err) => self.note(
-                    p,
-                    format!("{name}: {err}"),
-                    "invalid manifest object skipped",
-                ),
-                Ok(e) => {
-                    if let Some(k) = Key::of(&e, &self.node_name).map(Arc::new) {
-                        let h = hash(e.raw);
-                        if objects.insert(k.clone(), h).is_some() {
-                            let msg = format!("{name}: {k} defined twice; the last one wins");
-                            self.note(p, msg, "duplicate manifest object");
-                        }
-                        if let Some(out) = stream.as_mut() {
-                            self.stream_entry(&file, k, h, (&e, pre), &mut objects, out);
-                        } else {
-                            entries = entries.take().and_then(|mut v| {
-                                v.push(Spanned::of(k, h, e, &text)?);
-                                Some(v)
-                            });
-                        }
-                    }
-                }
+        // The first file of a cold start that is one JSON List: each item is sent as
+        // it is parsed, before the rest of the text is (the engine compiles meanwhile).
+        // Nothing was sent before it, so what it sent is taken back whole when the text
+        // turns out not to be read that way.
+        let whole_list = if t.stream.is_some() && self.sent.is_empty() {
+            manifest::stream_list(&text, |e, pre| self.take(&mut t, e, pre))
+        } else {
+            manifest::Streamed::No { given: false }
+        };
+        if let manifest::Streamed::No { given } = whole_list {
+            if given {
+                self.take_back(&mut t);
+                self.text_parses += 1;
             }
-            true
-        });
-        drop(docs);
+            let docs = match manifest::documents(&text) {
+                Ok(d) => d,
+                Err(e) => {
+                    let msg = format!("{name}: {e}; keeping the objects read from it before");
+                    self.note(p, msg, "manifest file not parsed");
+                    self.files.entry(p.to_path_buf()).or_default().failed = Some(stamp);
+                    return Err(None);
+                }
+            };
+            // At a cold start, a list's Services and EndpointSlices are decoded in the
+            // pass that names them.
+            let decode = t.stream.is_some();
+            docs.each_object(decode, |e, pre| self.take(&mut t, e, pre));
+        }
+        let Taking {
+            objects,
+            entries,
+            stream,
+            ..
+        } = t;
         let had = self.files.get(p).map_or(0, |st| st.objects.len());
         if !whole && settle::sharp_drop(had, objects.len()) {
             if let Ready::At(t) = settle::stable_for(version, self.timing.hold, now) {
@@ -481,6 +498,57 @@ impl Reader {
             });
         }
         Ok(Parsed { text, entries })
+    }
+
+    /// One entry of the file `t` reads: noted when it is no object; recorded with its
+    /// hash; at a cold start decoded and sent at once, else kept to decode what changed.
+    fn take(
+        &mut self,
+        t: &mut Taking<'_, '_>,
+        e: Result<Entry<'_>, manifest::ManifestError>,
+        pre: Option<Object>,
+    ) -> bool {
+        let e = match e {
+            Ok(e) => e,
+            Err(err) => {
+                let msg = format!("{}: {err}", t.name);
+                self.note(t.p, msg, "invalid manifest object skipped");
+                return true;
+            }
+        };
+        let Some(k) = Key::of(&e, &self.node_name).map(Arc::new) else {
+            return true;
+        };
+        let h = hash(e.raw);
+        if t.objects.insert(k.clone(), h).is_some() {
+            let msg = format!("{}: {k} defined twice; the last one wins", t.name);
+            self.note(t.p, msg, "duplicate manifest object");
+        }
+        if let Some(out) = t.stream.as_mut() {
+            self.stream_entry(&t.file, k, h, (&e, pre), &mut t.objects, out);
+        } else {
+            let text = t.text;
+            t.entries = t.entries.take().and_then(|mut v| {
+                v.push(Spanned::of(k, h, e, text)?);
+                Some(v)
+            });
+        }
+        true
+    }
+
+    /// Take back what a streamed List sent (the first file of a cold start: everything
+    /// sent), as if it had never been read: its objects deleted in the engine.
+    fn take_back(&mut self, t: &mut Taking<'_, '_>) {
+        let mut sent: Vec<Arc<Key>> = self.sent.drain().map(|(k, _)| k).collect();
+        sent.sort();
+        for k in sent {
+            if let (Some(ev), Some(out)) = (self.deleted(&k), t.stream.as_mut()) {
+                out.ok = out.ok && (out.send)(ev);
+                out.events += 1;
+            }
+        }
+        t.objects.clear();
+        t.entries = Some(Vec::new());
     }
 
     /// Decode one entry of a file read at a cold start and send it at once (the engine

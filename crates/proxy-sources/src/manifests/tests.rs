@@ -430,3 +430,69 @@ fn a_cold_start_streams_and_ends_as_a_whole_read() {
     assert!(poll(&mut r, false).is_empty(), "read only once settled");
     assert_eq!(poll(&mut r, false), ["+svc ns/a"]);
 }
+
+/// The first file of a cold start that is one JSON List is sent item by item as it is
+/// parsed (one parse); a text that turns out not to be read that way (a syntax error
+/// after the items, a duplicate head key, not a List after all) has what it sent taken
+/// back in the same look, and ends where reading the whole text first ends. (Negative
+/// control, run 2026-12-08: without the taking back, the broken lists leave `ns/a` and
+/// the node in the engine.)
+#[test]
+fn a_cold_list_streams_and_a_broken_one_is_taken_back() {
+    let svc = |name: &str| {
+        format!(
+            r#"{{"kind":"Service","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"clusterIP":"198.18.100.1","ports":[{{"port":80}}]}}}}"#
+        )
+    };
+    let node = r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"node-a"}}"#;
+    let items = format!("[{},{node},{}]", svc("a"), svc("b"));
+    let cases = [
+        // (text, the state after the look, text parses)
+        (
+            format!(r#"{{"apiVersion":"v1","items":{items},"kind":"List"}}"#),
+            vec!["node node-a", "ns/a", "ns/b"],
+            1,
+        ),
+        (format!(r#"{{"items":{items},"kind":"List"}} x"#), vec![], 2),
+        (
+            format!(r#"{{"items":{items},"kind":"List","kind":"List"}}"#),
+            vec![],
+            2,
+        ),
+        (
+            format!(
+                r#"{{"items":{items},"metadata":{{"name":"c","namespace":"ns"}},"kind":"Service","spec":{{"ports":[{{"port":80}}]}}}}"#
+            ),
+            vec!["ns/c"],
+            2,
+        ),
+    ];
+    for (text, want, parses) in cases {
+        let d = Dir::new("coldlist");
+        std::fs::write(d.join("m.json"), &text).unwrap();
+        let mut r = reader(&d.0);
+        let mut state = BTreeSet::new();
+        r.poll(&mut |ev| {
+            match ev {
+                Event::ServiceApplied(s) => {
+                    state.insert(kube_model::ns_key(&s.metadata).to_string());
+                }
+                Event::ServiceDeleted(s) => {
+                    state.remove(&kube_model::ns_key(&s.metadata).to_string());
+                }
+                Event::NodeApplied(n) if n.metadata.deletion_timestamp.is_none() => {
+                    state.insert(format!("node {}", n.metadata.name.unwrap_or_default()));
+                }
+                Event::NodeApplied(n) => {
+                    state.remove(&format!("node {}", n.metadata.name.unwrap_or_default()));
+                }
+                _ => {}
+            }
+            true
+        })
+        .unwrap();
+        let want: BTreeSet<String> = want.into_iter().map(String::from).collect();
+        assert_eq!(state, want, "{text}");
+        assert_eq!(r.text_parses, parses, "{text}");
+    }
+}

@@ -352,9 +352,9 @@ impl LeanSlice {
 }
 
 /// A Service or an EndpointSlice read in one pass over its text ([`one_pass`]): what
-/// names it (`kind`, `apiVersion` and `metadata` as written) and the object.
+/// names it (`apiVersion` and `metadata` as written; its kind is the object's) and the
+/// object.
 pub(crate) struct OnePass<'a> {
-    pub kind: String,
     pub api_version: Option<String>,
     pub metadata: Option<&'a RawValue>,
     pub object: Known,
@@ -500,12 +500,9 @@ impl<'de> Visitor<'de> for TopVisitor {
 impl<'a> Top<'a> {
     fn finish(self) -> Option<OnePass<'a>> {
         let kind = self.kind?;
-        let (kind_name, api_version) = match kind {
-            Kind::Service => (core::Service::KIND, core::Service::API_VERSION),
-            Kind::Slice => (
-                discovery::EndpointSlice::KIND,
-                discovery::EndpointSlice::API_VERSION,
-            ),
+        let api_version = match kind {
+            Kind::Service => core::Service::API_VERSION,
+            Kind::Slice => discovery::EndpointSlice::API_VERSION,
         };
         if self
             .api_version
@@ -539,7 +536,6 @@ impl<'a> Top<'a> {
             )),
         };
         Some(OnePass {
-            kind: kind_name.to_string(),
             api_version: self.api_version,
             metadata,
             object,

@@ -483,13 +483,19 @@ fn decoded_entry(place: Place, raw: &str) -> Option<(Entry<'_>, Object)> {
         .metadata
         .and_then(|m| serde_json::from_str(m.get()).ok())
         .unwrap_or_default();
-    let object = match one.object {
-        lean::Known::Service(s) => Object::Service(s),
-        lean::Known::Slice(s) => Object::EndpointSlice(s),
+    let (kind, object) = match one.object {
+        lean::Known::Service(s) => (
+            <core::Service as k8s_openapi::Resource>::KIND,
+            Object::Service(s),
+        ),
+        lean::Known::Slice(s) => (
+            <discovery::EndpointSlice as k8s_openapi::Resource>::KIND,
+            Object::EndpointSlice(s),
+        ),
     };
     let entry = Entry {
         place,
-        kind: one.kind,
+        kind: kind.to_string(),
         api_version: one.api_version.unwrap_or_default(),
         namespace: meta.namespace.filter(|n| !n.is_empty()),
         name: meta.name.unwrap_or_default(),
@@ -497,6 +503,20 @@ fn decoded_entry(place: Place, raw: &str) -> Option<(Entry<'_>, Object)> {
     };
     Some((entry, object))
 }
+
+/// A list item as [`Documents::each_object`] gives it: in one pass when `decode` is set
+/// and [`decoded_entry`] takes it, else named by its head (its object left to
+/// [`Entry::object`]).
+fn list_item(place: Place, raw: &str, decode: bool) -> Given<'_> {
+    match decode.then(|| decoded_entry(place, raw)) {
+        Some(Some((e, o))) => (Ok(e), Some(o)),
+        _ => (entry(place, raw).map(|(e, _)| e), None),
+    }
+}
+
+/// An entry (or why it cannot be named) and its object when it was decoded in the pass
+/// that named it.
+type Given<'a> = (Result<Entry<'a>, ManifestError>, Option<Object>);
 
 fn entry_of<'a>(
     place: Place,
@@ -605,10 +625,8 @@ impl<'t> Documents<'t> {
                                     document,
                                     item: Some(i),
                                 };
-                                match decode.then(|| decoded_entry(place, raw.get())) {
-                                    Some(Some((e, o))) => out.push(Ok(e), Some(o)),
-                                    _ => out.push(entry(place, raw.get()).map(|(e, _)| e), None),
-                                }
+                                let (e, o) = list_item(place, raw.get(), decode);
+                                out.push(e, o);
                             }
                         }
                     }

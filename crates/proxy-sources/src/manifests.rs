@@ -136,6 +136,16 @@ struct Streamed<'s> {
     events: usize,
 }
 
+impl Streamed<'_> {
+    /// Send `ev` (nothing once the engine is gone) and count it.
+    fn emit(&mut self, ev: Option<Event>) {
+        if let Some(ev) = ev {
+            self.ok = self.ok && (self.send)(ev);
+            self.events += 1;
+        }
+    }
+}
+
 /// What one entry decodes to ([`Reader::decode`]). Returned once per entry and taken
 /// apart at once, never stored: the event inside is not boxed (as `applied`'s isn't).
 #[allow(clippy::large_enum_variant)]
@@ -444,7 +454,10 @@ impl Reader {
         // Nothing was sent before it, so what it sent is taken back whole when the text
         // turns out not to be read that way.
         let whole_list = if t.stream.is_some() && self.sent.is_empty() {
-            manifest::stream_list(&text, |e, pre| self.take(&mut t, e, pre))
+            manifest::stream_list(&text, |e, pre| {
+                self.take(&mut t, e, pre);
+                true
+            })
         } else {
             manifest::Streamed::No { given: false }
         };
@@ -465,7 +478,10 @@ impl Reader {
             // At a cold start, a list's Services and EndpointSlices are decoded in the
             // pass that names them.
             let decode = t.stream.is_some();
-            docs.each_object(decode, |e, pre| self.take(&mut t, e, pre));
+            docs.each_object(decode, |e, pre| {
+                self.take(&mut t, e, pre);
+                true
+            });
         }
         let Taking {
             objects,
@@ -507,17 +523,17 @@ impl Reader {
         t: &mut Taking<'_, '_>,
         e: Result<Entry<'_>, manifest::ManifestError>,
         pre: Option<Object>,
-    ) -> bool {
+    ) {
         let e = match e {
             Ok(e) => e,
             Err(err) => {
                 let msg = format!("{}: {err}", t.name);
                 self.note(t.p, msg, "invalid manifest object skipped");
-                return true;
+                return;
             }
         };
         let Some(k) = Key::of(&e, &self.node_name).map(Arc::new) else {
-            return true;
+            return;
         };
         let h = hash(e.raw);
         if t.objects.insert(k.clone(), h).is_some() {
@@ -533,7 +549,6 @@ impl Reader {
                 Some(v)
             });
         }
-        true
     }
 
     /// Take back what a streamed List sent (the first file of a cold start: everything
@@ -542,9 +557,9 @@ impl Reader {
         let mut sent: Vec<Arc<Key>> = self.sent.drain().map(|(k, _)| k).collect();
         sent.sort();
         for k in sent {
-            if let (Some(ev), Some(out)) = (self.deleted(&k), t.stream.as_mut()) {
-                out.ok = out.ok && (out.send)(ev);
-                out.events += 1;
+            let ev = self.deleted(&k);
+            if let Some(out) = t.stream.as_mut() {
+                out.emit(ev);
             }
         }
         t.objects.clear();
@@ -566,10 +581,7 @@ impl Reader {
     ) {
         match self.decode(file, e, pre) {
             Decoded::Object(ev) => {
-                if let Some(ev) = ev {
-                    out.ok = out.ok && (out.send)(ev);
-                    out.events += 1;
-                }
+                out.emit(ev);
                 self.sent.insert(k, (file.clone(), h));
             }
             Decoded::Nothing => {}

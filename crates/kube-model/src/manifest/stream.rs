@@ -9,7 +9,7 @@ use serde::de::{
 };
 use serde_json::value::RawValue;
 
-use super::{decoded_entry, entry, lenient_str, Entry, ManifestError, Object, Place};
+use super::{lenient_str, list_item, Entry, ManifestError, Object, Place};
 
 /// How [`stream_list`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,11 +148,7 @@ where
                 document: 0,
                 item: Some(i),
             };
-            // As `Documents::each_object` reads an item.
-            let (e, o) = match decoded_entry(place, raw.get()) {
-                Some((e, o)) => (Ok(e), Some(o)),
-                None => (entry(place, raw.get()).map(|(e, _)| e), None),
-            };
+            let (e, o) = list_item(place, raw.get(), true);
             *self.given = true;
             if !(self.f)(e, o) {
                 *self.stopped = true;
